@@ -1,0 +1,1 @@
+"""Hardware backends: the only seam between gpumon and the GPUs."""

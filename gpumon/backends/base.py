@@ -1,0 +1,62 @@
+"""The backend protocol and the errors a backend may raise.
+
+A backend reads one tier of fields for one GPU and returns them as a plain dict of
+``GpuSnapshot`` field names to values in base units. A field the GPU does not support
+is simply absent from the dict (the backend remembers that and does not ask again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from gpumon.snapshot import HostSnapshot, Tier
+
+
+class BackendError(Exception):
+    """Base class of backend errors."""
+
+
+class NvmlUnavailableError(BackendError):
+    """NVML (libnvidia-ml.so) or the driver is missing or failed to initialise."""
+
+
+class GpuLostError(BackendError):
+    """The GPU no longer answers (GPU_IS_LOST, UNKNOWN, RESET_REQUIRED, fallen off the bus)."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(f"GPU {index} lost: {reason}")
+        self.index = index
+        self.reason = reason
+
+
+class GpuBackend(Protocol):
+    """What the poller needs from a source of GPU readings.
+
+    ``init`` is called once (and again after ``NvmlUnavailableError``, with backoff);
+    every other call happens on the polling thread only, after a successful ``init``.
+    """
+
+    name: str
+
+    def init(self) -> None:
+        """Load NVML / the scenario; raise NvmlUnavailableError when it cannot."""
+
+    def shutdown(self) -> None:
+        """Release NVML. Safe to call when init failed."""
+
+    def device_count(self) -> int:
+        """Number of GPUs seen at init."""
+
+    def uuid(self, index: int) -> str:
+        """The GPU's UUID (GPU-xxxxxxxx-...). May raise GpuLostError."""
+
+    def host(self) -> HostSnapshot:
+        """Driver and CUDA driver versions (psutil figures are added by the poller)."""
+
+    def read(self, index: int, tier: Tier) -> Mapping[str, Any]:
+        """Fields of ``tier`` for GPU ``index``; unsupported fields are absent.
+
+        Raises GpuLostError when the GPU is gone; any other exception is a bug or a
+        transient NVML error that the poller logs, counts and survives.
+        """

@@ -1,0 +1,364 @@
+"""Simulated GPUs, used only when asked for (``--backend fake`` / ``fake:PATH``).
+
+Two sources of data:
+
+* ``FakeBackend.plausible(n)``: n H200-like GPUs whose load, temperature, power and
+  clocks move smoothly over time, for trying gpumon on a machine without GPUs.
+* ``FakeBackend.from_file(path)``: a YAML scenario (see ``docs/scenarios.md``) that
+  gives values per GPU and field over ticks and injects faults: fields not supported,
+  a GPU lost at tick k, NVML missing for the first n initialisations, a read that
+  hangs, a read that raises.
+
+A GPU's tick is the number of FAST reads of that GPU so far, starting at 0; a value
+list is indexed by tick and its last element repeats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpumon.backends.base import GpuLostError, NvmlUnavailableError
+from gpumon.snapshot import GpuSnapshot, HostSnapshot, P2pStatus, ProcessSnapshot, Tier, field_tier
+
+MIB = 1024 * 1024
+
+CLOCK_EVENT_REASONS = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+)
+THROTTLE_REASONS = (
+    "power",
+    "thermal",
+    "sync_boost",
+    "board_limit",
+    "low_utilization",
+    "reliability",
+    "total_app_clocks",
+    "total_base_clocks",
+)
+
+_GPU_FIELDS = {f.name: f for f in dataclasses.fields(GpuSnapshot)}
+_SCENARIO_GPU_KEYS = {"values", "unsupported", "lost_at_tick", "lost_reason", "hang_at_tick",
+                      "hang_seconds", "raise_at_ticks", "uuid"}
+_SCENARIO_KEYS = {"gpus", "nvml_missing_inits", "driver_version", "cuda_driver_version", "base", "count"}
+
+
+class ScenarioError(ValueError):
+    """The scenario file is not valid; the message lists every problem."""
+
+
+@dataclass(frozen=True)
+class FakeGpuScript:
+    """How one simulated GPU behaves."""
+
+    uuid: str
+    values: Mapping[str, Any]
+    """Field name -> constant value, or list of values by tick (last repeats), or a callable(tick)."""
+    unsupported: frozenset[str] = frozenset()
+    lost_at_tick: int | None = None
+    lost_reason: str = "GPU is lost"
+    hang_at_tick: int | None = None
+    hang_seconds: float = 3600.0
+    raise_at_ticks: frozenset[int] = frozenset()
+
+
+@dataclass
+class FakeBackend:
+    """A GpuBackend that plays scripted or generated GPU readings."""
+
+    scripts: Sequence[FakeGpuScript]
+    nvml_missing_inits: int = 0
+    driver_version: str = "580.159.04"
+    cuda_driver_version: str = "13.0"
+    name: str = "fake"
+    _init_calls: int = 0
+    _ticks: dict[int, int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    # ---- construction -------------------------------------------------
+    @classmethod
+    def plausible(cls, count: int, clock: Callable[[], float] | None = None) -> FakeBackend:
+        """``count`` H200-like GPUs with values that move with ``clock()`` seconds."""
+        return cls(scripts=[_plausible_script(i, count, clock) for i in range(count)])
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> FakeBackend:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ScenarioError(f"cannot read scenario {path}: {exc.strerror}") from exc
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ScenarioError(f"scenario {path} is not valid YAML: {exc}") from exc
+        return cls.from_mapping(raw, source=str(path))
+
+    @classmethod
+    def from_mapping(cls, raw: Any, source: str = "scenario") -> FakeBackend:
+        errors: list[str] = []
+        if not isinstance(raw, dict):
+            raise ScenarioError(f"{source}: top level must be a mapping")
+        for key in raw:
+            if key not in _SCENARIO_KEYS:
+                errors.append(f"{source}: unknown key {key!r}")
+        base_values: dict[str, Any] = {}
+        if raw.get("base") is not None:
+            base_values = _check_values(raw["base"], f"{source}: base", errors)
+        gpus_raw = raw.get("gpus")
+        count = raw.get("count")
+        if gpus_raw is None and count is None:
+            errors.append(f"{source}: needs 'gpus' (a list) or 'count'")
+            gpus_raw = []
+        if gpus_raw is None:
+            gpus_raw = [{} for _ in range(int(count))]
+        if not isinstance(gpus_raw, list):
+            errors.append(f"{source}: 'gpus' must be a list")
+            gpus_raw = []
+        scripts = []
+        for i, g in enumerate(gpus_raw):
+            where = f"{source}: gpus[{i}]"
+            if g is None:
+                g = {}
+            if not isinstance(g, dict):
+                errors.append(f"{where} must be a mapping")
+                continue
+            for key in g:
+                if key not in _SCENARIO_GPU_KEYS:
+                    errors.append(f"{where}: unknown key {key!r}")
+            values = dict(_static_defaults(i, len(gpus_raw)))
+            values.update(base_values)
+            values.update(_check_values(g.get("values") or {}, f"{where}.values", errors))
+            unsupported = g.get("unsupported") or []
+            for name in unsupported:
+                if name not in _GPU_FIELDS:
+                    errors.append(f"{where}.unsupported: unknown field {name!r}")
+            scripts.append(
+                FakeGpuScript(
+                    uuid=str(g.get("uuid", _uuid(i))),
+                    values=values,
+                    unsupported=frozenset(unsupported),
+                    lost_at_tick=g.get("lost_at_tick"),
+                    lost_reason=str(g.get("lost_reason", "GPU is lost")),
+                    hang_at_tick=g.get("hang_at_tick"),
+                    hang_seconds=float(g.get("hang_seconds", 3600.0)),
+                    raise_at_ticks=frozenset(g.get("raise_at_ticks") or ()),
+                )
+            )
+        if errors:
+            raise ScenarioError("\n".join(errors))
+        return cls(
+            scripts=scripts,
+            nvml_missing_inits=int(raw.get("nvml_missing_inits", 0)),
+            driver_version=str(raw.get("driver_version", "580.159.04")),
+            cuda_driver_version=str(raw.get("cuda_driver_version", "13.0")),
+        )
+
+    # ---- GpuBackend ---------------------------------------------------
+    def init(self) -> None:
+        self._init_calls += 1
+        if self._init_calls <= self.nvml_missing_inits:
+            raise NvmlUnavailableError("NVML Shared Library Not Found (simulated)")
+        self._stop.clear()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+
+    def device_count(self) -> int:
+        return len(self.scripts)
+
+    def uuid(self, index: int) -> str:
+        return self.scripts[index].uuid
+
+    def host(self) -> HostSnapshot:
+        return HostSnapshot(
+            driver_version=self.driver_version,
+            cuda_driver_version=self.cuda_driver_version,
+            nvml_version="13." + self.driver_version,
+        )
+
+    def tick(self, index: int) -> int:
+        """The tick the next FAST read of GPU ``index`` will play."""
+        return self._ticks.get(index, 0)
+
+    def read(self, index: int, tier: Tier) -> Mapping[str, Any]:
+        script = self.scripts[index]
+        tick = self._ticks.get(index, 0)
+        if tier is Tier.FAST:
+            self._ticks[index] = tick + 1
+            if script.hang_at_tick is not None and tick == script.hang_at_tick:
+                self._stop.wait(script.hang_seconds)
+            if tick in script.raise_at_ticks:
+                raise RuntimeError(f"simulated NVML failure on GPU {index} at tick {tick}")
+        if script.lost_at_tick is not None and tick >= script.lost_at_tick:
+            raise GpuLostError(index, script.lost_reason)
+        out: dict[str, Any] = {}
+        for name, spec in script.values.items():
+            if name in script.unsupported or field_tier(name) is not tier:
+                continue
+            out[name] = _value_at(name, spec, tick)
+        return out
+
+
+# ---- helpers ------------------------------------------------------------
+def _uuid(i: int) -> str:
+    return f"GPU-fa4e{i:04x}-0000-4000-8000-{i:012x}"
+
+
+def _value_at(name: str, spec: Any, tick: int) -> Any:
+    if callable(spec):
+        value = spec(tick)
+    elif isinstance(spec, list) and name not in ("processes", "p2p_status"):
+        value = spec[min(tick, len(spec) - 1)] if spec else None
+    else:
+        value = spec
+    return _coerce(name, value)
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if name == "processes" and value is not None:
+        return tuple(p if isinstance(p, ProcessSnapshot) else ProcessSnapshot(**p) for p in value)
+    if name == "p2p_status" and value is not None:
+        return tuple(p if isinstance(p, P2pStatus) else P2pStatus(**p) for p in value)
+    if isinstance(value, dict):
+        return {str(k): (_coerce("", v) if isinstance(v, dict) else v) for k, v in value.items()}
+    return value
+
+
+def _check_values(raw: Any, where: str, errors: list[str]) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        errors.append(f"{where} must be a mapping of field name to value")
+        return {}
+    for name in raw:
+        if name not in _GPU_FIELDS or name in ("index", "uuid", "up", "lost_reason"):
+            errors.append(f"{where}: unknown field {name!r}")
+    out = {k: v for k, v in raw.items() if k in _GPU_FIELDS}
+    for name in ("processes", "p2p_status"):
+        if name in out:
+            try:
+                _coerce(name, out[name])
+            except TypeError as exc:
+                errors.append(f"{where}.{name}: {exc}")
+    return out
+
+
+def _static_defaults(i: int, count: int) -> dict[str, Any]:
+    """Identity and limits of an H200 SXM, the same for every tick."""
+    peers = [p for p in range(count) if p != i]
+    return {
+        "name": "NVIDIA H200",
+        "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
+        "serial": f"165002401{i:04d}",
+        "vbios_version": "96.00.AF.00.01",
+        "compute_capability": "9.0",
+        "minor_number": i,
+        "memory_total_bytes": 143771 * MIB,
+        "memory_reserved_bytes": 550 * MIB,
+        "temperature_slowdown_threshold_celsius": 90.0,
+        "temperature_shutdown_threshold_celsius": 95.0,
+        "temperature_max_operating_celsius": 87.0,
+        "memory_temperature_max_operating_celsius": 95.0,
+        "power_limit_watts": 700.0,
+        "clocks_max_hertz": {"sm": 1980e6, "memory": 3201e6, "graphics": 1980e6},
+        "pcie_link_generation_max": 5,
+        "pcie_link_width_max": 16,
+        "pcie_link_generation": 5,
+        "pcie_link_width": 16,
+        "pcie_replays_total": 0,
+        "ecc_mode_enabled": True,
+        "ecc_errors_total": {
+            "corrected_volatile": 0,
+            "uncorrected_volatile": 0,
+            "corrected_aggregate": 0,
+            "uncorrected_aggregate": 0,
+        },
+        "remapped_rows": {"correctable": 0, "uncorrectable": 0},
+        "row_remap_pending": False,
+        "row_remap_failure": False,
+        "persistence_mode_enabled": True,
+        "mig_mode_enabled": False,
+        "compute_mode": "default",
+        "nvlink_up": {str(link): True for link in range(18)},
+        "nvlink_errors_total": {
+            str(link): {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0} for link in range(18)
+        },
+        "p2p_status": tuple(
+            P2pStatus(peer_index=p, capability=c, ok=True)
+            for p in peers
+            for c in ("read", "write", "nvlink", "atomics")
+        ),
+        "topology_level": {str(p): "nvlink" for p in peers},
+        "performance_state": 0,
+        "clock_events_active": {r: r == "gpu_idle" for r in CLOCK_EVENT_REASONS},
+        "throttle_seconds_total": {r: 0.0 for r in THROTTLE_REASONS},
+        "utilization_ratio": 0.0,
+        "memory_bandwidth_utilization_ratio": 0.0,
+        "memory_used_bytes": 0,
+        "memory_free_bytes": (143771 - 550) * MIB,
+        "temperature_celsius": 30.0,
+        "memory_temperature_celsius": 36.0,
+        "power_watts": 75.0,
+        "energy_joules_total": 1_000_000.0,
+        "clocks_hertz": {"sm": 345e6, "memory": 3201e6, "graphics": 345e6},
+        "processes": (),
+    }
+
+
+def _plausible_script(i: int, count: int, clock: Callable[[], float] | None) -> FakeGpuScript:
+    """Values that follow a slow sine per GPU: a job ramps up and down every few minutes."""
+    import time
+
+    now = clock or time.time
+    start = now()
+    total = 143771 * MIB
+    reserved = 550 * MIB
+
+    def load() -> float:
+        t = now()
+        return max(0.0, min(1.0, 0.5 + 0.5 * math.sin(t / 40.0 + i * 1.3)))
+
+    def used() -> int:
+        return int(2 * 1024 * MIB + load() * 100 * 1024 * MIB)
+
+    values: dict[str, Any] = dict(_static_defaults(i, count))
+    values.update(
+        {
+            "utilization_ratio": lambda _t: round(load(), 2),
+            "memory_bandwidth_utilization_ratio": lambda _t: round(load() * 0.6, 2),
+            "memory_used_bytes": lambda _t: used(),
+            "memory_free_bytes": lambda _t: total - reserved - used(),
+            "temperature_celsius": lambda _t: round(32 + 38 * load()),
+            "memory_temperature_celsius": lambda _t: round(38 + 30 * load()),
+            "power_watts": lambda _t: round(75 + 600 * load(), 1),
+            "energy_joules_total": lambda _t: round(1_000_000 + (now() - start) * 400.0, 3),
+            "clocks_hertz": lambda _t: {
+                "sm": 345e6 + load() * (1980e6 - 345e6),
+                "memory": 3201e6,
+                "graphics": 345e6 + load() * (1980e6 - 345e6),
+            },
+            "clock_events_active": lambda _t: {
+                r: (r == "gpu_idle" and load() < 0.05) or (r == "sw_power_cap" and load() > 0.95)
+                for r in CLOCK_EVENT_REASONS
+            },
+            "processes": lambda _t: (
+                (ProcessSnapshot(pid=4242 + i, used_memory_bytes=used(), name="python3", user="train"),)
+                if load() > 0.05
+                else ()
+            ),
+        }
+    )
+    return FakeGpuScript(uuid=_uuid(i), values=values)
