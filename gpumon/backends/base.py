@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from gpumon.events.model import XidEvent
 from gpumon.snapshot import HostSnapshot, Tier
 
 
@@ -59,4 +60,12 @@ class GpuBackend(Protocol):
 
         Raises GpuLostError when the GPU is gone; any other exception is a bug or a
         transient NVML error that the poller logs, counts and survives.
+        """
+
+    def wait_events(self, timeout_seconds: float) -> list[XidEvent]:
+        """Block up to ``timeout_seconds`` for XID (and other critical) events on any GPU.
+
+        Called from the event thread only (NVML allows that one extra caller). Returns
+        the events seen, possibly none. Raises GpuLostError for a GPU lost inside the
+        wait (the caller reports it and keeps waiting for the other GPUs).
         """

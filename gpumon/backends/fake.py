@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError
+from gpumon.events.model import XidEvent
 from gpumon.snapshot import GpuSnapshot, HostSnapshot, P2pStatus, ProcessSnapshot, Tier, field_tier
 
 MIB = 1024 * 1024
@@ -54,7 +55,7 @@ THROTTLE_REASONS = (
 
 _GPU_FIELDS = {f.name: f for f in dataclasses.fields(GpuSnapshot)}
 _SCENARIO_GPU_KEYS = {"values", "unsupported", "lost_at_tick", "lost_reason", "hang_at_tick",
-                      "hang_seconds", "raise_at_ticks", "uuid"}
+                      "hang_seconds", "raise_at_ticks", "uuid", "xid_events"}
 _SCENARIO_KEYS = {"gpus", "nvml_missing_inits", "driver_version", "cuda_driver_version", "base", "count"}
 
 
@@ -75,6 +76,8 @@ class FakeGpuScript:
     hang_at_tick: int | None = None
     hang_seconds: float = 3600.0
     raise_at_ticks: frozenset[int] = frozenset()
+    xid_events: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    """Tick -> XID codes emitted once this GPU has been read at that tick."""
 
 
 @dataclass
@@ -89,6 +92,8 @@ class FakeBackend:
     _init_calls: int = 0
     _ticks: dict[int, int] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _events_sent: set[tuple[int, int]] = field(default_factory=set)
+    _events_ready: threading.Condition = field(default_factory=threading.Condition)
 
     # ---- construction -------------------------------------------------
     @classmethod
@@ -157,6 +162,7 @@ class FakeBackend:
                     hang_at_tick=g.get("hang_at_tick"),
                     hang_seconds=float(g.get("hang_seconds", 3600.0)),
                     raise_at_ticks=frozenset(g.get("raise_at_ticks") or ()),
+                    xid_events=_parse_xid_events(g.get("xid_events"), f"{where}.xid_events", errors),
                 )
             )
         if errors:
@@ -200,6 +206,9 @@ class FakeBackend:
         tick = self._ticks.get(index, 0)
         if tier is Tier.FAST:
             self._ticks[index] = tick + 1
+            if script.xid_events:
+                with self._events_ready:
+                    self._events_ready.notify_all()
             if script.hang_at_tick is not None and tick == script.hang_at_tick:
                 self._stop.wait(script.hang_seconds)
             if tick in script.raise_at_ticks:
@@ -214,7 +223,57 @@ class FakeBackend:
         return out
 
 
+    def wait_events(self, timeout_seconds: float) -> list[XidEvent]:
+        """Scripted XIDs whose tick a FAST read has reached, each delivered once."""
+        import time
+
+        with self._events_ready:
+            events = self._due_events(time.time())
+            if not events:
+                self._events_ready.wait(timeout_seconds)
+                events = self._due_events(time.time())
+        return events
+
+    def _due_events(self, now: float) -> list[XidEvent]:
+        out = []
+        for index, script in enumerate(self.scripts):
+            reached = self._ticks.get(index, 0)
+            for tick, codes in sorted(script.xid_events.items()):
+                if tick < reached and (index, tick) not in self._events_sent:
+                    self._events_sent.add((index, tick))
+                    out.extend(
+                        XidEvent(
+                            xid=code,
+                            timestamp_seconds=now,
+                            source="nvml",
+                            gpu_index=index,
+                            uuid=script.uuid,
+                            pci_bus_id=str(script.values.get("pci_bus_id", "")) or None,
+                            message=f"simulated Xid {code}",
+                        )
+                        for code in codes
+                    )
+        return out
+
+
 # ---- helpers ------------------------------------------------------------
+def _parse_xid_events(raw: Any, where: str, errors: list[str]) -> dict[int, tuple[int, ...]]:
+    """``[{tick: 3, xid: 79}, {tick: 5, xid: [13, 13]}]`` -> {3: (79,), 5: (13, 13)}."""
+    if raw is None:
+        return {}
+    out: dict[int, tuple[int, ...]] = {}
+    if not isinstance(raw, list):
+        errors.append(f"{where} must be a list of {{tick, xid}}")
+        return out
+    for item in raw:
+        if not isinstance(item, dict) or "tick" not in item or "xid" not in item:
+            errors.append(f"{where}: each entry needs tick and xid, got {item!r}")
+            continue
+        codes = item["xid"] if isinstance(item["xid"], list) else [item["xid"]]
+        out[int(item["tick"])] = out.get(int(item["tick"]), ()) + tuple(int(c) for c in codes)
+    return out
+
+
 def _uuid(i: int) -> str:
     return f"GPU-fa4e{i:04x}-0000-4000-8000-{i:012x}"
 
