@@ -129,7 +129,7 @@ def _convert(name: str, value: Any, want: type, problems: list[str], where: str)
 
 
 def _validate_listen(value: str, problems: list[str], where: str) -> None:
-    host, sep, port = value.rpartition(":")
+    _host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         problems.append(f"{where}: listen must be HOST:PORT with a port 1-65535, got {value!r}")
 
@@ -203,9 +203,7 @@ def _parse_alerting(raw: Any, problems: list[str], where: str) -> Any:
     return parsed
 
 
-def _apply(
-    values: dict[str, Any], raw: Mapping[str, Any], where: str, problems: list[str], sections: bool
-) -> None:
+def _apply(values: dict[str, Any], raw: Mapping[str, Any], where: str, problems: list[str], sections: bool) -> None:
     for key, value in raw.items():
         if key in _SCALARS:
             if value is None:

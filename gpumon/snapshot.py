@@ -172,7 +172,8 @@ class GpuSnapshot:
     # NVLink
     nvlink_up: Mapping[str, bool] | None = _m(Tier.FAST, "NVLink state by link index (nvidia-smi nvlink --status)")
     nvlink_errors_total: Mapping[str, Mapping[str, int]] | None = _m(
-        Tier.SLOW, "NVLink error counters by link index, then type crc_flit|crc_data|replay|recovery (nvidia-smi nvlink -e)"
+        Tier.SLOW,
+        "NVLink error counters by link index, then type crc_flit|crc_data|replay|recovery (nvidia-smi nvlink -e)",
     )
 
     # topology (static)
@@ -191,10 +192,18 @@ class GpuSnapshot:
     tensor_active_ratio: float | None = _f(
         Tier.FAST, "Tensor pipe active share 0-1 (GPM ANY_TENSOR_UTIL; DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)"
     )
-    dram_active_ratio: float | None = _f(Tier.FAST, "DRAM bandwidth share 0-1 (GPM DRAM_BW_UTIL; DCGM_FI_PROF_DRAM_ACTIVE)")
-    fp64_active_ratio: float | None = _f(Tier.FAST, "FP64 pipe active 0-1 (GPM FP64_UTIL; DCGM_FI_PROF_PIPE_FP64_ACTIVE)")
-    fp32_active_ratio: float | None = _f(Tier.FAST, "FP32 pipe active 0-1 (GPM FP32_UTIL; DCGM_FI_PROF_PIPE_FP32_ACTIVE)")
-    fp16_active_ratio: float | None = _f(Tier.FAST, "FP16 pipe active 0-1 (GPM FP16_UTIL; DCGM_FI_PROF_PIPE_FP16_ACTIVE)")
+    dram_active_ratio: float | None = _f(
+        Tier.FAST, "DRAM bandwidth share 0-1 (GPM DRAM_BW_UTIL; DCGM_FI_PROF_DRAM_ACTIVE)"
+    )
+    fp64_active_ratio: float | None = _f(
+        Tier.FAST, "FP64 pipe active 0-1 (GPM FP64_UTIL; DCGM_FI_PROF_PIPE_FP64_ACTIVE)"
+    )
+    fp32_active_ratio: float | None = _f(
+        Tier.FAST, "FP32 pipe active 0-1 (GPM FP32_UTIL; DCGM_FI_PROF_PIPE_FP32_ACTIVE)"
+    )
+    fp16_active_ratio: float | None = _f(
+        Tier.FAST, "FP16 pipe active 0-1 (GPM FP16_UTIL; DCGM_FI_PROF_PIPE_FP16_ACTIVE)"
+    )
     gpm_throughput_bytes_per_second: Mapping[str, float] | None = _m(
         Tier.FAST, "NVLink/PCIe throughput from GPM keyed nvlink_tx|nvlink_rx|pcie_tx|pcie_rx, bytes/s"
     )

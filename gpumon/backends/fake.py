@@ -54,8 +54,17 @@ THROTTLE_REASONS = (
 )
 
 _GPU_FIELDS = {f.name: f for f in dataclasses.fields(GpuSnapshot)}
-_SCENARIO_GPU_KEYS = {"values", "unsupported", "lost_at_tick", "lost_reason", "hang_at_tick",
-                      "hang_seconds", "raise_at_ticks", "uuid", "xid_events"}
+_SCENARIO_GPU_KEYS = {
+    "values",
+    "unsupported",
+    "lost_at_tick",
+    "lost_reason",
+    "hang_at_tick",
+    "hang_seconds",
+    "raise_at_ticks",
+    "uuid",
+    "xid_events",
+}
 _SCENARIO_KEYS = {"gpus", "nvml_missing_inits", "driver_version", "cuda_driver_version", "base", "count"}
 
 
@@ -130,7 +139,7 @@ class FakeBackend:
             errors.append(f"{source}: needs 'gpus' (a list) or 'count'")
             gpus_raw = []
         if gpus_raw is None:
-            gpus_raw = [{} for _ in range(int(count))]
+            gpus_raw = [{} for _ in range(int(count or 0))]
         if not isinstance(gpus_raw, list):
             errors.append(f"{source}: 'gpus' must be a list")
             gpus_raw = []
@@ -222,7 +231,6 @@ class FakeBackend:
             out[name] = _value_at(name, spec, tick)
         return out
 
-
     def wait_events(self, timeout_seconds: float) -> list[XidEvent]:
         """Scripted XIDs whose tick a FAST read has reached, each delivered once."""
         import time
@@ -235,7 +243,7 @@ class FakeBackend:
         return events
 
     def _due_events(self, now: float) -> list[XidEvent]:
-        out = []
+        out: list[XidEvent] = []
         for index, script in enumerate(self.scripts):
             reached = self._ticks.get(index, 0)
             for tick, codes in sorted(script.xid_events.items()):

@@ -1,0 +1,7 @@
+"""python -m gpumon"""
+
+import sys
+
+from gpumon.cli import main
+
+sys.exit(main())

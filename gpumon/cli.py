@@ -1,0 +1,195 @@
+"""Command line: subcommands map to functions; exit 0 ok, 1 fault, 2 usage or bad config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gpumon import __version__
+from gpumon.config import DEFAULT_PORT, DEFAULT_STATE_DIR, Config, ConfigError, load
+
+EXIT_OK = 0
+EXIT_FAULT = 1
+EXIT_USAGE = 2
+
+log = logging.getLogger("gpumon")
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="YAML config file (default /etc/gpumon/gpumon.yaml if it exists)")
+    parser.add_argument(
+        "--backend",
+        help="nvml (real GPUs, the default), fake (simulated GPUs), fake:PATH (a scenario file)",
+    )
+    parser.add_argument("--fake-gpus", type=int, dest="fake_gpus", help="number of simulated GPUs for --backend fake")
+    parser.add_argument(
+        "--state-dir", type=Path, dest="state_dir", help=f"state directory (default {DEFAULT_STATE_DIR})"
+    )
+    parser.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpumon",
+        description="GPU monitoring, alerting and burn-in for Linux GPU servers.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpumon {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the daemon: poll GPUs, serve /metrics, send alerts")
+    _add_common(run)
+    run.add_argument("--listen", help=f"HOST:PORT to serve on (default 0.0.0.0:{DEFAULT_PORT})")
+    run.add_argument("--interval-seconds", type=float, dest="interval_seconds", help="fast poll interval (default 1)")
+    run.add_argument("--compat", help="extra metric names: dcgm (dcgm-exporter's DCGM_FI_* names)")
+    run.add_argument("--processes", action="store_true", default=None, help="export per-process series")
+    run.add_argument("--web-config-file", type=Path, dest="web_config_file", help="exporter-toolkit web-config.yml")
+    run.set_defaults(func=cmd_run)
+
+    once = sub.add_parser("once", help="poll once and print a table (or JSON), then exit")
+    _add_common(once)
+    once.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    once.set_defaults(func=cmd_once)
+
+    check = sub.add_parser("check-config", help="validate a config file; print every problem")
+    check.add_argument("file", type=Path)
+    check.set_defaults(func=cmd_check_config)
+    return parser
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    names = (
+        "backend",
+        "fake_gpus",
+        "state_dir",
+        "log_level",
+        "listen",
+        "interval_seconds",
+        "web_config_file",
+        "compat",
+        "processes",
+    )
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+def _load_or_report(args: argparse.Namespace) -> Config | None:
+    try:
+        return load(args.config, os.environ, _flags(args), path_must_exist=args.config is not None)
+    except ConfigError as exc:
+        print(f"gpumon: {len(exc.problems)} problem(s) in the configuration:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return None
+
+
+def _usable_state_dir(config: Config, explicit: bool) -> Path | None:
+    """The state dir, created if needed. The default falls back to ~/.local/state/gpumon for non-root users."""
+    candidates = [config.state_dir]
+    if not explicit and config.state_dir == DEFAULT_STATE_DIR:
+        base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        candidates.append(Path(base) / "gpumon")
+    for path in candidates:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(path, os.W_OK):
+            if path != config.state_dir:
+                log.warning("state directory %s is not writable; using %s", config.state_dir, path)
+            return path
+    return None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from gpumon.backends.factory import make_backend
+    from gpumon.backends.fake import ScenarioError
+    from gpumon.config import reloader
+    from gpumon.daemon import Daemon, configure_logging
+
+    config = _load_or_report(args)
+    if config is None:
+        return EXIT_USAGE
+    configure_logging(config.log_level)
+    explicit_state = args.state_dir is not None or "GPUMON_STATE_DIR" in os.environ
+    state_dir = _usable_state_dir(config, explicit_state)
+    if state_dir is None:
+        print(f"gpumon: state directory {config.state_dir} cannot be created or written", file=sys.stderr)
+        return EXIT_FAULT
+    config = dataclasses.replace(config, state_dir=state_dir)
+    try:
+        backend = make_backend(config.backend, config.fake_gpus)
+    except ScenarioError as exc:
+        print(f"gpumon: bad scenario file:\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        daemon = Daemon(config, backend, reloader(args.config, _flags(args)))
+    except OSError as exc:
+        print(f"gpumon: cannot listen on {config.listen}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAULT
+    return daemon.run_forever()
+
+
+def cmd_once(args: argparse.Namespace) -> int:
+    from gpumon.backends.factory import make_backend
+    from gpumon.backends.fake import ScenarioError
+    from gpumon.poller import Poller
+    from gpumon.snapshot import to_jsonable
+    from gpumon.store import SnapshotStore
+
+    config = _load_or_report(args)
+    if config is None:
+        return EXIT_USAGE
+    logging.basicConfig(level=getattr(logging, config.log_level.upper()) if args.log_level else logging.CRITICAL)
+    try:
+        backend = make_backend(config.backend, config.fake_gpus)
+    except ScenarioError as exc:
+        print(f"gpumon: bad scenario file:\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    snapshot = Poller(backend, SnapshotStore()).poll()
+    backend.shutdown()
+    if not snapshot.nvml_up:
+        print(f"gpumon: NVML unavailable: {snapshot.nvml_error}", file=sys.stderr)
+        return EXIT_FAULT
+    if args.json:
+        print(json.dumps(to_jsonable(snapshot), indent=2, sort_keys=True))
+    else:
+        from gpumon.table import print_snapshot
+
+        print_snapshot(snapshot)
+    return EXIT_OK
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    try:
+        config = load(args.file, os.environ, {}, path_must_exist=True)
+    except ConfigError as exc:
+        print(f"{args.file}: {len(exc.problems)} problem(s):", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{args.file}: OK (listen {config.listen}, backend {config.backend}, every {config.interval_seconds:g}s)")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        code: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

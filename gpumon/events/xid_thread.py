@@ -1,0 +1,69 @@
+"""The event thread: waits on the backend for XIDs so one is seen within a second."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from gpumon.backends.base import GpuBackend, GpuLostError
+from gpumon.events.model import XidEvent
+
+log = logging.getLogger(__name__)
+
+
+class XidEventThread:
+    """Calls ``backend.wait_events(timeout)`` in a loop and hands each event to ``on_event``.
+
+    Runs only while ``ready()`` says NVML is up. A GPU lost inside the wait is logged
+    and the loop goes on for the other GPUs; any other error backs off a little.
+    """
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        on_event: Callable[[XidEvent], None],
+        ready: Callable[[], bool],
+        wait_seconds: float = 1.0,
+    ) -> None:
+        self._backend = backend
+        self._on_event = on_event
+        self._ready = ready
+        self._wait = wait_seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpumon-xid", daemon=True)
+        self.errors_total = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 1.5) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            if not self._ready():
+                self._stop.wait(self._wait)
+                continue
+            try:
+                events = self._backend.wait_events(self._wait)
+                failures = 0
+            except GpuLostError as exc:
+                log.error("XID watch: GPU %d lost (%s); still watching the others", exc.index, exc.reason)
+                self._stop.wait(self._wait)
+                continue
+            except Exception:
+                failures += 1
+                self.errors_total += 1
+                if failures == 1:
+                    log.exception("XID watch failed; retrying")
+                self._stop.wait(min(30.0, self._wait * 2**failures))
+                continue
+            for event in events:
+                log.warning("XID %d on GPU %s (%s)", event.xid, event.gpu_index, event.message or "")
+                try:
+                    self._on_event(event)
+                except Exception:
+                    log.exception("handling XID %d failed", event.xid)

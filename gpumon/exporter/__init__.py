@@ -1,0 +1,1 @@
+"""Prometheus exposition of snapshots: metric table, collector, HTTP server."""

@@ -1,0 +1,301 @@
+"""Tiered polling of the backend into snapshots. ``poll()`` never raises.
+
+Every call reads the FAST tier of every GPU; the SLOW and STATIC tiers are read when
+their interval has passed. Values of slower tiers are cached per GPU and merged into
+each snapshot, so a snapshot always holds the latest value of every field.
+
+Faults (DESIGN.md §4):
+* NVML missing: the snapshot says ``nvml_up=False``; ``init`` is retried with
+  exponential backoff (1 s … 60 s); one log line when it goes and one when it returns.
+* A GPU lost: that GPU is reported ``up=False`` with its identity only, the others
+  are unaffected; it is re-probed with backoff (5 s … 60 s).
+* Any other exception in a read: logged, counted in that tier's errors, the GPU's
+  cached values are kept, the next poll runs as usual.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from gpumon.backends.base import GpuBackend, GpuLostError, NvmlUnavailableError
+from gpumon.snapshot import GpuSnapshot, HostSnapshot, ProcessSnapshot, Snapshot, Tier, TierStats
+from gpumon.store import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+_IDENTITY_FIELDS = ("name", "pci_bus_id", "serial", "vbios_version", "compute_capability", "minor_number")
+_POLLED_TIERS = (Tier.STATIC, Tier.SLOW, Tier.FAST)
+_GPU_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(GpuSnapshot))
+
+ProcessEnricher = Callable[[tuple[ProcessSnapshot, ...]], tuple[ProcessSnapshot, ...]]
+XidCounts = Callable[[int], tuple[Mapping[str, int], Mapping[str, float]]]
+
+
+@dataclass(frozen=True)
+class PollIntervals:
+    """How often each tier is read, in seconds."""
+
+    fast_seconds: float = 1.0
+    slow_seconds: float = 10.0
+    static_seconds: float = 300.0
+
+    def of(self, tier: Tier) -> float:
+        return {Tier.FAST: self.fast_seconds, Tier.SLOW: self.slow_seconds, Tier.STATIC: self.static_seconds}[tier]
+
+
+@dataclass
+class _GpuState:
+    uuid: str
+    cache: dict[Tier, Mapping[str, Any]] = field(default_factory=dict)
+    lost_reason: str | None = None
+    reprobe_at: float = 0.0
+    reprobe_backoff: float = 5.0
+
+
+def read_host_figures() -> dict[str, Any]:
+    """CPU share since the last call and memory in use, from psutil (a few µs)."""
+    vm = psutil.virtual_memory()
+    return {
+        "cpu_utilization_ratio": psutil.cpu_percent(interval=None) / 100.0,
+        "memory_used_bytes": int(vm.total - vm.available),
+        "memory_total_bytes": int(vm.total),
+    }
+
+
+class Poller:
+    """Reads the backend tier by tier and publishes a Snapshot to the store."""
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        store: SnapshotStore,
+        intervals: PollIntervals = PollIntervals(),
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        host_figures: Callable[[], Mapping[str, Any]] = read_host_figures,
+        enrich_processes: ProcessEnricher | None = None,
+        xid_counts: XidCounts | None = None,
+    ) -> None:
+        self._backend = backend
+        self._store = store
+        self._intervals = intervals
+        self._wall = wall_clock
+        self._mono = monotonic
+        self._host_figures = host_figures
+        self._enrich = enrich_processes
+        self._xid_counts = xid_counts
+        self._nvml_up = False
+        self._nvml_error: str | None = None
+        self._init_at = 0.0
+        self._init_backoff = 1.0
+        self._host = HostSnapshot()
+        self._gpus: list[_GpuState] = []
+        self._tier_read_at: dict[Tier, float] = {}
+        self._tier_stats: dict[Tier, TierStats] = {}
+        self._tier_errors: dict[Tier, int] = {t: 0 for t in _POLLED_TIERS}
+        self._last_start: float | None = None
+        self.skipped_polls_total = 0
+        """Polls that could not start on time because the previous one was still running (hung NVML)."""
+        self.gpus_changed: Callable[[list[tuple[int, str]]], None] | None = None
+        """Called with [(index, uuid), ...] after each successful (re)initialisation."""
+
+    def set_intervals(self, intervals: PollIntervals) -> None:
+        """Use new tier intervals from the next poll on (SIGHUP)."""
+        self._intervals = intervals
+
+    @property
+    def nvml_up(self) -> bool:
+        return self._nvml_up
+
+    def poll(self) -> Snapshot:
+        """One poll; publishes and returns the snapshot. Never raises."""
+        start = self._mono()
+        if self._last_start is not None:
+            late = start - self._last_start - self._intervals.fast_seconds
+            if late >= self._intervals.fast_seconds:
+                self.skipped_polls_total += int(late // self._intervals.fast_seconds)
+        self._last_start = start
+        try:
+            snapshot = self._poll(start)
+        except Exception as exc:  # a bug must not stop polling
+            log.exception("poll failed unexpectedly")
+            self._tier_errors[Tier.FAST] += 1
+            snapshot = Snapshot(
+                timestamp_seconds=self._wall(),
+                monotonic_seconds=self._mono(),
+                nvml_up=self._nvml_up,
+                nvml_error=f"internal error: {exc}",
+                host=self._host,
+                tiers=self._stats_view(),
+            )
+        self._store.publish(snapshot)
+        return snapshot
+
+    # ------------------------------------------------------------------
+    def _poll(self, start: float) -> Snapshot:
+        if not self._nvml_up and start >= self._init_at:
+            self._try_init(start)
+        if not self._nvml_up:
+            return Snapshot(
+                timestamp_seconds=self._wall(),
+                monotonic_seconds=self._mono(),
+                nvml_up=False,
+                nvml_error=self._nvml_error,
+                host=self._with_host_figures(),
+                tiers=self._stats_view(),
+            )
+        due = [t for t in _POLLED_TIERS if t is Tier.FAST or self._due(t, start)]
+        durations = {t: 0.0 for t in due}
+        gpus = tuple(self._read_gpu(i, state, due, durations, start) for i, state in enumerate(self._gpus))
+        end_wall = self._wall()
+        for tier in due:
+            self._tier_read_at[tier] = start
+            self._tier_stats[tier] = TierStats(
+                duration_seconds=durations[tier],
+                errors_total=self._tier_errors[tier],
+                last_timestamp_seconds=end_wall,
+            )
+        return Snapshot(
+            timestamp_seconds=end_wall,
+            monotonic_seconds=self._mono(),
+            nvml_up=True,
+            host=self._with_host_figures(),
+            gpus=gpus,
+            tiers=self._stats_view(),
+        )
+
+    def _due(self, tier: Tier, now: float) -> bool:
+        last = self._tier_read_at.get(tier)
+        return last is None or now - last >= self._intervals.of(tier) - 1e-3
+
+    def _try_init(self, now: float) -> None:
+        try:
+            self._backend.init()
+            count = self._backend.device_count()
+            gpus = []
+            for i in range(count):
+                try:
+                    uuid = self._backend.uuid(i)
+                except GpuLostError as exc:
+                    gpus.append(_GpuState(uuid=f"unknown-{i}", lost_reason=exc.reason, reprobe_at=now))
+                    continue
+                gpus.append(_GpuState(uuid=uuid))
+            self._host = self._backend.host()
+        except NvmlUnavailableError as exc:
+            message = str(exc)
+            if message != self._nvml_error:
+                log.error("NVML unavailable: %s; gpumon keeps running and retries with backoff", message)
+            self._nvml_error = message
+            self._init_at = now + self._init_backoff
+            self._init_backoff = min(self._init_backoff * 2, 60.0)
+            return
+        except Exception as exc:
+            log.exception("NVML initialisation failed")
+            self._nvml_error = f"initialisation failed: {exc}"
+            self._init_at = now + self._init_backoff
+            self._init_backoff = min(self._init_backoff * 2, 60.0)
+            return
+        if self._nvml_error is not None:
+            log.warning("NVML is back: %d GPU(s)", len(gpus))
+        else:
+            log.info("NVML initialised: %d GPU(s), driver %s", len(gpus), self._host.driver_version)
+        self._nvml_up = True
+        self._nvml_error = None
+        self._init_backoff = 1.0
+        self._gpus = gpus
+        self._tier_read_at.clear()
+        if self.gpus_changed is not None:
+            self.gpus_changed([(i, g.uuid) for i, g in enumerate(gpus)])
+
+    def _read_gpu(
+        self, index: int, state: _GpuState, due: list[Tier], durations: dict[Tier, float], now: float
+    ) -> GpuSnapshot:
+        reprobing = state.lost_reason is not None
+        if reprobing and now < state.reprobe_at:
+            return self._lost_snapshot(index, state)
+        tiers = list(_POLLED_TIERS) if reprobing else due
+        for tier in tiers:
+            t0 = self._mono()
+            try:
+                values = self._backend.read(index, tier)
+            except GpuLostError as exc:
+                self._mark_lost(index, state, exc.reason, now)
+                return self._lost_snapshot(index, state)
+            except Exception:
+                self._tier_errors[tier] += 1
+                log.exception("reading %s tier of GPU %d failed", tier.value, index)
+                continue
+            finally:
+                durations[tier] = durations.get(tier, 0.0) + (self._mono() - t0)
+            state.cache[tier] = values
+        if reprobing:
+            log.warning("GPU %d (%s) answers again", index, state.uuid)
+            state.lost_reason = None
+            state.reprobe_backoff = 5.0
+            try:
+                state.uuid = self._backend.uuid(index)
+            except Exception:
+                log.debug("could not re-read the UUID of GPU %d", index, exc_info=True)
+        take_errors = getattr(self._backend, "take_errors", None)
+        if callable(take_errors):
+            for tier_name, count in take_errors().items():
+                tier = Tier(tier_name)
+                self._tier_errors[tier] = self._tier_errors.get(tier, 0) + count
+        return self._merge(index, state)
+
+    def _mark_lost(self, index: int, state: _GpuState, reason: str, now: float) -> None:
+        if state.lost_reason is None:
+            log.error(
+                "GPU %d (%s) lost: %s; other GPUs keep reporting; re-probing with backoff", index, state.uuid, reason
+            )
+        else:
+            state.reprobe_backoff = min(state.reprobe_backoff * 2, 60.0)
+        state.lost_reason = reason
+        state.reprobe_at = now + state.reprobe_backoff
+
+    def _lost_snapshot(self, index: int, state: _GpuState) -> GpuSnapshot:
+        identity = {k: v for k, v in state.cache.get(Tier.STATIC, {}).items() if k in _IDENTITY_FIELDS}
+        return GpuSnapshot(index=index, uuid=state.uuid, up=False, lost_reason=state.lost_reason, **identity)
+
+    def _merge(self, index: int, state: _GpuState) -> GpuSnapshot:
+        values: dict[str, Any] = {}
+        for tier in _POLLED_TIERS:
+            values.update(state.cache.get(tier, {}))
+        values = {k: v for k, v in values.items() if k in _GPU_FIELD_NAMES and k not in ("index", "uuid", "up")}
+        processes = values.get("processes")
+        if processes and self._enrich is not None:
+            try:
+                values["processes"] = self._enrich(processes)
+            except Exception:
+                log.exception("process attribution failed")
+        if self._xid_counts is not None:
+            counts, last = self._xid_counts(index)
+            values["xid_errors_total"] = dict(counts)
+            values["xid_last_timestamp_seconds"] = dict(last)
+        return GpuSnapshot(index=index, uuid=state.uuid, up=True, **values)
+
+    def _with_host_figures(self) -> HostSnapshot:
+        try:
+            figures = self._host_figures()
+        except Exception:
+            log.debug("host figures unavailable", exc_info=True)
+            return self._host
+        return dataclasses.replace(self._host, **figures)
+
+    def _stats_view(self) -> dict[str, TierStats]:
+        return {
+            t.value: dataclasses.replace(s, errors_total=self._tier_errors.get(t, 0))
+            for t, s in self._tier_stats.items()
+        }
+
+    def tier_errors(self) -> dict[str, int]:
+        """Errors per tier since start (for self-metrics)."""
+        return {t.value: n for t, n in self._tier_errors.items()}
