@@ -1,0 +1,139 @@
+"""The XID catalog: what an XID code means, how bad it is and what to do first.
+
+The data lives in ``xid_catalog.yaml`` next to this module (shipped with gpumon);
+``config.xid_catalog`` overrides or extends it per code. A code in neither gets a
+neutral default (warning, investigate) so an unknown XID is never dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+SEVERITIES = ("info", "warning", "critical")
+ACTIONS = (
+    "ignore",
+    "restart_app",
+    "reset_gpu",
+    "reboot",
+    "contact_support",
+    "check_nvlink",
+    "check_hardware",
+    "follow_other_xid",
+    "read_recovery_action",
+    "update_software",
+    "investigate",
+)
+"""The actions the shipped catalog uses. Overrides may name others (they are shown as given)."""
+
+_FIELDS = ("meaning", "severity", "action")
+
+
+class XidCatalogError(ValueError):
+    """The catalog or its overrides are invalid; ``problems`` lists each one."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class XidInfo:
+    """What one XID code means."""
+
+    code: int
+    meaning: str
+    severity: str
+    """info, warning or critical."""
+    action: str
+    """The first thing an operator should do, e.g. restart_app, reset_gpu, reboot (see ACTIONS)."""
+    known: bool = True
+    """False when neither the shipped catalog nor the config knows the code."""
+
+
+def unknown_xid(code: int) -> XidInfo:
+    """The entry used for a code nobody described."""
+    return XidInfo(code=code, meaning=f"unknown XID {code}", severity="warning", action="investigate", known=False)
+
+
+def override_problems(overrides: Mapping[Any, Any], where: str = "xid_catalog") -> list[str]:
+    """Every problem in ``overrides`` (code -> {meaning, severity, action}), as lines."""
+    problems: list[str] = []
+    for code, entry in overrides.items():
+        try:
+            int(code)
+        except (TypeError, ValueError):
+            problems.append(f"{where}: key {code!r} is not an integer XID code")
+            continue
+        if not isinstance(entry, Mapping):
+            problems.append(f"{where}.{code} must be a mapping with meaning, severity, action")
+            continue
+        for key, value in entry.items():
+            if key not in _FIELDS:
+                problems.append(f"{where}.{code}: unknown key {key!r} (meaning, severity, action)")
+            elif not isinstance(value, str) or not value.strip():
+                problems.append(f"{where}.{code}.{key} must be a non-empty string")
+        severity = entry.get("severity")
+        if isinstance(severity, str) and severity not in SEVERITIES:
+            problems.append(f"{where}.{code}.severity must be one of {', '.join(SEVERITIES)}, got {severity!r}")
+    return problems
+
+
+@dataclass(frozen=True)
+class XidCatalog:
+    """Lookup of XID codes; build it with ``XidCatalog.load``."""
+
+    entries: Mapping[int, XidInfo]
+
+    @classmethod
+    def load(cls, overrides: Mapping[int, Mapping[str, str]] | None = None) -> XidCatalog:
+        """The shipped catalog with ``overrides`` applied field by field.
+
+        An override may give only some fields (``{79: {action: contact_support}}``);
+        the others keep the shipped value. Raises XidCatalogError on bad overrides.
+        """
+        shipped = _read_shipped()
+        overrides = overrides or {}
+        problems = override_problems(overrides)
+        if problems:
+            raise XidCatalogError(problems)
+        entries = dict(shipped)
+        for raw_code, entry in overrides.items():
+            code = int(raw_code)
+            base = entries.get(code, unknown_xid(code))
+            entries[code] = XidInfo(
+                code=code,
+                meaning=str(entry.get("meaning", base.meaning)),
+                severity=str(entry.get("severity", base.severity)),
+                action=str(entry.get("action", base.action)),
+                known=True,
+            )
+        return cls(entries=entries)
+
+    def lookup(self, code: int) -> XidInfo:
+        """The entry for ``code``; a default (warning, investigate) for an unknown code."""
+        return self.entries.get(code) or unknown_xid(code)
+
+    def codes(self) -> list[int]:
+        return sorted(self.entries)
+
+
+def _read_shipped() -> dict[int, XidInfo]:
+    text = resources.files("gpumon.events").joinpath("xid_catalog.yaml").read_text(encoding="utf-8")
+    raw = yaml.safe_load(text)
+    if not isinstance(raw, dict):
+        raise XidCatalogError(["shipped xid_catalog.yaml: top level must be a mapping"])
+    problems = override_problems(raw, where="shipped xid_catalog.yaml")
+    for code, entry in raw.items():
+        if isinstance(entry, Mapping) and set(entry) != set(_FIELDS):
+            problems.append(f"shipped xid_catalog.yaml: {code} must have exactly meaning, severity, action")
+    if problems:
+        raise XidCatalogError(problems)
+    return {
+        int(code): XidInfo(code=int(code), meaning=e["meaning"], severity=e["severity"], action=e["action"])
+        for code, e in raw.items()
+    }

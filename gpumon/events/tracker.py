@@ -1,0 +1,159 @@
+"""Counts of XID events per GPU and code, fed by the event thread and the kernel-log backfill.
+
+The poller copies ``counts`` / ``last_timestamps`` into ``GpuSnapshot.xid_errors_total``
+and ``xid_last_timestamp_seconds`` (exported as ``gpumon_xid_errors_total`` — a
+counter, repeats counted — and ``gpumon_xid_last_timestamp_seconds``).
+
+No double counting. The backfill reads the kernel log once at start; the event thread
+sees XIDs live from the moment it waits. An XID that happens after gpumon started is
+counted by the event thread, so a kernel-log event stamped at or after ``live_since``
+(the daemon's start time) is not counted again, whichever of the two arrives first.
+A kernel-log XID from before the start is counted once.
+
+Events that carry only a PCI bus id (kernel log) are matched to a GPU index through
+the map given to ``set_gpus``. Events of a bus id no known GPU has are counted under
+``None`` and logged; they move to the right GPU if a later ``set_gpus`` knows the bus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from gpumon.events.kernel_log import normalize_bus_id
+from gpumon.events.model import XidEvent
+
+log = logging.getLogger(__name__)
+
+XidListener = Callable[[XidEvent], None]
+_MAX_UNMATCHED = 10_000
+
+
+@dataclass
+class _Counts:
+    totals: dict[str, int] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)
+
+    def add(self, event: XidEvent) -> None:
+        key = str(event.xid)
+        self.totals[key] = self.totals.get(key, 0) + 1
+        self.last[key] = max(self.last.get(key, event.timestamp_seconds), event.timestamp_seconds)
+
+
+class XidTracker:
+    """Thread-safe XID counts by GPU index (None: a GPU gpumon does not know) and code."""
+
+    def __init__(self, live_since_seconds: float, logger: logging.Logger | None = None) -> None:
+        """``live_since_seconds``: Unix time from which the event thread watches (the daemon's start)."""
+        self._live_since = live_since_seconds
+        self._log = logger or log
+        self._lock = threading.Lock()
+        self._bus_to_index: dict[str, int] = {}
+        self._by_gpu: dict[int | None, _Counts] = {}
+        self._unmatched: list[XidEvent] = []
+        self._listeners: list[XidListener] = []
+
+    # ---- inputs --------------------------------------------------------------
+    def set_gpus(self, bus_to_index: Mapping[str, int]) -> None:
+        """The GPUs known now, by PCI bus id (any common form) -> index. Re-homes unmatched events."""
+        normalized: dict[str, int] = {}
+        for bus, gpu in bus_to_index.items():
+            key = normalize_bus_id(bus)
+            if key is not None:
+                normalized[key] = gpu
+        with self._lock:
+            self._bus_to_index = normalized
+            still: list[XidEvent] = []
+            for event in self._unmatched:
+                match = normalized.get(event.pci_bus_id or "")
+                if match is None:
+                    still.append(event)
+                else:
+                    self._by_gpu.setdefault(match, _Counts()).add(dataclasses.replace(event, gpu_index=match))
+            self._unmatched = still
+            self._by_gpu.pop(None, None)
+            for event in still:
+                self._by_gpu.setdefault(None, _Counts()).add(event)
+
+    def subscribe(self, listener: XidListener) -> None:
+        """Call ``listener(event)`` for each counted event (GPU index filled in when known), e.g. the alert engine."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def record(self, event: XidEvent) -> bool:
+        """Count one event; False when it is a kernel-log copy of a live event (not counted)."""
+        return self._record(event, warn_unmatched=True)
+
+    def _record(self, event: XidEvent, warn_unmatched: bool) -> bool:
+        if event.source == "kernel_log" and event.timestamp_seconds >= self._live_since:
+            self._log.debug(
+                "XID %d from the kernel log at %.3f is counted by the event thread", event.xid, event.timestamp_seconds
+            )
+            return False
+        bus = normalize_bus_id(event.pci_bus_id) if event.pci_bus_id else None
+        with self._lock:
+            index = event.gpu_index
+            if index is None and bus is not None:
+                index = self._bus_to_index.get(bus)
+            attributed = dataclasses.replace(event, gpu_index=index, pci_bus_id=bus or event.pci_bus_id)
+            self._by_gpu.setdefault(index, _Counts()).add(attributed)
+            if index is None and len(self._unmatched) < _MAX_UNMATCHED:
+                self._unmatched.append(attributed)
+            listeners = list(self._listeners)
+        if index is None and warn_unmatched:
+            self._log.warning(
+                "XID %d on PCI %s, which is none of the GPUs gpumon watches; counted without a GPU",
+                event.xid,
+                bus or "(no bus id)",
+            )
+        for listener in listeners:
+            try:
+                listener(attributed)
+            except Exception:  # a listener's bug must not stop the event thread
+                self._log.exception("XID listener failed")
+        return True
+
+    def record_all(self, events: list[XidEvent]) -> int:
+        """Record the kernel-log backfill; returns how many were counted. One log line per unknown bus id."""
+        counted = 0
+        for event in events:
+            counted += self._record(event, warn_unmatched=False)
+        with self._lock:
+            unknown_buses = sorted({e.pci_bus_id or "(no bus id)" for e in self._unmatched})
+        for bus in unknown_buses:
+            n = sum(
+                1
+                for e in events
+                if e.timestamp_seconds < self._live_since
+                and (normalize_bus_id(e.pci_bus_id or "") or "(no bus id)") == bus
+            )
+            if n:
+                self._log.warning(
+                    "%d XID(s) in the kernel log on PCI %s, which is none of the GPUs gpumon watches; "
+                    "counted without a GPU",
+                    n,
+                    bus,
+                )
+        return counted
+
+    # ---- outputs -------------------------------------------------------------
+    def counts(self, gpu_index: int | None) -> dict[str, int]:
+        """XID events seen on a GPU by code (str), since boot for the kernel log, since start live."""
+        with self._lock:
+            c = self._by_gpu.get(gpu_index)
+            return dict(c.totals) if c else {}
+
+    def last_timestamps(self, gpu_index: int | None) -> dict[str, float]:
+        """Unix time of the latest event on a GPU by code (str)."""
+        with self._lock:
+            c = self._by_gpu.get(gpu_index)
+            return dict(c.last) if c else {}
+
+    def for_gpu(self, gpu_index: int) -> tuple[dict[str, int], dict[str, float]]:
+        """``(counts, last_timestamps)`` in one lock: the shape gpumon.poller's ``xid_counts`` wants."""
+        with self._lock:
+            c = self._by_gpu.get(gpu_index)
+            return (dict(c.totals), dict(c.last)) if c else ({}, {})

@@ -1,0 +1,228 @@
+"""Who runs on the GPU: a compute process's name, user and where it runs, from /proc.
+
+NVML gives the pid and the memory of each compute process (nvidia-smi
+--query-compute-apps=pid,used_memory); this module adds, from ``/proc/PID``:
+
+* ``name``: ``/proc/PID/comm`` (nvidia-smi's ``process_name`` is the full path);
+* ``user``: the real uid in ``/proc/PID/status``, as a user name where the host knows it;
+* where it runs, from ``/proc/PID/cgroup`` (cgroup v1 and v2, systemd and cgroupfs
+  drivers): the systemd unit, the container id (docker, containerd, CRI-O, podman),
+  the Kubernetes pod uid and the Slurm job id.
+
+Reads are cached by ``(pid, starttime)`` so a long-running process costs one small
+read of ``/proc/PID/stat`` per poll; a reused pid gets a fresh read. A process that
+vanished between NVML and /proc is returned as NVML gave it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pwd
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpumon.snapshot import ProcessSnapshot
+
+_HEX_ID = r"[0-9a-f]{12,128}"
+_POD_UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
+# systemd-driver scopes (docker-ID.scope, cri-containerd-ID.scope, crio-ID.scope, libpod-ID.scope)
+_SCOPE_CONTAINER_RE = re.compile(rf"^(?:docker|cri-containerd|crio|libpod)-(?P<id>{_HEX_ID})\.scope$")
+# containerd/cri-o with the systemd driver on cgroup v1 sometimes write "slice:runtime:ID"
+_COLON_CONTAINER_RE = re.compile(rf":(?:cri-containerd|crio|docker):(?P<id>{_HEX_ID})$")
+_BARE_CONTAINER_RE = re.compile(r"^(?P<id>[0-9a-f]{64})$")
+_POD_SLICE_RE = re.compile(rf"^kubepods(?:-[a-z]+)?-pod(?P<uid>{_POD_UID})\.slice$")
+_POD_DIR_RE = re.compile(rf"^pod(?P<uid>{_POD_UID})$")
+_SLURM_JOB_RE = re.compile(r"^job_(?P<id>\d+)$")
+_UNIT_RE = re.compile(r"^[^/]+\.(?:service|scope)$")
+_RUNTIME_SCOPE_PREFIXES = ("docker-", "cri-containerd-", "crio-", "libpod-")
+
+
+@dataclass(frozen=True)
+class CgroupPlace:
+    """Where a process runs, read from its cgroup path(s)."""
+
+    systemd_unit: str | None = None
+    """The innermost systemd unit (``foo.service``, ``session-3.scope``), not a container runtime's scope."""
+    container_id: str | None = None
+    pod_uid: str | None = None
+    """Kubernetes pod uid with dashes (the systemd driver writes underscores)."""
+    slurm_job_id: str | None = None
+
+
+def parse_cgroup_path(path: str) -> CgroupPlace:
+    """What one cgroup path (``/system.slice/foo.service``, ``/kubepods/burstable/pod…/…``) says. Never raises."""
+    parts = [p for p in path.split("/") if p]
+    unit = None
+    container = None
+    pod = None
+    job = None
+    in_slurm = False
+    for part in parts:
+        if m := _SCOPE_CONTAINER_RE.match(part):
+            container = m.group("id")
+        elif m := _COLON_CONTAINER_RE.search(part):
+            container = m.group("id")
+            head = part[: m.start()]
+            if pm := _POD_SLICE_RE.match(head):
+                pod = pm.group("uid").replace("_", "-")
+        elif m := _BARE_CONTAINER_RE.match(part):
+            container = m.group("id")
+        pod_match = _POD_SLICE_RE.match(part) or (_POD_DIR_RE.match(part) if "kubepods" in path else None)
+        if pod_match:
+            pod = pod_match.group("uid").replace("_", "-")
+        if "slurm" in part:
+            in_slurm = True
+        if in_slurm and (m := _SLURM_JOB_RE.match(part)):
+            job = m.group("id")
+        if _UNIT_RE.match(part) and not part.startswith(_RUNTIME_SCOPE_PREFIXES):
+            unit = part
+    return CgroupPlace(systemd_unit=unit, container_id=container, pod_uid=pod, slurm_job_id=job)
+
+
+def parse_cgroup_file(text: str) -> CgroupPlace:
+    """What ``/proc/PID/cgroup`` says (v2 ``0::/path`` and/or v1 ``N:controllers:/path`` lines). Never raises.
+
+    Each attribute comes from the first line that has it, v2 and ``name=systemd``
+    lines first, then the v1 controllers in file order.
+    """
+    ranked: list[tuple[int, str]] = []
+    for order, line in enumerate(text.splitlines()):
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
+        rank = 0 if controllers == "" else 1 if controllers == "name=systemd" else 2
+        ranked.append((rank * 10_000 + order, path))
+    place = CgroupPlace()
+    for _, path in sorted(ranked):
+        found = parse_cgroup_path(path)
+        place = CgroupPlace(
+            systemd_unit=place.systemd_unit or found.systemd_unit,
+            container_id=place.container_id or found.container_id,
+            pod_uid=place.pod_uid or found.pod_uid,
+            slurm_job_id=place.slurm_job_id or found.slurm_job_id,
+        )
+    return place
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """What /proc says about one process."""
+
+    name: str | None
+    user: str | None
+    place: CgroupPlace
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def start_time_ticks(proc_root: Path, pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (start time in clock ticks since boot); None when the process is gone."""
+    stat = _read(proc_root / str(pid) / "stat")
+    if stat is None:
+        return None
+    after_comm = stat.rpartition(")")[2].split()
+    # after the comm come field 3 (state) onwards; starttime is field 22
+    try:
+        return int(after_comm[22 - 3])
+    except (IndexError, ValueError):
+        return None
+
+
+def read_process_info(proc_root: Path, pid: int, user_name: Callable[[int], str] = _user_name) -> ProcessInfo | None:
+    """Name, user and cgroup place of ``pid``; None when the process is gone."""
+    base = proc_root / str(pid)
+    comm = _read(base / "comm")
+    status = _read(base / "status")
+    cgroup = _read(base / "cgroup")
+    if comm is None and status is None and cgroup is None:
+        return None
+    user = None
+    for line in (status or "").splitlines():
+        if line.startswith("Uid:"):
+            fields = line.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                user = user_name(int(fields[1]))
+            break
+    return ProcessInfo(
+        name=comm.strip() or None if comm is not None else None,
+        user=user,
+        place=parse_cgroup_file(cgroup or ""),
+    )
+
+
+class ProcessEnricher:
+    """Adds /proc facts to ProcessSnapshots, with a cache by (pid, starttime).
+
+    One instance lives as long as the poller; ``enrich`` is what the poller calls with
+    each GPU's processes. Not thread-safe: call it from the polling thread only.
+    """
+
+    def __init__(
+        self,
+        proc_root: Path = Path("/proc"),
+        max_entries: int = 4096,
+        user_name: Callable[[int], str] = _user_name,
+    ) -> None:
+        self._proc_root = proc_root
+        self._max = max_entries
+        self._user_name = user_name
+        self._cache: OrderedDict[tuple[int, int], ProcessInfo] = OrderedDict()
+
+    def enrich(self, processes: Iterable[ProcessSnapshot]) -> tuple[ProcessSnapshot, ...]:
+        """The same processes with name, user, systemd_unit, container_id, pod_uid, slurm_job_id filled where known.
+
+        Fields the backend already filled are kept.
+        """
+        return tuple(self._one(p) for p in processes)
+
+    def _one(self, process: ProcessSnapshot) -> ProcessSnapshot:
+        info = self._info(process.pid)
+        if info is None:
+            return process
+        return dataclasses.replace(
+            process,
+            name=process.name or info.name,
+            user=process.user or info.user,
+            systemd_unit=process.systemd_unit or info.place.systemd_unit,
+            container_id=process.container_id or info.place.container_id,
+            pod_uid=process.pod_uid or info.place.pod_uid,
+            slurm_job_id=process.slurm_job_id or info.place.slurm_job_id,
+        )
+
+    def _info(self, pid: int) -> ProcessInfo | None:
+        start = start_time_ticks(self._proc_root, pid)
+        if start is None:
+            return None
+        key = (pid, start)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        info = read_process_info(self._proc_root, pid, self._user_name)
+        if info is None:
+            return None
+        self._cache[key] = info
+        while len(self._cache) > self._max:
+            self._cache.popitem(last=False)
+        return info
+
+
+def enrich(processes: Iterable[ProcessSnapshot], proc_root: Path = Path("/proc")) -> tuple[ProcessSnapshot, ...]:
+    """One-off enrichment without a cache (``gpumon once``); the daemon keeps a ProcessEnricher."""
+    return ProcessEnricher(proc_root).enrich(processes)
