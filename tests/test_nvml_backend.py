@@ -1,0 +1,575 @@
+"""The NVML backend, against a fake pynvml module (tests/fake_pynvml.py).
+
+What is specified here: the fields each tier returns and their units, that NVML is
+initialised once, that NOT_SUPPORTED is asked once, that a lost GPU is reported and
+re-probed when it returns, that one failing call spoils nothing else, P2P/topology
+probing, XID events, and that gpumon never calls a function that changes a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import threading
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from gpumon.backends.base import GpuLostError, NvmlUnavailableError
+from gpumon.backends.nvml import NvmlBackend
+from gpumon.snapshot import P2pStatus, ProcessSnapshot, Tier, fields_of_tier
+from tests.fake_pynvml import MIB, FakeGpu, FakeNvml, h200_pair
+
+GPM = pynvml  # metric ids
+
+
+@pytest.fixture
+def fake() -> FakeNvml:
+    return h200_pair()
+
+
+@pytest.fixture
+def backend(fake: FakeNvml) -> NvmlBackend:
+    b = NvmlBackend(fake)
+    b.init()
+    return b
+
+
+# ---- init / shutdown --------------------------------------------------------
+def test_nvml_is_initialised_once_however_many_polls(fake: FakeNvml, backend: NvmlBackend) -> None:
+    for _ in range(5):
+        for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC):
+            backend.read(0, tier)
+            backend.read(1, tier)
+    backend.init()  # a second init of a running backend is a no-op
+    assert fake.calls["nvmlInit"] == 1
+    backend.shutdown()
+    assert fake.calls["nvmlShutdown"] == 1
+    assert fake.initialised == 0
+    backend.shutdown()  # twice is harmless
+    assert fake.calls["nvmlShutdown"] == 1
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "libnvidia-ml.so.1 not found"),
+        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "driver is not loaded"),
+        (pynvml.NVML_ERROR_NO_PERMISSION, "no permission"),
+        (pynvml.NVML_ERROR_UNKNOWN, "nvmlInit failed"),
+    ],
+)
+def test_init_failure_is_one_clear_line(fake: FakeNvml, code: int, words: str) -> None:
+    fake.init_error = code
+    backend = NvmlBackend(fake)
+    with pytest.raises(NvmlUnavailableError) as err:
+        backend.init()
+    message = str(err.value)
+    assert message.startswith("NVML unavailable: ") and words in message and "\n" not in message
+    backend.shutdown()  # safe after a failed init
+    assert fake.calls["nvmlShutdown"] == 0
+    fake.init_error = None  # the driver appears: the next init works
+    backend.init()
+    assert backend.device_count() == 2
+
+
+def test_missing_pynvml_fails_at_init_not_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
+    backend = NvmlBackend.from_system()
+    with pytest.raises(NvmlUnavailableError, match="cannot import pynvml"):
+        backend.init()
+
+
+def test_reading_before_init_is_nvml_unavailable(fake: FakeNvml) -> None:
+    with pytest.raises(NvmlUnavailableError):
+        NvmlBackend(fake).read(0, Tier.FAST)
+
+
+# ---- values and units per tier ----------------------------------------------
+def test_fast_tier_in_base_units(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.gpus[0].processes = [(4242, 1000 * MIB), (4343, None)]
+    fake.gpus[0].process_samples = [(4242, 10, 50), (4242, 20, 75)]
+    got = dict(backend.read(0, Tier.FAST))
+    assert got == {
+        "utilization_ratio": 0.37,
+        "memory_bandwidth_utilization_ratio": 0.12,
+        "memory_used_bytes": 2048 * MIB,
+        "memory_free_bytes": (143771 - 550 - 2048) * MIB,
+        "memory_total_bytes": 143771 * MIB,
+        "memory_reserved_bytes": 550 * MIB,
+        "temperature_celsius": 31.0,
+        "memory_temperature_celsius": 36.0,
+        "power_watts": 75.5,
+        "clocks_hertz": {"graphics": 1980e6, "sm": 1980e6, "memory": 3201e6},
+        "performance_state": 0,
+        "clock_events_active": {
+            "gpu_idle": True,
+            "applications_clocks_setting": False,
+            "sw_power_cap": True,
+            "hw_slowdown": False,
+            "sync_boost": False,
+            "sw_thermal_slowdown": False,
+            "hw_thermal_slowdown": False,
+            "hw_power_brake_slowdown": False,
+            "display_clock_setting": False,
+        },
+        "pcie_link_generation": 5,
+        "pcie_link_width": 16,
+        "nvlink_up": {str(link): True for link in range(18)},
+        "processes": (
+            ProcessSnapshot(pid=4242, used_memory_bytes=1000 * MIB, sm_utilization_ratio=0.75),
+            ProcessSnapshot(pid=4343, used_memory_bytes=None, sm_utilization_ratio=None),
+        ),
+    }
+
+
+def test_slow_tier_in_base_units(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.gpus[0].nvlink_states = [1, 0]
+    fake.gpus[0].nvlink_remote_bus_ids = [fake.gpus[1].bus_id] * 2
+    assert dict(backend.read(0, Tier.SLOW)) == {
+        "power_limit_watts": 700.0,
+        "energy_joules_total": 1_234_567.89,
+        "throttle_seconds_total": {"power": 2.5, "thermal": 0.0},
+        "pcie_replays_total": 3,
+        "pcie_throughput_bytes_per_second": {"tx": 1000 * 1024.0, "rx": 2000 * 1024.0},
+        "ecc_mode_enabled": True,
+        "ecc_errors_total": {
+            "corrected_volatile": 1,
+            "uncorrected_volatile": 0,
+            "corrected_aggregate": 5,
+            "uncorrected_aggregate": 2,
+        },
+        "remapped_rows": {"correctable": 0, "uncorrectable": 1},
+        "row_remap_pending": False,
+        "row_remap_failure": False,
+        "persistence_mode_enabled": True,
+        "mig_mode_enabled": False,
+        "compute_mode": "default",
+        "nvlink_errors_total": {
+            str(link): {"replay": 0, "recovery": 0, "crc_flit": 4, "crc_data": 1} for link in range(2)
+        },
+    }
+
+
+def test_static_tier(fake: FakeNvml, backend: NvmlBackend) -> None:
+    got = dict(backend.read(1, Tier.STATIC))
+    assert got == {
+        "name": "NVIDIA H200",
+        "pci_bus_id": "00000000:28:00.0",
+        "serial": "1650024010001",
+        "vbios_version": "96.00.AF.00.01",
+        "compute_capability": "9.0",
+        "minor_number": 1,
+        "temperature_shutdown_threshold_celsius": 95.0,
+        "temperature_slowdown_threshold_celsius": 90.0,
+        "memory_temperature_max_operating_celsius": 95.0,
+        "temperature_max_operating_celsius": 87.0,
+        "clocks_max_hertz": {"graphics": 1980e6, "sm": 1980e6, "memory": 3201e6},
+        "pcie_link_generation_max": 5,
+        "pcie_link_width_max": 16,
+        "p2p_status": tuple(P2pStatus(0, cap, True) for cap in ("read", "write", "nvlink", "atomics")),
+        "topology_level": {"0": "nvlink"},
+    }
+
+
+def test_each_tier_returns_only_its_own_fields_and_covers_the_rest(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.gpus[0].fans_percent = [40, 45]
+    fake.gpus[0].retired_pages = {0: [1, 2], 1: []}
+    fake.gpus[0].gpm_metrics = {GPM.NVML_GPM_METRIC_SM_UTIL: 10.0}
+    seen: set[str] = set()
+    for _ in range(2):  # GPM needs two samples
+        for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC):
+            got = set(backend.read(0, tier))
+            assert got <= fields_of_tier(tier), f"{tier}: {got - fields_of_tier(tier)}"
+            seen |= got
+    gpm_only = {f for f in fields_of_tier(Tier.FAST) if f.endswith("_active_ratio") or f.startswith(("sm_", "gpm_"))}
+    expected = (fields_of_tier(Tier.FAST) | fields_of_tier(Tier.SLOW) | fields_of_tier(Tier.STATIC)) - gpm_only
+    assert expected - seen == set()
+    assert "sm_active_ratio" in seen
+    assert backend.read(0, Tier.DAEMON) == {}
+
+
+def test_fans_and_retired_pages_when_present(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.gpus[0].fans_percent = [40, 45]
+    fake.gpus[0].retired_pages = {0: [1, 2, 3], 1: [9]}
+    assert backend.read(0, Tier.FAST)["fan_speed_ratios"] == {"0": 0.40, "1": 0.45}
+    slow = backend.read(0, Tier.SLOW)
+    assert slow["retired_pages"] == {"single_bit": 3, "double_bit": 1}
+    assert slow["retired_pages_pending"] is False
+
+
+def test_memory_falls_back_to_v1_without_reserved(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.fail("nvmlDeviceGetMemoryInfo_v2", pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+    for _ in range(3):
+        got = backend.read(0, Tier.FAST)
+    assert got["memory_used_bytes"] == (2048 + 550) * MIB
+    assert got["memory_total_bytes"] == 143771 * MIB
+    assert "memory_reserved_bytes" not in got
+    assert fake.calls["nvmlDeviceGetMemoryInfo_v2"] == 1
+
+
+def test_host_versions(fake: FakeNvml, backend: NvmlBackend) -> None:
+    host = backend.host()
+    assert (host.driver_version, host.cuda_driver_version, host.nvml_version) == ("580.159.04", "13.0", "13.580.159.04")
+    fake.cuda_version = 12040
+    assert backend.host().cuda_driver_version == "12.4"
+
+
+def test_uuid_and_count(backend: NvmlBackend) -> None:
+    assert backend.device_count() == 2
+    assert backend.uuid(1) == "GPU-00000001-1111-2222-3333-444444444444"
+
+
+# ---- NOT_SUPPORTED ----------------------------------------------------------
+def test_not_supported_is_omitted_and_never_asked_again(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.fail("nvmlDeviceGetPowerUsage", pynvml.NVML_ERROR_NOT_SUPPORTED, gpu=0)
+    fake.gpus[0].memory_temperature = None
+    for _ in range(4):
+        fast0 = backend.read(0, Tier.FAST)
+        slow0 = backend.read(0, Tier.SLOW)
+        fast1 = backend.read(1, Tier.FAST)
+    assert "power_watts" not in fast0 and "memory_temperature_celsius" not in fast0
+    assert fast1["power_watts"] == 75.5
+    assert "retired_pages" not in slow0
+    # GPU 0 asked once, GPU 1 every time
+    assert fake.calls["nvmlDeviceGetPowerUsage"] == 1 + 4
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 1 + 4
+    assert fake.calls["nvmlDeviceGetNumFans"] == 2  # no fans on SXM: once per GPU
+    assert fake.calls["nvmlDeviceGetRetiredPages"] == 2  # both causes, once
+    assert backend.take_errors() == {}
+
+
+def test_one_unsupported_item_keeps_the_rest_of_its_group(fake: FakeNvml, backend: NvmlBackend) -> None:
+    del fake.gpus[0].violations_ns[1]  # thermal violation counter not supported
+    for _ in range(3):
+        got = backend.read(0, Tier.SLOW)
+    assert got["throttle_seconds_total"] == {"power": 2.5}
+    assert fake.calls["nvmlDeviceGetViolationStatus"] == 8 + 2  # 8 policies once, then only power
+
+
+def test_nvlink_links_are_counted_once(fake: FakeNvml, backend: NvmlBackend) -> None:
+    backend.read(0, Tier.FAST)
+    first = fake.calls["nvmlDeviceGetNvLinkState"]
+    assert first == (18 + 1) + 18  # probe: 18 links and the INVALID_ARGUMENT that ends them; then the read
+    backend.read(0, Tier.FAST)
+    assert fake.calls["nvmlDeviceGetNvLinkState"] - first == 18
+
+
+def test_gpu_without_nvlink_has_no_nvlink_fields(fake: FakeNvml) -> None:
+    nv = FakeNvml([FakeGpu(index=0)])
+    b = NvmlBackend(nv)
+    b.init()
+    for _ in range(3):
+        fast, slow = b.read(0, Tier.FAST), b.read(0, Tier.SLOW)
+    assert "nvlink_up" not in fast and "nvlink_errors_total" not in slow
+    assert nv.calls["nvmlDeviceGetNvLinkState"] == 1
+    assert "p2p_status" not in b.read(0, Tier.STATIC)
+
+
+def test_process_utilization_without_new_samples_is_not_unsupported(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.gpus[0].processes = [(77, 5 * MIB)]
+    assert backend.read(0, Tier.FAST)["processes"] == (ProcessSnapshot(77, 5 * MIB),)  # NOT_FOUND: no samples yet
+    fake.gpus[0].process_samples = [(77, 100, 30)]
+    assert backend.read(0, Tier.FAST)["processes"] == (ProcessSnapshot(77, 5 * MIB, sm_utilization_ratio=0.3),)
+    # nothing newer than timestamp 100: no share this time, and still asked next time
+    assert backend.read(0, Tier.FAST)["processes"] == (ProcessSnapshot(77, 5 * MIB),)
+    fake.gpus[0].process_samples.append((77, 200, 90))
+    assert backend.read(0, Tier.FAST)["processes"][0].sm_utilization_ratio == 0.9
+
+
+# ---- partial failures -------------------------------------------------------
+def test_one_failing_reader_spoils_nothing_else(
+    fake: FakeNvml, backend: NvmlBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.fail("nvmlDeviceGetTemperature", pynvml.NVML_ERROR_NO_PERMISSION, gpu=0)
+    with caplog.at_level(logging.WARNING, logger="gpumon.backends.nvml"):
+        got = backend.read(0, Tier.FAST)
+        backend.read(0, Tier.FAST)
+    assert "temperature_celsius" not in got
+    assert got["power_watts"] == 75.5 and got["utilization_ratio"] == 0.37
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "GPU 0 temperature" in warnings[0] and "Insufficient Permissions" in warnings[0]
+    assert backend.take_errors() == {"fast": 2}
+    assert backend.take_errors() == {}
+    fake.heal("nvmlDeviceGetTemperature", gpu=0)  # not cached as unsupported: read again next time
+    assert backend.read(0, Tier.FAST)["temperature_celsius"] == 31.0
+    assert backend.take_errors() == {}
+
+
+def test_every_reader_failing_still_returns_and_counts(fake: FakeNvml, backend: NvmlBackend) -> None:
+    for name in ("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetEccMode"):
+        fake.fail(name, pynvml.NVML_ERROR_TIMEOUT)
+    got = backend.read(1, Tier.SLOW)
+    assert "power_limit_watts" not in got and "ecc_mode_enabled" not in got and "pcie_replays_total" in got
+    assert backend.take_errors() == {"slow": 3}
+
+
+def test_nvml_gone_during_a_read_is_nvml_unavailable(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.fail("nvmlDeviceGetUtilizationRates", pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH)
+    with pytest.raises(NvmlUnavailableError):
+        backend.read(0, Tier.FAST)
+
+
+# ---- lost GPUs --------------------------------------------------------------
+@pytest.mark.parametrize(
+    "code", [pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_UNKNOWN, pynvml.NVML_ERROR_RESET_REQUIRED]
+)
+def test_lost_gpu_is_reported_and_the_other_keeps_reporting(fake: FakeNvml, backend: NvmlBackend, code: int) -> None:
+    backend.read(1, Tier.FAST)
+    fake.fail("nvmlDeviceGetMemoryInfo_v2", code, gpu=1)
+    with pytest.raises(GpuLostError) as err:
+        backend.read(1, Tier.FAST)
+    assert err.value.index == 1 and err.value.reason
+    assert backend.read(0, Tier.FAST)["power_watts"] == 75.5
+    assert backend.uuid(1) == fake.gpus[1].uuid  # identity is kept
+
+
+def test_lost_gpu_is_reprobed_when_it_returns(fake: FakeNvml, backend: NvmlBackend) -> None:
+    backend.read(1, Tier.FAST)
+    fake.lost.add(1)
+    for _ in range(2):
+        with pytest.raises(GpuLostError, match="GPU is lost"):
+            backend.read(1, Tier.FAST)
+    handles_before = fake.calls["nvmlDeviceGetHandleByIndex"]
+    fans_before = fake.calls["nvmlDeviceGetNumFans"]
+    fake.lost.discard(1)
+    got = backend.read(1, Tier.FAST)
+    assert got["power_watts"] == 75.5
+    assert fake.calls["nvmlDeviceGetHandleByIndex"] == handles_before + 1  # handle re-acquired
+    assert fake.calls["nvmlDeviceGetNumFans"] == fans_before + 1  # capabilities re-probed
+    backend.read(1, Tier.FAST)
+    assert fake.calls["nvmlDeviceGetHandleByIndex"] == handles_before + 1  # only once
+
+
+def test_gpu_lost_at_start_reports_lost_then_recovers(fake: FakeNvml) -> None:
+    fake.fail("nvmlDeviceGetUUID", pynvml.NVML_ERROR_GPU_IS_LOST, gpu=1)
+    fake.lost.add(1)
+    backend = NvmlBackend(fake)
+    backend.init()
+    assert backend.device_count() == 2
+    with pytest.raises(GpuLostError):
+        backend.read(1, Tier.FAST)
+    with pytest.raises(GpuLostError):
+        backend.uuid(1)
+    fake.lost.clear()
+    fake.heal("nvmlDeviceGetUUID", gpu=1)
+    assert backend.read(1, Tier.STATIC)["pci_bus_id"] == "00000000:28:00.0"
+    assert backend.uuid(1) == fake.gpus[1].uuid
+
+
+def test_index_that_names_another_gpu_after_a_loss_stays_lost(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.lost.add(1)
+    with pytest.raises(GpuLostError):
+        backend.read(1, Tier.FAST)
+    fake.lost.clear()
+    fake.gpus[1].uuid = "GPU-someone-else"
+    with pytest.raises(GpuLostError, match="now names GPU-someone-else"):
+        backend.read(1, Tier.FAST)
+
+
+# ---- P2P and topology ---------------------------------------------------------
+def test_p2p_probes_each_capability_and_omits_the_one_that_raises(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.gpus[0].p2p_errors = {0}  # the read index raises an argument error
+    fake.gpus[0].p2p[(1, 3)] = pynvml.NVML_P2P_STATUS_NOT_SUPPORTED  # no atomics
+    got = backend.read(0, Tier.STATIC)["p2p_status"]
+    assert got == (P2pStatus(1, "write", True), P2pStatus(1, "nvlink", True), P2pStatus(1, "atomics", False))
+    assert backend.take_errors() == {}
+
+
+def test_topology_levels_and_nvlink_detection() -> None:
+    gpus = [FakeGpu(index=i) for i in range(4)]
+    # 0 and 1: NVLink bridge (remote PCI id in NVML's other spelling); 2 and 3: PCIe only
+    gpus[0].nvlink_states, gpus[0].nvlink_remote_bus_ids = [1, 1], ["0000:28:00.0", "0000:28:00.0"]
+    gpus[1].nvlink_states, gpus[1].nvlink_remote_bus_ids = [1, 1], [gpus[0].bus_id] * 2
+    for g in gpus:
+        for peer in range(4):
+            g.p2p[(peer, 2)] = pynvml.NVML_P2P_STATUS_NOT_SUPPORTED  # NVLink P2P not reported
+    gpus[0].topology = {
+        1: pynvml.NVML_TOPOLOGY_HOSTBRIDGE,
+        2: pynvml.NVML_TOPOLOGY_NODE,
+        3: pynvml.NVML_TOPOLOGY_SYSTEM,
+    }
+    gpus[2].topology = {3: pynvml.NVML_TOPOLOGY_SINGLE}
+    b = NvmlBackend(FakeNvml(gpus))
+    b.init()
+    assert b.read(0, Tier.STATIC)["topology_level"] == {"1": "nvlink", "2": "node", "3": "system"}
+    assert b.read(1, Tier.STATIC)["topology_level"]["0"] == "nvlink"
+    assert b.read(2, Tier.STATIC)["topology_level"]["3"] == "single"
+
+
+def test_topology_reports_nvlink_when_nvml_says_p2p_over_nvlink(fake: FakeNvml) -> None:
+    # NVSwitch systems: links end at switches, not at the peer; NVML's NVLink P2P status decides.
+    for g in fake.gpus:
+        g.nvlink_remote_bus_ids = ["00000000:C5:00.0"] * 18
+    b = NvmlBackend(fake)
+    b.init()
+    assert b.read(0, Tier.STATIC)["topology_level"] == {"1": "nvlink"}
+
+
+# ---- GPM --------------------------------------------------------------------
+GPM_VALUES = {
+    GPM.NVML_GPM_METRIC_SM_UTIL: 80.0,
+    GPM.NVML_GPM_METRIC_SM_OCCUPANCY: 40.0,
+    GPM.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 65.0,
+    GPM.NVML_GPM_METRIC_DRAM_BW_UTIL: 30.0,
+    GPM.NVML_GPM_METRIC_FP64_UTIL: 0.0,
+    GPM.NVML_GPM_METRIC_FP32_UTIL: 5.0,
+    GPM.NVML_GPM_METRIC_FP16_UTIL: 1.0,
+    GPM.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 1000.0,
+    GPM.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 2000.0,
+    GPM.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 10.0,
+}
+
+
+def test_gpm_metrics_from_the_second_fast_read(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.gpus[0].gpm_metrics = dict(GPM_VALUES)
+    first = backend.read(0, Tier.FAST)
+    assert "sm_active_ratio" not in first  # one sample only
+    second = backend.read(0, Tier.FAST)
+    assert {k: second[k] for k in second if k.endswith("_ratio") and not k.startswith(("util", "memory"))} == {
+        "sm_active_ratio": 0.8,
+        "sm_occupancy_ratio": 0.4,
+        "tensor_active_ratio": 0.65,
+        "dram_active_ratio": 0.3,
+        "fp64_active_ratio": 0.0,
+        "fp32_active_ratio": 0.05,
+        "fp16_active_ratio": 0.01,
+    }
+    # MiB/s -> bytes/s; PCIe rx not offered by this GPU: omitted
+    assert second["gpm_throughput_bytes_per_second"] == {
+        "nvlink_tx": 1000.0 * MIB,
+        "nvlink_rx": 2000.0 * MIB,
+        "pcie_tx": 10.0 * MIB,
+    }
+    assert backend.read(0, Tier.FAST)["tensor_active_ratio"] == 0.65  # and on every read after
+    assert fake.calls["nvmlGpmSampleAlloc"] == 2  # two samples per GPU, reused
+    backend.shutdown()
+    assert fake.gpm_samples_live == 0
+
+
+def test_gpm_unsupported_gpu_is_asked_once(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.gpus[1].gpm_supported = False
+    for _ in range(3):
+        got = backend.read(1, Tier.FAST)
+    assert not any(k.startswith(("sm_", "tensor_", "dram_", "fp", "gpm_")) for k in got)
+    assert fake.calls["nvmlGpmQueryDeviceSupport"] == 1
+    assert fake.calls["nvmlGpmSampleGet"] == 0
+
+
+def test_gpm_samples_are_dropped_with_a_lost_gpu_and_taken_anew(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.gpus[1].gpm_metrics = dict(GPM_VALUES)
+    backend.read(1, Tier.FAST)
+    fake.lost.add(1)
+    with pytest.raises(GpuLostError):
+        backend.read(1, Tier.FAST)
+    assert fake.gpm_samples_live == 0
+    fake.lost.clear()
+    assert "sm_active_ratio" not in backend.read(1, Tier.FAST)
+    assert backend.read(1, Tier.FAST)["sm_active_ratio"] == 0.8
+
+
+# ---- events -----------------------------------------------------------------
+def test_xid_event_is_delivered_with_the_gpu_identity(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.push_event(1, 79)
+    events = backend.wait_events(1.0)
+    assert len(events) == 1
+    e = events[0]
+    assert (e.xid, e.source, e.gpu_index, e.uuid, e.pci_bus_id) == (
+        79,
+        "nvml",
+        1,
+        fake.gpus[1].uuid,
+        "00000000:28:00.0",
+    )
+    assert e.timestamp_seconds > 0
+
+
+def test_wait_times_out_cleanly(fake: FakeNvml, backend: NvmlBackend) -> None:
+    assert backend.wait_events(0.05) == []
+    assert fake.calls["nvmlEventSetCreate"] == 1
+    assert backend.wait_events(0.05) == []
+    assert fake.calls["nvmlEventSetCreate"] == 1  # one event set for the life of the backend
+
+
+def test_a_burst_comes_back_in_one_wait_and_non_xid_events_are_not_xids(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.push_event(0, 13)
+    fake.push_event(0, 0, event_type=0x2)  # double-bit ECC event: logged, not an XID
+    fake.push_event(0, 13)
+    fake.push_event(1, 48)
+    assert [(e.gpu_index, e.xid) for e in backend.wait_events(1.0)] == [(0, 13), (0, 13), (1, 48)]
+
+
+def test_event_arriving_during_the_wait_is_seen_at_once(fake: FakeNvml, backend: NvmlBackend) -> None:
+    result: list[list[int]] = []
+    waiter = threading.Thread(target=lambda: result.append([e.xid for e in backend.wait_events(30.0)]))
+    waiter.start()
+    while fake.calls["nvmlEventSetWait_v2"] == 0:  # the wait has begun
+        threading.Event().wait(0.001)
+    fake.push_event(0, 94)
+    waiter.join(timeout=10)
+    assert result == [[94]]
+
+
+def test_gpu_lost_inside_the_wait_and_the_others_keep_being_served(fake: FakeNvml, backend: NvmlBackend) -> None:
+    backend.wait_events(0.01)
+    fake.lose_in_wait = 1
+    with pytest.raises(GpuLostError) as err:
+        backend.wait_events(1.0)
+    assert err.value.index == 1
+    fake.push_event(0, 31)
+    assert [(e.gpu_index, e.xid) for e in backend.wait_events(1.0)] == [(0, 31)]
+    # GPU 1 answers again: after a successful read it is registered again
+    fake.lost.clear()
+    backend.read(1, Tier.FAST)
+    fake.push_event(1, 43)
+    assert [(e.gpu_index, e.xid) for e in backend.wait_events(1.0)] == [(1, 43)]
+
+
+def test_gpu_without_xid_events_is_skipped(fake: FakeNvml, backend: NvmlBackend) -> None:
+    fake.gpus[0].supported_events = 0
+    fake.push_event(1, 62)
+    assert [e.gpu_index for e in backend.wait_events(1.0)] == [1]
+
+
+def test_event_wait_after_shutdown_returns_nothing(fake: FakeNvml, backend: NvmlBackend) -> None:
+    backend.wait_events(0.01)
+    backend.shutdown()
+    assert fake.calls["nvmlEventSetFree"] == 1
+    assert backend.wait_events(0.01) == []
+
+
+# ---- never change a card ----------------------------------------------------------
+MUTATING = re.compile(
+    r"nvml(Device|Unit|System|Vgpu\w*|GpuInstance|ComputeInstance|Gpm)"
+    r"(Set|Clear|Reset|Freeze|Modify|Remove|Discover|Create|Destroy)\w*"
+    r"|ResetGpu"
+)
+
+
+def test_gpumon_never_calls_an_nvml_function_that_changes_a_gpu() -> None:
+    root = Path(__file__).resolve().parent.parent / "gpumon"
+    offenders = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.suffix in {".py", ".yaml", ".yml", ".json", ".toml", ".txt", ".sh"}:
+            for lineno, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+                if MUTATING.search(line):
+                    offenders.append(f"{path.relative_to(root.parent)}:{lineno}: {line.strip()}")
+    assert offenders == []
+
+
+def test_the_mutation_check_would_catch_a_setter() -> None:
+    for call in (
+        "nv.nvmlDeviceSetPowerManagementLimit(h, 1)",
+        "nvmlDeviceClearEccErrorCounts",
+        "nvmlDeviceResetGpuLockedClocks",
+        "nvmlDeviceSetPersistenceMode",
+        "nvmlDeviceSetMigMode",
+        "nvmlGpmSetStreamingEnabled",
+        "nvmlDeviceModifyDrainState",
+        "ResetGpu",
+    ):
+        assert MUTATING.search(call), call
+    for call in ("nvmlEventSetCreate", "nvmlEventSetWait_v2", "nvmlDeviceGetPowerUsage", "nvmlGpmSampleGet"):
+        assert not MUTATING.search(call), call
