@@ -1,0 +1,534 @@
+"""The alert engine: rules applied to snapshots and XID events, with Prometheus' semantics.
+
+An alert is one rule on one target (a GPU, a GPU's NVLink, a GPU's XID code, or the host).
+Its life: inactive -> pending (condition holds, ``for`` not yet over) -> firing -> resolved
+(condition no longer holds, after ``keep_firing_for`` / ``clear_threshold`` hysteresis).
+A pending alert whose condition stops holding goes back to inactive without ever firing.
+XID alerts fire at once and resolve ``hold`` after the last repeat.
+
+The engine is pure: it never sleeps, reads no clock and does no I/O. Callers pass ``now``
+(Unix seconds) to every call; tests drive it with fake snapshots and fake times. It is not
+thread-safe: AlertService serialises calls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumon.alerts.config import normalize_action
+from gpumon.alerts.rules import OPS, Rule, field_value, format_value, render
+from gpumon.events.model import XidEvent
+from gpumon.snapshot import GpuSnapshot, Snapshot
+
+GIB = 1024**3
+
+Target = tuple[tuple[str, str], ...]
+"""Identity labels of one alert of a rule: (("gpu", "0"), ("uuid", "GPU-..."), ("link", "3"))."""
+
+
+@dataclass(frozen=True)
+class BurnHoldBack:
+    """A running ``gpumon burn`` (from its marker file): which GPUs, since when."""
+
+    pid: int
+    gpu_indices: frozenset[int]
+    uuids: frozenset[str]
+    started_at: float
+    """Unix seconds."""
+
+    def covers(self, gpu: str, uuid: str) -> bool:
+        return (uuid != "" and uuid in self.uuids) or (gpu.isdigit() and int(gpu) in self.gpu_indices)
+
+    def note(self) -> str:
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started_at))
+        return f"held back: gpumon burn running since {since} (pid {self.pid})"
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One pending, firing or just resolved alert, as users and receivers see it."""
+
+    fingerprint: str
+    """Alertmanager's fingerprint of the label set (FNV-1a 64, hex)."""
+    alertname: str
+    severity: str
+    state: str
+    """pending | firing | resolved | inactive (a pending alert that never fired)."""
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    active_since: float
+    """Unix seconds the condition started to hold."""
+    starts_at: float | None
+    """Unix seconds the alert fired (Alertmanager startsAt); None while pending."""
+    ends_at: float | None
+    """Unix seconds the alert resolved; None while active."""
+    value: float | None
+    held_back: str | None = None
+    """Why it is not sent (``held back: gpumon burn running since ...``), or None."""
+
+    @property
+    def gpu(self) -> str:
+        return self.labels.get("gpu", "")
+
+    @property
+    def uuid(self) -> str:
+        return self.labels.get("uuid", "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON for /api/alerts."""
+        return {
+            "fingerprint": self.fingerprint,
+            "alertname": self.alertname,
+            "severity": self.severity,
+            "state": self.state,
+            "gpu": self.gpu,
+            "uuid": self.uuid,
+            "labels": dict(self.labels),
+            "annotations": dict(self.annotations),
+            "active_since": self.active_since,
+            "starts_at": self.starts_at,
+            "ends_at": self.ends_at,
+            "value": self.value,
+            "held_back": self.held_back,
+        }
+
+
+@dataclass(frozen=True)
+class AlertChange:
+    """An alert moved from ``previous`` to ``alert.state``."""
+
+    alert: Alert
+    previous: str
+    """inactive | pending | firing."""
+
+
+@dataclass(frozen=True)
+class _Obs:
+    target: Target
+    value: float | None
+    fire: bool
+    """The condition to become (or stay) pending / firing."""
+    keep: bool
+    """The condition to stay firing (hysteresis); equals ``fire`` without one."""
+    context: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _State:
+    """Mutable life of one alert inside the engine."""
+
+    rule: str
+    target: Target
+    state: str
+    active_since: float
+    fired_at: float | None = None
+    last_true_at: float = 0.0
+    value: float | None = None
+    context: dict[str, str] = field(default_factory=dict)
+    last_event_at: float = 0.0
+    count: int = 0
+    held_back: str | None = None
+
+
+def fingerprint(labels: Mapping[str, str]) -> str:
+    """Alertmanager's label-set fingerprint: FNV-1a 64 over sorted name, 0xff, value, 0xff."""
+    h = 0xCBF29CE484222325
+    for name in sorted(labels):
+        for part in (name.encode(), b"\xff", labels[name].encode(), b"\xff"):
+            for byte in part:
+                h ^= byte
+                h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def _gpu_target(gpu: GpuSnapshot, *extra: tuple[str, str]) -> Target:
+    return (("gpu", str(gpu.index)), ("uuid", gpu.uuid), *extra)
+
+
+def _gpu_context(gpu: GpuSnapshot) -> dict[str, str]:
+    return {"name": gpu.name or "", "pci_bus_id": gpu.pci_bus_id or ""}
+
+
+class AlertEngine:
+    """Applies rules to snapshots and XID events; keeps one state per rule and target."""
+
+    def __init__(
+        self,
+        rules: Sequence[Rule],
+        host: str,
+        host_label: str = "host",
+        xid_action: Callable[[int], str] = lambda code: "unknown",
+        started_at: float = 0.0,
+    ) -> None:
+        self._rules: dict[str, Rule] = {}
+        self.host = host
+        self.host_label = host_label
+        self._xid_action = xid_action
+        self._active: dict[tuple[str, Target], _State] = {}
+        self._ecc_baseline: dict[str, int] = {}
+        """uuid -> aggregate uncorrected ECC count when gpumon first saw the GPU."""
+        self._links_seen_up: dict[str, set[str]] = {}
+        """uuid -> NVLink indices seen up at least once."""
+        self._last_snapshot_at: float | None = None
+        self._started_at = started_at
+        self._burn: BurnHoldBack | None = None
+        self.revision = 0
+        """Bumped whenever durable state changes (what the spool must save)."""
+        self.set_rules(rules)
+
+    # ---- configuration ---------------------------------------------------
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        return tuple(self._rules.values())
+
+    def set_rules(self, rules: Sequence[Rule], now: float | None = None) -> list[AlertChange]:
+        """Replace the rules (SIGHUP). Alerts of rules that still exist keep their state;
+        those of removed rules resolve (firing) or vanish (pending)."""
+        old, self._rules = self._rules, {r.name: r for r in rules}
+        changes: list[AlertChange] = []
+        for key, st in list(self._active.items()):
+            if st.rule not in self._rules:
+                when = now if now is not None else st.last_true_at
+                changes.append(self._close(key, st, when, rule=old.get(st.rule)))
+        return changes
+
+    # ---- evaluation ------------------------------------------------------
+    def evaluate(self, snapshot: Snapshot, now: float, burn: BurnHoldBack | None = None) -> list[AlertChange]:
+        """Apply every snapshot rule to ``snapshot`` at time ``now``; expire XID alerts."""
+        self._last_snapshot_at = snapshot.timestamp_seconds
+        self._burn = burn
+        changes: list[AlertChange] = []
+        for rule in self._rules.values():
+            if rule.kind == "xid":
+                continue
+            changes.extend(self._apply(rule, self._observe(rule, snapshot, now), now))
+        changes.extend(self._expire_xids(now))
+        self._update_held_back()
+        return changes
+
+    def tick(self, now: float, burn: BurnHoldBack | None = None) -> list[AlertChange]:
+        """Timer work between polls: the stale-snapshot rules and XID expiry.
+
+        A hung poll publishes no snapshot, so staleness must be judged here too."""
+        self._burn = burn
+        changes: list[AlertChange] = []
+        for rule in self._rules.values():
+            if rule.kind == "stale_snapshot":
+                changes.extend(self._apply(rule, [self._stale_obs(rule, now)], now))
+        changes.extend(self._expire_xids(now))
+        self._update_held_back()
+        return changes
+
+    def on_xid(self, event: XidEvent, now: float) -> list[AlertChange]:
+        """Fire (or refresh) the XID rules that match ``event``; old events (older than hold) are ignored."""
+        action = normalize_action(self._xid_action(event.xid)) or "unknown"
+        changes: list[AlertChange] = []
+        for rule in self._rules.values():
+            if rule.kind != "xid" or not _xid_matches(rule, event.xid, action):
+                continue
+            happened = min(event.timestamp_seconds, now)
+            if now - happened >= rule.hold_seconds:
+                continue
+            target: Target = (
+                ("gpu", "" if event.gpu_index is None else str(event.gpu_index)),
+                ("uuid", event.uuid or ""),
+                ("xid", str(event.xid)),
+            )
+            key = (rule.name, target)
+            context = {"action": action, "pci_bus_id": event.pci_bus_id or "", "detail": event.message or ""}
+            st = self._active.get(key)
+            if st is None:
+                st = _State(rule=rule.name, target=target, state="firing", active_since=happened, fired_at=happened)
+                self._active[key] = st
+                previous = "inactive"
+            else:
+                previous = ""
+            self.revision += 1
+            st.count += 1
+            st.value = float(st.count)
+            st.last_event_at = max(st.last_event_at, happened)
+            st.last_true_at = now
+            st.context = context
+            if previous:
+                changes.append(AlertChange(self._alert(key, st), previous))
+        self._update_held_back()
+        return changes
+
+    # ---- reading -----------------------------------------------------------
+    def alerts(self) -> list[Alert]:
+        """Every pending and firing alert, firing first, then by name and GPU."""
+        out = [self._alert(key, st) for key, st in self._active.items() if st.rule in self._rules]
+        return sorted(out, key=lambda a: (a.state != "firing", a.alertname, a.gpu, sorted(a.labels.items())))
+
+    # ---- persistence (the spool) ------------------------------------------------
+    def export_state(self) -> dict[str, Any]:
+        """Everything needed to continue after a restart, as JSON-ready data."""
+        return {
+            "active": [
+                {
+                    "rule": st.rule,
+                    "target": [list(p) for p in st.target],
+                    "state": st.state,
+                    "active_since": st.active_since,
+                    "fired_at": st.fired_at,
+                    "last_true_at": st.last_true_at,
+                    "value": st.value,
+                    "context": st.context,
+                    "last_event_at": st.last_event_at,
+                    "count": st.count,
+                }
+                for st in self._active.values()
+            ],
+            "ecc_baseline": dict(self._ecc_baseline),
+            "links_seen_up": {uuid: sorted(links) for uuid, links in self._links_seen_up.items()},
+            "last_snapshot_at": self._last_snapshot_at,
+        }
+
+    def restore_state(self, data: Mapping[str, Any]) -> None:
+        """Continue from ``export_state`` output: firing alerts keep their startsAt."""
+        for item in data.get("active", []):
+            try:
+                target: Target = tuple((str(k), str(v)) for k, v in item["target"])
+                st = _State(
+                    rule=str(item["rule"]),
+                    target=target,
+                    state=str(item["state"]),
+                    active_since=float(item["active_since"]),
+                    fired_at=None if item.get("fired_at") is None else float(item["fired_at"]),
+                    last_true_at=float(item.get("last_true_at", 0.0)),
+                    value=None if item.get("value") is None else float(item["value"]),
+                    context={str(k): str(v) for k, v in dict(item.get("context") or {}).items()},
+                    last_event_at=float(item.get("last_event_at", 0.0)),
+                    count=int(item.get("count", 0)),
+                )
+            except (KeyError, TypeError, ValueError):
+                continue
+            if st.rule in self._rules and st.state in ("pending", "firing"):
+                self._active[(st.rule, target)] = st
+        self._ecc_baseline.update({str(k): int(v) for k, v in dict(data.get("ecc_baseline") or {}).items()})
+        for uuid, links in dict(data.get("links_seen_up") or {}).items():
+            self._links_seen_up.setdefault(str(uuid), set()).update(str(x) for x in links)
+        last = data.get("last_snapshot_at")
+        if isinstance(last, (int, float)):
+            self._last_snapshot_at = float(last)
+
+    # ---- internals ---------------------------------------------------------
+    def _apply(self, rule: Rule, observations: Iterable[_Obs], now: float) -> list[AlertChange]:
+        changes: list[AlertChange] = []
+        seen: set[tuple[str, Target]] = set()
+        for obs in observations:
+            key = (rule.name, obs.target)
+            seen.add(key)
+            st = self._active.get(key)
+            holds = obs.keep if st is not None and st.state == "firing" else obs.fire
+            if holds:
+                if st is None:
+                    st = _State(rule=rule.name, target=obs.target, state="pending", active_since=now)
+                    self._active[key] = st
+                    previous = "inactive"
+                else:
+                    previous = st.state
+                st.last_true_at = now
+                st.value = obs.value
+                st.context = dict(obs.context)
+                if st.state == "pending" and now - st.active_since >= rule.for_seconds:
+                    st.state = "firing"
+                    st.fired_at = now
+                if st.state != previous:
+                    self.revision += 1
+                    changes.append(AlertChange(self._alert(key, st), previous))
+            elif st is not None:
+                st.value = obs.value
+                changes.extend(self._falsify(rule, key, st, now))
+        for key, st in list(self._active.items()):
+            if st.rule == rule.name and key not in seen:
+                changes.extend(self._falsify(rule, key, st, now))
+        return changes
+
+    def _falsify(self, rule: Rule, key: tuple[str, Target], st: _State, now: float) -> list[AlertChange]:
+        if st.state == "firing" and now - st.last_true_at < rule.keep_firing_for_seconds:
+            return []
+        return [self._close(key, st, now, rule)]
+
+    def _close(self, key: tuple[str, Target], st: _State, now: float, rule: Rule | None) -> AlertChange:
+        del self._active[key]
+        self.revision += 1
+        previous = st.state
+        st.state = "resolved" if previous == "firing" else "inactive"
+        return AlertChange(self._alert(key, st, rule=rule, ended_at=now), previous)
+
+    def _expire_xids(self, now: float) -> list[AlertChange]:
+        changes = []
+        for key, st in list(self._active.items()):
+            rule = self._rules.get(st.rule)
+            if rule is not None and rule.kind == "xid" and now >= st.last_event_at + rule.hold_seconds:
+                changes.append(self._close(key, st, now, rule))
+        return changes
+
+    def _update_held_back(self) -> None:
+        for st in self._active.values():
+            rule = self._rules.get(st.rule)
+            target = dict(st.target)
+            covered = (
+                self._burn is not None
+                and rule is not None
+                and rule.burn_hold_back
+                and self._burn.covers(target.get("gpu", ""), target.get("uuid", ""))
+            )
+            st.held_back = self._burn.note() if covered and self._burn is not None else None
+
+    def _alert(
+        self, key: tuple[str, Target], st: _State, rule: Rule | None = None, ended_at: float | None = None
+    ) -> Alert:
+        rule = rule or self._rules.get(st.rule)
+        severity = rule.severity if rule else "warning"
+        labels = {"alertname": st.rule, "severity": severity, self.host_label: self.host}
+        labels.update({k: v for k, v in st.target if v != ""})
+        if rule is not None:
+            labels.update(rule.labels)
+        values = {
+            "alertname": st.rule,
+            "severity": severity,
+            "host": self.host,
+            "gpu": "",
+            "uuid": "",
+            "value": format_value(st.value, rule.field if rule else None),
+            "threshold": format_value(rule.threshold, rule.field) if rule else "",
+            "field": (rule.field or "") if rule else "",
+            **dict(st.target),
+            **st.context,
+        }
+        templates = dict(rule.annotations) if rule else {}
+        templates.setdefault("summary", "{{ alertname }} on {{ host }} GPU {{ gpu }}: {{ detail }}")
+        annotations = {k: render(v, values).strip() for k, v in templates.items()}
+        if st.held_back:
+            annotations["held_back"] = st.held_back
+        return Alert(
+            fingerprint=fingerprint(labels),
+            alertname=st.rule,
+            severity=severity,
+            state=st.state,
+            labels=labels,
+            annotations=annotations,
+            active_since=st.active_since,
+            starts_at=st.fired_at,
+            ends_at=ended_at,
+            value=st.value,
+            held_back=st.held_back,
+        )
+
+    # ---- observations per rule kind -------------------------------------------
+    def _observe(self, rule: Rule, snapshot: Snapshot, now: float) -> list[_Obs]:
+        if rule.kind == "nvml_down":
+            return [_Obs((), None, not snapshot.nvml_up, not snapshot.nvml_up, {"detail": snapshot.nvml_error or ""})]
+        if rule.kind == "stale_snapshot":
+            return [self._stale_obs(rule, now)]
+        out: list[_Obs] = []
+        for gpu in snapshot.gpus:
+            if rule.kind == "threshold":
+                out.extend(self._threshold(rule, gpu))
+            elif rule.kind == "ecc_uncorrectable":
+                out.extend(self._ecc(gpu))
+            elif rule.kind == "nvlink_down":
+                out.extend(self._nvlink(gpu))
+            elif rule.kind == "pcie_degraded":
+                out.extend(self._pcie(rule, gpu))
+            elif rule.kind == "idle_with_memory":
+                out.extend(self._idle(rule, gpu))
+        return out
+
+    def _stale_obs(self, rule: Rule, now: float) -> _Obs:
+        last = self._last_snapshot_at if self._last_snapshot_at is not None else self._started_at
+        age = max(0.0, now - last)
+        stale = rule.threshold is not None and age > rule.threshold
+        detail = f"last snapshot {format_value(round(age, 1))} s ago" if self._last_snapshot_at else "no snapshot yet"
+        return _Obs((), round(age, 1), stale, stale, {"detail": detail})
+
+    def _threshold(self, rule: Rule, gpu: GpuSnapshot) -> list[_Obs]:
+        assert rule.field is not None and rule.op is not None and rule.threshold is not None
+        if not gpu.up and rule.field != "up":
+            return []
+        value = field_value(gpu, rule.field)
+        if value is None:
+            return []
+        compare = OPS[rule.op]
+        fire = compare(value, rule.threshold)
+        keep = compare(value, rule.clear_threshold) if rule.clear_threshold is not None else fire
+        context = _gpu_context(gpu)
+        if rule.field == "up" and not gpu.up:
+            context["detail"] = gpu.lost_reason or "GPU is lost"
+        else:
+            context["detail"] = f"{rule.field} = {format_value(value, rule.field)}"
+        return [_Obs(_gpu_target(gpu), value, fire, keep, context)]
+
+    def _ecc(self, gpu: GpuSnapshot) -> list[_Obs]:
+        counts = gpu.ecc_errors_total
+        if not gpu.up or counts is None:
+            return []
+        volatile = counts.get("uncorrected_volatile")
+        aggregate = counts.get("uncorrected_aggregate")
+        grown = 0
+        if aggregate is not None:
+            baseline = self._ecc_baseline.get(gpu.uuid)
+            if baseline is None or aggregate < baseline:
+                self._ecc_baseline[gpu.uuid] = baseline = aggregate
+                self.revision += 1
+            grown = aggregate - baseline
+        if volatile is None and aggregate is None:
+            return []
+        fire = (volatile or 0) > 0 or grown > 0
+        detail = f"{volatile or 0} uncorrectable ECC errors since the driver loaded, {grown} new in the lifetime count"
+        context = {**_gpu_context(gpu), "detail": detail}
+        return [_Obs(_gpu_target(gpu), float(max(volatile or 0, grown)), fire, fire, context)]
+
+    def _nvlink(self, gpu: GpuSnapshot) -> list[_Obs]:
+        links = gpu.nvlink_up
+        if not gpu.up or links is None:
+            return []
+        seen = self._links_seen_up.setdefault(gpu.uuid, set())
+        out = []
+        for link, up in sorted(links.items(), key=lambda kv: (len(kv[0]), kv[0])):
+            if up and link not in seen:
+                seen.add(link)
+                self.revision += 1
+            if link in seen:
+                context = {**_gpu_context(gpu), "link": link, "detail": f"NVLink {link} {'up' if up else 'down'}"}
+                out.append(_Obs(_gpu_target(gpu, ("link", link)), 1.0 if up else 0.0, not up, not up, context))
+        return out
+
+    def _pcie(self, rule: Rule, gpu: GpuSnapshot) -> list[_Obs]:
+        gen, gen_max = gpu.pcie_link_generation, gpu.pcie_link_generation_max
+        width, width_max = gpu.pcie_link_width, gpu.pcie_link_width_max
+        util = gpu.utilization_ratio
+        if not gpu.up or util is None or gen is None or gen_max is None:
+            return []
+        degraded = gen < gen_max or (width is not None and width_max is not None and width < width_max)
+        busy = util >= rule.min_utilization_ratio
+        detail = f"Gen{gen} x{width if width is not None else '?'} of Gen{gen_max} x{width_max if width_max else '?'}"
+        context = {**_gpu_context(gpu), "detail": detail}
+        # Idle GPUs lower their link speed on purpose: judge only under load. Once firing, an idle
+        # spell neither clears nor confirms the alert; only a busy GPU at full speed clears it.
+        return [_Obs(_gpu_target(gpu), float(gen), busy and degraded, degraded or not busy, context)]
+
+    def _idle(self, rule: Rule, gpu: GpuSnapshot) -> list[_Obs]:
+        util = gpu.utilization_ratio
+        if not gpu.up or util is None or gpu.processes is None or rule.threshold is None:
+            return []
+        held = sum(p.used_memory_bytes or 0 for p in gpu.processes)
+        holding = bool(gpu.processes) and (held > 0 or gpu.memory_used_bytes is None or gpu.memory_used_bytes > 0)
+        fire = util < rule.threshold and holding
+        detail = f"{len(gpu.processes)} process(es) hold {held / GIB:.1f} GiB"
+        return [_Obs(_gpu_target(gpu), util, fire, fire, {**_gpu_context(gpu), "detail": detail})]
+
+
+def _xid_matches(rule: Rule, code: int, action: str) -> bool:
+    if code in rule.codes:
+        return True
+    if action in rule.exclude_actions:
+        return False
+    if rule.actions:
+        return action in rule.actions
+    return not rule.codes

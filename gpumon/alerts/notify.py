@@ -1,0 +1,418 @@
+"""Delivery of alerts to Alertmanagers and generic webhooks.
+
+Each receiver owns a queue and a worker thread, so a dead receiver never holds back
+another one, and nothing here runs on the polling thread. The queue keeps only the
+latest state of each alert (keyed by fingerprint), up to ``capacity`` alerts.
+
+* Alertmanager: ``POST <url>/api/v2/alerts`` with a JSON list of
+  ``{labels, annotations, startsAt, endsAt, generatorURL}``. A firing alert's ``endsAt``
+  is set at send time to ``now + valid_for`` (4 × resend interval, as Prometheus does), so
+  Alertmanager resolves it by itself if gpumon disappears; a resolved alert carries
+  ``endsAt`` in the past.
+* Webhook: Alertmanager's webhook body (``version: "4"``, ``status``, ``receiver``,
+  ``groupLabels``, ``commonLabels``, ``commonAnnotations``, ``externalURL``, ``alerts[]``).
+
+Failures: connection errors, timeouts, 5xx and 429 are retried for ever with exponential
+backoff and jitter (429/503 ``Retry-After`` is honoured); other 4xx are logged and the
+alerts dropped (the receiver refuses them and would refuse them again).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import requests
+
+from gpumon.alerts.config import RetryConfig
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 64
+"""Alerts per HTTP request."""
+MAX_RETRY_AFTER_SECONDS = 600.0
+USER_AGENT = "gpumon-alerts/1"
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One alert state to deliver (the latest one for its fingerprint)."""
+
+    fingerprint: str
+    status: str
+    """firing | resolved."""
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    starts_at: float
+    """Unix seconds the alert fired."""
+    ends_at: float | None = None
+    """Unix seconds it resolved; None while firing (set at send time)."""
+    generator_url: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "status": self.status,
+            "labels": dict(self.labels),
+            "annotations": dict(self.annotations),
+            "starts_at": self.starts_at,
+            "ends_at": self.ends_at,
+            "generator_url": self.generator_url,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Notification:
+        return cls(
+            fingerprint=str(raw["fingerprint"]),
+            status=str(raw["status"]),
+            labels={str(k): str(v) for k, v in dict(raw["labels"]).items()},
+            annotations={str(k): str(v) for k, v in dict(raw.get("annotations") or {}).items()},
+            starts_at=float(raw["starts_at"]),
+            ends_at=None if raw.get("ends_at") is None else float(raw["ends_at"]),
+            generator_url=str(raw.get("generator_url") or ""),
+        )
+
+
+def rfc3339(seconds: float) -> str:
+    """Unix seconds -> ``2026-11-22T14:26:51.123Z``."""
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _ends_at(n: Notification, now: float, valid_for: float) -> float:
+    return n.ends_at if n.ends_at is not None else now + valid_for
+
+
+def alertmanager_body(items: Sequence[Notification], now: float, valid_for: float) -> list[dict[str, Any]]:
+    """The JSON list for ``POST /api/v2/alerts``."""
+    out = []
+    for n in items:
+        alert: dict[str, Any] = {
+            "labels": dict(n.labels),
+            "annotations": dict(n.annotations),
+            "startsAt": rfc3339(n.starts_at),
+            "endsAt": rfc3339(_ends_at(n, now, valid_for)),
+        }
+        if n.generator_url:
+            alert["generatorURL"] = n.generator_url
+        out.append(alert)
+    return out
+
+
+def _common(maps: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    maps = list(maps)
+    if not maps:
+        return {}
+    common = dict(maps[0])
+    for m in maps[1:]:
+        common = {k: v for k, v in common.items() if m.get(k) == v}
+    return common
+
+
+def webhook_body(
+    items: Sequence[Notification], now: float, valid_for: float, receiver: str, external_url: str
+) -> dict[str, Any]:
+    """Alertmanager's webhook payload (version "4") for ``items``."""
+    firing = any(n.status == "firing" for n in items)
+    return {
+        "version": "4",
+        "groupKey": "{}:{}",
+        "truncatedAlerts": 0,
+        "status": "firing" if firing else "resolved",
+        "receiver": receiver,
+        "groupLabels": {},
+        "commonLabels": _common(n.labels for n in items),
+        "commonAnnotations": _common(n.annotations for n in items),
+        "externalURL": external_url,
+        "alerts": [
+            {
+                "status": n.status,
+                "labels": dict(n.labels),
+                "annotations": dict(n.annotations),
+                "startsAt": rfc3339(n.starts_at),
+                # Alertmanager sends the zero time for firing alerts in webhooks.
+                "endsAt": rfc3339(n.ends_at) if n.ends_at is not None else "0001-01-01T00:00:00Z",
+                "generatorURL": n.generator_url,
+                "fingerprint": n.fingerprint,
+            }
+            for n in items
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """What one POST achieved."""
+
+    outcome: str
+    """sent | retry | dropped."""
+    detail: str = ""
+    retry_after_seconds: float | None = None
+
+
+def retry_after_seconds(header: str | None, now: float) -> float | None:
+    """``Retry-After`` as seconds from now: delta-seconds or an HTTP date; None when absent or bad."""
+    if not header:
+        return None
+    header = header.strip()
+    if header.isdigit():
+        return float(header)
+    try:
+        when = email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, when.timestamp() - now)
+
+
+def post_json(session: requests.Session, url: str, body: Any, timeout_seconds: float, now: float) -> SendResult:
+    """POST ``body`` as JSON and classify the answer."""
+    try:
+        response = session.post(url, json=body, timeout=timeout_seconds, headers={"User-Agent": USER_AGENT})
+    except requests.Timeout:
+        return SendResult("retry", f"timed out after {timeout_seconds:g} s")
+    except requests.ConnectionError as exc:
+        return SendResult("retry", f"connection failed: {_short(exc)}")
+    except requests.RequestException as exc:
+        return SendResult("retry", f"request failed: {_short(exc)}")
+    code = response.status_code
+    text = response.text[:200].strip()
+    response.close()
+    if 200 <= code < 300:
+        return SendResult("sent", f"HTTP {code}")
+    if code == 429 or code >= 500:
+        return SendResult("retry", f"HTTP {code} {text}", retry_after_seconds(response.headers.get("Retry-After"), now))
+    return SendResult("dropped", f"HTTP {code} {text}")
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) < 160 else text[:157] + "..."
+
+
+def safe_url(url: str) -> str:
+    """``url`` without its password, for logs and metric labels."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@dataclass
+class _Item:
+    seq: int
+    notification: Notification
+
+
+@dataclass
+class ReceiverStats:
+    """Counts of alerts by outcome: sent, failed (an attempt to retry), dropped (4xx), overflow (queue full)."""
+
+    outcomes: dict[str, int] = field(default_factory=lambda: {"sent": 0, "failed": 0, "dropped": 0, "overflow": 0})
+    last_error: str = ""
+    last_success_at: float | None = None
+
+
+class Receiver:
+    """One Alertmanager or webhook: its queue and its worker thread."""
+
+    def __init__(
+        self,
+        kind: str,
+        url: str,
+        retry: RetryConfig,
+        capacity: int,
+        valid_for_seconds: float,
+        external_url: str = "",
+        on_change: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.time,
+        rng: Callable[[], float] = random.random,
+        session_factory: Callable[[], requests.Session] = requests.Session,
+    ) -> None:
+        if kind not in ("alertmanager", "webhook"):
+            raise ValueError(f"unknown receiver kind {kind!r}")
+        self.kind = kind
+        self.url = url
+        self.name = safe_url(url)
+        self.endpoint = url.rstrip("/") + "/api/v2/alerts" if kind == "alertmanager" else url
+        if kind == "alertmanager" and url.rstrip("/").endswith("/api/v2/alerts"):
+            self.endpoint = url
+        self.retry = retry
+        self.capacity = capacity
+        self.valid_for_seconds = valid_for_seconds
+        self.external_url = external_url
+        self.stats = ReceiverStats()
+        self._on_change = on_change
+        self._clock = clock
+        self._rng = rng
+        self._session_factory = session_factory
+        self._items: OrderedDict[str, _Item] = OrderedDict()
+        self._last_enqueued: dict[str, float] = {}
+        self._seq = 0
+        self._attempt = 0
+        self._next_attempt_monotonic = 0.0
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    # ---- queue -----------------------------------------------------------
+    @property
+    def resends(self) -> bool:
+        """Alertmanagers get firing alerts again every resend interval; webhooks only on change."""
+        return self.kind == "alertmanager"
+
+    def enqueue(self, notification: Notification, now: float) -> None:
+        """Queue the latest state of one alert, replacing an older queued state of it."""
+        with self._cond:
+            self._seq += 1
+            self._items.pop(notification.fingerprint, None)
+            self._items[notification.fingerprint] = _Item(self._seq, notification)
+            self._last_enqueued[notification.fingerprint] = now
+            if notification.status == "resolved":
+                self._last_enqueued.pop(notification.fingerprint, None)
+            while len(self._items) > self.capacity:
+                fp, dropped = self._items.popitem(last=False)
+                self.stats.outcomes["overflow"] += 1
+                log.error(
+                    "alert queue of %s is full (%d); dropped the oldest alert %s (%s)",
+                    self.name,
+                    self.capacity,
+                    dropped.notification.labels.get("alertname"),
+                    fp,
+                )
+            self._cond.notify_all()
+
+    def last_enqueued(self, fp: str) -> float | None:
+        with self._cond:
+            return self._last_enqueued.get(fp)
+
+    def queue_length(self) -> int:
+        with self._cond:
+            return len(self._items)
+
+    def export(self) -> list[dict[str, Any]]:
+        """The queue for the spool, oldest first."""
+        with self._cond:
+            return [item.notification.to_json() for item in self._items.values()]
+
+    def restore(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """Queue what the spool held (before start)."""
+        with self._cond:
+            for raw in items:
+                try:
+                    n = Notification.from_json(raw)
+                except (KeyError, TypeError, ValueError):
+                    continue
+                self._seq += 1
+                self._items[n.fingerprint] = _Item(self._seq, n)
+            self._cond.notify_all()
+
+    # ---- worker ------------------------------------------------------------
+    def start(self) -> None:
+        with self._cond:
+            if self._thread is not None:
+                return
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name=f"gpumon-alerts-{self.kind}", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout_seconds: float) -> None:
+        """Ask the worker to end and wait for it (a request in flight may take up to the HTTP timeout)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout_seconds)
+        with self._cond:
+            self._thread = None
+
+    def _run(self) -> None:
+        session = self._session_factory()
+        try:
+            while True:
+                batch = self._wait_for_batch()
+                if batch is None:
+                    return
+                now = self._clock()
+                body: Any
+                if self.kind == "alertmanager":
+                    body = alertmanager_body([i.notification for i in batch], now, self.valid_for_seconds)
+                else:
+                    body = webhook_body(
+                        [i.notification for i in batch], now, self.valid_for_seconds, "gpumon", self.external_url
+                    )
+                try:
+                    result = post_json(session, self.endpoint, body, self.retry.timeout_seconds, now)
+                except Exception as exc:
+                    result = SendResult("retry", f"unexpected error: {exc!r}")
+                self._settle(batch, result)
+        finally:
+            session.close()
+
+    def _wait_for_batch(self) -> list[_Item] | None:
+        with self._cond:
+            while True:
+                if self._stopping:
+                    return None
+                if self._items:
+                    delay = self._next_attempt_monotonic - time.monotonic()
+                    if delay <= 0:
+                        return list(self._items.values())[:MAX_BATCH]
+                    self._cond.wait(delay)
+                else:
+                    self._cond.wait()
+
+    def _settle(self, batch: list[_Item], result: SendResult) -> None:
+        with self._cond:
+            n = len(batch)
+            if result.outcome == "retry":
+                self._attempt += 1
+                delay = self._backoff(self._attempt)
+                if result.retry_after_seconds is not None:
+                    delay = max(delay, min(result.retry_after_seconds, MAX_RETRY_AFTER_SECONDS))
+                self._next_attempt_monotonic = time.monotonic() + delay
+                self.stats.outcomes["failed"] += n
+                if self.stats.last_error != result.detail or self._attempt == 1:
+                    log.warning(
+                        "alert delivery to %s failed (%s); %d alert(s) kept, retry in %.1f s",
+                        self.name,
+                        result.detail,
+                        len(self._items),
+                        delay,
+                    )
+                self.stats.last_error = result.detail
+                return
+            self._attempt = 0
+            self._next_attempt_monotonic = 0.0
+            if result.outcome == "dropped":
+                self.stats.outcomes["dropped"] += n
+                self.stats.last_error = result.detail
+                log.error("%s refused %d alert(s) (%s); they are dropped, not retried", self.name, n, result.detail)
+            else:
+                self.stats.outcomes["sent"] += n
+                self.stats.last_success_at = self._clock()
+            for item in batch:
+                current = self._items.get(item.notification.fingerprint)
+                if current is not None and current.seq == item.seq:
+                    del self._items[item.notification.fingerprint]
+        self._on_change()
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential with 'equal jitter': half the step fixed, half random."""
+        step = min(self.retry.max_backoff_seconds, self.retry.initial_backoff_seconds * 2.0 ** (attempt - 1))
+        return float(step / 2 + self._rng() * step / 2)
+
+
+def replace_status(n: Notification, status: str, ends_at: float | None) -> Notification:
+    return replace(n, status=status, ends_at=ends_at)

@@ -1,0 +1,449 @@
+"""AlertService: the engine, the receivers and the spool wired together for the daemon.
+
+Threads:
+
+* the polling thread calls ``on_snapshot`` (evaluation only: microseconds, no I/O);
+* the XID event thread calls ``on_xid``;
+* ``gpumon-alerts-tick`` runs every second: stale-snapshot check (a hung poll publishes
+  nothing), XID expiry, re-sending firing alerts to Alertmanagers every resend interval;
+* ``gpumon-alerts-spool`` writes the spool whenever something changed;
+* one ``gpumon-alerts-<kind>`` worker per receiver posts its queue.
+
+What is delivered: an alert is announced when it fires and is not held back by a burn,
+and withdrawn (sent resolved, ``endsAt`` = now) when it resolves or becomes held back.
+The announced set (``delivered``), the engine states and every receiver's queue live in
+the spool, so a restart (even after SIGKILL) resumes with the same ``startsAt`` and
+delivers what was queued.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gpumon.alerts.builtin import xid_action_from_catalog
+from gpumon.alerts.burn_marker import BurnMarkerReader
+from gpumon.alerts.config import AlertingConfig
+from gpumon.alerts.engine import Alert, AlertEngine, BurnHoldBack
+from gpumon.alerts.notify import Notification, Receiver, replace_status
+from gpumon.alerts.spool import Spool
+from gpumon.events.model import XidEvent
+from gpumon.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[], tuple[int, str, bytes]]
+
+
+class AlertService:
+    """Evaluates alert rules on snapshots and XID events and delivers the alerts."""
+
+    def __init__(
+        self,
+        config: AlertingConfig,
+        state_dir: Path,
+        host: str,
+        clock: Callable[[], float] = time.time,
+        xid_action: Callable[[int], str] | None = None,
+        tick_seconds: float = 1.0,
+        rng: Callable[[], float] | None = None,
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self._tick_seconds = tick_seconds
+        self._rng = rng
+        self._lock = threading.RLock()
+        self._engine = AlertEngine(
+            config.all_rules(),
+            host=config.host or host,
+            host_label=config.host_label,
+            xid_action=xid_action or xid_action_from_catalog(),
+            started_at=clock(),
+        )
+        self._default_host = host
+        self._burn_reader = BurnMarkerReader(state_dir)
+        self._burn: BurnHoldBack | None = None
+        self._spool = Spool(state_dir)
+        self._delivered: dict[str, Notification] = {}
+        self._receivers: dict[str, Receiver] = {}
+        self._errors_total = 0
+        self._spool_errors_total = 0
+        self._dirty = 0
+        self._written = 0
+        self._spool_cond = threading.Condition()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._running = False
+        for kind, urls in (("alertmanager", config.alertmanagers), ("webhook", config.webhooks)):
+            for url in urls:
+                self._receivers[url] = self._make_receiver(kind, url, config)
+        self._restore()
+
+    # ---- lifecycle -------------------------------------------------------
+    def start(self) -> None:
+        """Start the receiver workers, the timer and the spool writer."""
+        with self._lock:
+            if self._running:
+                return
+            self._running = True
+            self._stop.clear()
+            for receiver in self._receivers.values():
+                receiver.start()
+            self._threads = [
+                threading.Thread(target=self._tick_loop, name="gpumon-alerts-tick", daemon=True),
+                threading.Thread(target=self._spool_loop, name="gpumon-alerts-spool", daemon=True),
+            ]
+            for t in self._threads:
+                t.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Write the spool one last time and end every thread (waiting at most about ``timeout`` s)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            if not self._running:
+                return
+            self._running = False
+            receivers = list(self._receivers.values())
+        self.sync(max(0.0, deadline - time.monotonic()))
+        self._stop.set()
+        with self._spool_cond:
+            self._spool_cond.notify_all()
+        for receiver in receivers:
+            receiver.stop(max(0.0, deadline - time.monotonic()))
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self._write_spool()
+
+    def reload(self, config: AlertingConfig) -> None:
+        """Apply a new config (SIGHUP): alert states of kept rules and queues of kept receivers survive."""
+        with self._lock:
+            now = self._clock()
+            self._engine.host = config.host or self._default_host
+            self._engine.host_label = config.host_label
+            self._engine.set_rules(config.all_rules(), now)
+            wanted = {url: "alertmanager" for url in config.alertmanagers}
+            wanted.update({url: "webhook" for url in config.webhooks})
+            for url, receiver in list(self._receivers.items()):
+                if wanted.get(url) != receiver.kind:
+                    receiver.stop(0.5)
+                    del self._receivers[url]
+            for url, kind in wanted.items():
+                if url not in self._receivers:
+                    self._receivers[url] = self._make_receiver(kind, url, config)
+                    if self._running:
+                        self._receivers[url].start()
+                receiver = self._receivers[url]
+                receiver.retry = config.retry
+                receiver.capacity = config.queue_capacity
+                receiver.valid_for_seconds = 4 * config.resend_interval_seconds
+                receiver.external_url = config.external_url
+            self._config = config
+            self._deliver(now)
+            self._mark_dirty()
+
+    # ---- inputs ----------------------------------------------------------------
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        """Evaluate the rules on a new snapshot. Runs on the polling thread: quick, no I/O, never raises."""
+        try:
+            with self._lock:
+                now = self._clock()
+                revision = self._engine_revision()
+                self._burn = self._read_burn()
+                self._engine.evaluate(snapshot, now, self._burn)
+                if self._deliver(now) or self._engine_revision() != revision:
+                    self._mark_dirty()
+        except Exception:
+            self._errors_total += 1
+            log.exception("alert evaluation failed")
+
+    def on_xid(self, event: XidEvent) -> None:
+        """Fire the XID rules that match ``event`` (called from the XID event thread); never raises."""
+        try:
+            with self._lock:
+                now = self._clock()
+                if self._engine.on_xid(event, now):
+                    self._deliver(now)
+                    self._mark_dirty()
+        except Exception:
+            self._errors_total += 1
+            log.exception("alert evaluation of XID %s failed", event.xid)
+
+    def tick(self) -> None:
+        """Timer work (normally run by the tick thread every second); never raises."""
+        try:
+            with self._lock:
+                now = self._clock()
+                revision = self._engine_revision()
+                self._burn = self._read_burn()
+                self._engine.tick(now, self._burn)
+                changed = self._deliver(now)
+                changed = self._resend(now) or changed
+                if changed or self._engine_revision() != revision:
+                    self._mark_dirty()
+        except Exception:
+            self._errors_total += 1
+            log.exception("alert timer failed")
+
+    # ---- outputs ---------------------------------------------------------------
+    def active_alerts(self) -> list[dict[str, Any]]:
+        """Pending, firing and suppressed (held back by a burn) alerts as JSON-ready dicts."""
+        with self._lock:
+            return [_public(a) for a in self._engine.alerts()]
+
+    def receivers(self) -> list[dict[str, Any]]:
+        with self._lock:
+            receivers = list(self._receivers.values())
+        return [
+            {
+                "name": r.name,
+                "kind": r.kind,
+                "queue_length": r.queue_length(),
+                "notifications": dict(r.stats.outcomes),
+                "last_error": r.stats.last_error,
+                "last_success_at": r.stats.last_success_at,
+            }
+            for r in receivers
+        ]
+
+    def routes(self) -> dict[str, Handler]:
+        """Extra HTTP routes for the exporter: ``/api/alerts``."""
+
+        def api_alerts() -> tuple[int, str, bytes]:
+            with self._lock:
+                host = self._engine.host
+            body = {"host": host, "alerts": self.active_alerts(), "receivers": self.receivers()}
+            return 200, "application/json", json.dumps(body, indent=1).encode()
+
+        return {"/api/alerts": api_alerts}
+
+    def collector(self) -> AlertCollector:
+        """A prometheus_client custom collector of gpumon_alerts and delivery self-metrics."""
+        return AlertCollector(self)
+
+    def sync(self, timeout: float) -> bool:
+        """Wait until everything changed so far is on disk; False on timeout (or spool writer not running)."""
+        deadline = time.monotonic() + timeout
+        with self._spool_cond:
+            target = self._dirty
+            while self._written < target:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._running:
+                    return self._written >= target
+                self._spool_cond.wait(min(remaining, 0.1))
+        return True
+
+    # ---- internals ---------------------------------------------------------------
+    def _make_receiver(self, kind: str, url: str, config: AlertingConfig) -> Receiver:
+        extra: dict[str, Any] = {"rng": self._rng} if self._rng is not None else {}
+        return Receiver(
+            kind,
+            url,
+            retry=config.retry,
+            capacity=config.queue_capacity,
+            valid_for_seconds=4 * config.resend_interval_seconds,
+            external_url=config.external_url,
+            on_change=self._mark_dirty,
+            clock=self._clock,
+            **extra,
+        )
+
+    def _engine_revision(self) -> int:
+        return self._engine.revision
+
+    def _read_burn(self) -> BurnHoldBack | None:
+        return self._burn_reader.read() if self._config.burn_hold_back else None
+
+    def _deliver(self, now: float) -> bool:
+        """Announce newly firing alerts and withdraw those no longer firing; True when anything was queued."""
+        current = {a.fingerprint: a for a in self._engine.alerts() if a.state == "firing" and a.held_back is None}
+        queued = False
+        generator = self._config.external_url.rstrip("/") + "/api/alerts" if self._config.external_url else ""
+        for fp, alert in current.items():
+            notification = Notification(
+                fingerprint=fp,
+                status="firing",
+                labels=alert.labels,
+                annotations=alert.annotations,
+                starts_at=alert.starts_at if alert.starts_at is not None else now,
+                generator_url=generator,
+            )
+            if fp not in self._delivered:
+                self._enqueue_all(notification, now)
+                queued = True
+            self._delivered[fp] = notification
+        for fp in [fp for fp in self._delivered if fp not in current]:
+            resolved = replace_status(self._delivered.pop(fp), "resolved", now)
+            self._enqueue_all(resolved, now)
+            queued = True
+        return queued
+
+    def _enqueue_all(self, notification: Notification, now: float) -> None:
+        for receiver in self._receivers.values():
+            receiver.enqueue(notification, now)
+
+    def _resend(self, now: float) -> bool:
+        queued = False
+        interval = self._config.resend_interval_seconds
+        for receiver in self._receivers.values():
+            if not receiver.resends:
+                continue
+            for fp, notification in self._delivered.items():
+                last = receiver.last_enqueued(fp)
+                if last is None or now - last >= interval:
+                    receiver.enqueue(notification, now)
+                    queued = True
+        return queued
+
+    def _mark_dirty(self) -> None:
+        with self._spool_cond:
+            self._dirty += 1
+            self._spool_cond.notify_all()
+
+    def _spool_document(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "engine": self._engine.export_state(),
+                "delivered": [n.to_json() for n in self._delivered.values()],
+                "queues": {url: r.export() for url, r in self._receivers.items()},
+            }
+
+    def _write_spool(self) -> bool:
+        with self._spool_cond:
+            target = self._dirty
+        try:
+            self._spool.save(self._spool_document())
+        except OSError as exc:
+            self._spool_errors_total += 1
+            log.error("cannot write the alert spool %s: %s", self._spool.path, exc)
+            return False
+        with self._spool_cond:
+            self._written = max(self._written, target)
+            self._spool_cond.notify_all()
+        return True
+
+    def _spool_loop(self) -> None:
+        while not self._stop.is_set():
+            with self._spool_cond:
+                while self._written >= self._dirty and not self._stop.is_set():
+                    self._spool_cond.wait()
+            if self._stop.is_set():
+                return
+            if not self._write_spool():
+                self._stop.wait(1.0)
+
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(self._tick_seconds):
+            self.tick()
+
+    def _restore(self) -> None:
+        data = self._spool.load()
+        if not data:
+            return
+        engine_state = data.get("engine")
+        if isinstance(engine_state, dict):
+            self._engine.restore_state(engine_state)
+        for raw in data.get("delivered") or []:
+            try:
+                n = Notification.from_json(raw)
+            except (KeyError, TypeError, ValueError):
+                continue
+            self._delivered[n.fingerprint] = n
+        queues = data.get("queues") or {}
+        if isinstance(queues, dict):
+            for url, items in queues.items():
+                receiver = self._receivers.get(url)
+                if receiver is not None and isinstance(items, list):
+                    receiver.restore(items)
+        restored = sum(r.queue_length() for r in self._receivers.values())
+        log.info(
+            "alert spool restored: %d active alert(s), %d announced, %d queued notification(s)",
+            len(self._engine.alerts()),
+            len(self._delivered),
+            restored,
+        )
+
+    def _metric_snapshot(self) -> tuple[list[Alert], list[Receiver], BurnHoldBack | None, int, int]:
+        with self._lock:
+            return (
+                self._engine.alerts(),
+                list(self._receivers.values()),
+                self._burn,
+                self._errors_total,
+                self._spool_errors_total,
+            )
+
+
+def _public(alert: Alert) -> dict[str, Any]:
+    out = alert.to_dict()
+    if alert.held_back is not None:
+        out["state"] = "suppressed"
+    return out
+
+
+class AlertCollector:
+    """Yields gpumon_alerts, gpumon_alerts_held_back and the delivery self-metrics."""
+
+    def __init__(self, service: AlertService) -> None:
+        self._service = service
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        alerts, receivers, burn, errors, spool_errors = self._service._metric_snapshot()
+        active = GaugeMetricFamily(
+            "gpumon_alerts",
+            "Active alerts evaluated by gpumon (count per name, severity, state and GPU); "
+            "state is pending, firing or suppressed (held back while gpumon burn runs on the GPU).",
+            labels=["alertname", "severity", "state", "gpu", "uuid"],
+        )
+        counts: dict[tuple[str, str, str, str, str], int] = {}
+        held: dict[tuple[str, str], int] = {}
+        for a in alerts:
+            state = "suppressed" if a.held_back is not None else a.state
+            key = (a.alertname, a.severity, state, a.gpu, a.uuid)
+            counts[key] = counts.get(key, 0) + 1
+            if a.held_back is not None:
+                held[(a.gpu, a.uuid)] = held.get((a.gpu, a.uuid), 0) + 1
+        for key, n in sorted(counts.items()):
+            active.add_metric(list(key), n)
+        yield active
+        held_back = GaugeMetricFamily(
+            "gpumon_alerts_held_back",
+            "Alerts of this GPU held back (not sent) because gpumon burn runs on it.",
+            labels=["gpu", "uuid"],
+        )
+        if burn is not None:
+            for gpu, uuid in sorted(held):
+                held_back.add_metric([gpu, uuid], held[(gpu, uuid)])
+        yield held_back
+        sent = CounterMetricFamily(
+            "gpumon_alert_notifications",
+            "Alerts handed to a receiver by outcome: sent, failed (attempt to retry), dropped (refused 4xx), "
+            "overflow (queue full).",
+            labels=["receiver", "outcome"],
+        )
+        queue = GaugeMetricFamily(
+            "gpumon_alert_queue_length", "Alerts waiting to be delivered to a receiver.", labels=["receiver"]
+        )
+        for r in receivers:
+            for outcome, n in sorted(r.stats.outcomes.items()):
+                sent.add_metric([r.name, outcome], n)
+            queue.add_metric([r.name], r.queue_length())
+        yield sent
+        yield queue
+        yield CounterMetricFamily(
+            "gpumon_alert_evaluation_errors", "Alert evaluations that failed (a bug: see the log).", value=errors
+        )
+        yield CounterMetricFamily(
+            "gpumon_alert_spool_write_errors",
+            "Failed writes of the alert spool in the state directory.",
+            value=spool_errors,
+        )

@@ -1,0 +1,77 @@
+"""The alert spool: alert states and delivery queues on disk, written atomically.
+
+One JSON file, ``<state_dir>/alerts/spool.json``, replaced as a whole: written to a
+temporary file in the same directory, flushed and fsync'ed, then ``os.replace``d over
+the old one and the directory fsync'ed. A crash (even SIGKILL) leaves either the old
+or the new file, never a torn one. A file that cannot be parsed is moved aside
+(``spool.json.corrupt``) and gpumon starts empty rather than not at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SPOOL_VERSION = 1
+
+
+class Spool:
+    """Reads and atomically writes one JSON document."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.directory = Path(state_dir) / "alerts"
+        self.path = self.directory / "spool.json"
+
+    def load(self) -> dict[str, Any]:
+        """The saved document, or {} when there is none (or it is unreadable, which is logged)."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            log.error("alert spool %s cannot be read (%s); starting with no saved alerts", self.path, exc.strerror)
+            return {}
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or data.get("version") != SPOOL_VERSION:
+                raise ValueError(f"not a gpumon alert spool of version {SPOOL_VERSION}")
+        except ValueError as exc:
+            aside = self.path.with_name(self.path.name + ".corrupt")
+            log.error("alert spool %s is not valid (%s); moved to %s, starting empty", self.path, exc, aside)
+            with contextlib.suppress(OSError):
+                os.replace(self.path, aside)
+            return {}
+        return data
+
+    def save(self, data: dict[str, Any]) -> None:
+        """Replace the spool with ``data`` (plus the version); raises OSError on failure."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        body = json.dumps({**data, "version": SPOOL_VERSION}, separators=(",", ":"), sort_keys=True)
+        fd, tmp = tempfile.mkstemp(prefix=".spool-", suffix=".tmp", dir=self.directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        try:
+            dir_fd = os.open(self.directory, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(dir_fd)
+        except OSError:
+            pass
+        finally:
+            os.close(dir_fd)
