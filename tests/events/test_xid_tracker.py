@@ -1,0 +1,127 @@
+"""XID counts per GPU and code: live events, the kernel-log backfill, unknown buses."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import pytest
+
+from gpumon.events.kernel_log import read_boot_xids
+from gpumon.events.model import XidEvent
+from gpumon.events.tracker import XidTracker
+
+START = 1_700_000_000.0
+GPUS = {"00000000:18:00.0": 0, "00000000:28:00.0": 1}
+
+
+def live(xid: int, gpu: int, at: float) -> XidEvent:
+    return XidEvent(xid=xid, timestamp_seconds=at, source="nvml", gpu_index=gpu, uuid=f"GPU-{gpu}")
+
+
+def from_log(xid: int, bus: str, at: float) -> XidEvent:
+    return XidEvent(xid=xid, timestamp_seconds=at, source="kernel_log", pci_bus_id=bus, message="NVRM: Xid ...")
+
+
+def test_a_burst_of_the_same_xid_is_counted_not_overwritten() -> None:
+    tracker = XidTracker(live_since_seconds=START)
+    for i in range(5):
+        tracker.record(live(13, 0, START + i))
+    tracker.record(live(31, 0, START + 10))
+    assert tracker.counts(0) == {"13": 5, "31": 1}
+    assert tracker.last_timestamps(0) == {"13": START + 4, "31": START + 10}
+    assert tracker.counts(1) == {}
+    assert tracker.for_gpu(0) == ({"13": 5, "31": 1}, {"13": START + 4, "31": START + 10})
+
+
+def test_kernel_log_lines_for_two_gpus_are_attributed_by_bus_id(tmp_path: Path) -> None:
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text(
+        "4,1,5000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus.\n"
+        "4,2,6000000,-;NVRM: Xid (PCI:0000:28:00): 13, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)\n"
+        "4,3,7000000,-;NVRM: Xid (PCI:0000:28:00): 13, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)\n"
+    )
+    boot = START - 3600
+    backfill = read_boot_xids(kmsg_path=kmsg, journal_command=None, boot_time=lambda: boot)
+    tracker = XidTracker(live_since_seconds=START)
+    tracker.set_gpus(GPUS)
+    assert tracker.record_all(backfill.events) == 3
+    assert tracker.counts(0) == {"79": 1}
+    assert tracker.counts(1) == {"13": 2}
+    assert tracker.last_timestamps(1) == {"13": pytest.approx(boot + 7.0)}
+
+
+def test_bus_ids_in_any_form_match_the_gpus() -> None:
+    tracker = XidTracker(live_since_seconds=START)
+    tracker.set_gpus({"0000:18:00.0": 0})  # nvidia-smi's short form
+    tracker.record(from_log(48, "00000000:18:00.0", START - 5))
+    assert tracker.counts(0) == {"48": 1}
+
+
+def test_a_kernel_log_copy_of_a_live_event_is_not_counted_twice() -> None:
+    tracker = XidTracker(live_since_seconds=START)
+    tracker.set_gpus(GPUS)
+    tracker.record(live(79, 0, START + 2.0))
+    assert tracker.record(from_log(79, "00000000:18:00.0", START + 2.0)) is False
+    assert tracker.record(from_log(79, "00000000:18:00.0", START - 100)) is True  # before start: only in the log
+    assert tracker.counts(0) == {"79": 2}
+
+
+def test_events_of_an_unknown_bus_are_counted_without_a_gpu_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    tracker = XidTracker(live_since_seconds=START)
+    tracker.set_gpus(GPUS)
+    caplog.set_level(logging.WARNING)
+    tracker.record(from_log(79, "00000000:AA:00.0", START - 1))
+    assert tracker.counts(None) == {"79": 1}
+    assert tracker.counts(0) == {} and tracker.counts(1) == {}
+    assert "XID 79 on PCI 00000000:AA:00.0, which is none of the GPUs gpumon watches" in caplog.text
+
+
+def test_backfill_logs_one_line_per_unknown_bus(caplog: pytest.LogCaptureFixture) -> None:
+    tracker = XidTracker(live_since_seconds=START)
+    tracker.set_gpus(GPUS)
+    caplog.set_level(logging.WARNING)
+    tracker.record_all([from_log(13, "00000000:AA:00.0", START - i) for i in range(1, 50)])
+    assert tracker.counts(None) == {"13": 49}
+    lines = [r.getMessage() for r in caplog.records if r.name == "gpumon.events.tracker"]
+    assert lines == [
+        "49 XID(s) in the kernel log on PCI 00000000:AA:00.0, which is none of the GPUs gpumon watches; "
+        "counted without a GPU"
+    ]
+
+
+def test_unmatched_events_move_to_their_gpu_once_it_is_known() -> None:
+    tracker = XidTracker(live_since_seconds=START)
+    tracker.record_all([from_log(79, "00000000:28:00.0", START - 10), from_log(13, "00000000:AA:00.0", START - 9)])
+    assert tracker.counts(None) == {"79": 1, "13": 1}
+    tracker.set_gpus(GPUS)
+    assert tracker.counts(1) == {"79": 1}
+    assert tracker.counts(None) == {"13": 1}
+    assert tracker.last_timestamps(None) == {"13": START - 9}
+
+
+def test_listeners_get_events_with_the_gpu_filled_in() -> None:
+    tracker = XidTracker(live_since_seconds=START)
+    tracker.set_gpus(GPUS)
+    seen: list[XidEvent] = []
+    tracker.subscribe(seen.append)
+    tracker.subscribe(lambda e: 1 / 0)  # a broken listener does not stop the others or the tracker
+    tracker.record(from_log(74, "0000:28:00", START - 1))
+    assert [(e.xid, e.gpu_index, e.pci_bus_id) for e in seen] == [(74, 1, "00000000:28:00.0")]
+
+
+def test_counts_are_exact_under_concurrent_recording() -> None:
+    tracker = XidTracker(live_since_seconds=START)
+
+    def burst(gpu: int) -> None:
+        for i in range(2000):
+            tracker.record(live(13, gpu, START + i))
+
+    threads = [threading.Thread(target=burst, args=(g % 2,)) for g in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert tracker.counts(0) == {"13": 4000}
+    assert tracker.counts(1) == {"13": 4000}
