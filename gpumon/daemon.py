@@ -113,9 +113,15 @@ class Daemon:
 
     def stop(self) -> None:
         log.info("gpumon stopping")
-        self.scheduler.shutdown(wait=False)
+        stuck = self.poller.poll_running
+        if stuck:
+            # BackgroundScheduler.shutdown joins its thread, which is inside the hung call:
+            # leave it (a daemon thread) and do not touch NVML from here.
+            log.warning("a poll is stuck inside the backend; exiting without waiting for it")
+        else:
+            self.scheduler.shutdown(wait=False)
         self.server.stop()
-        if not self._poll_in_progress():
+        if not stuck:
             try:
                 self.backend.shutdown()
             except Exception:
@@ -179,12 +185,6 @@ class Daemon:
         data = to_jsonable(snapshot)
         data["age_seconds"] = self._mono() - snapshot.monotonic_seconds
         return json_response(data)
-
-    def _poll_in_progress(self) -> bool:
-        snapshot = self.store.latest()
-        if snapshot is None:
-            return True
-        return self._mono() - snapshot.monotonic_seconds > 2 * self.config.interval_seconds + 1
 
     def _install_signals(self) -> None:
         def on_term(signum: int, frame: FrameType | None) -> None:

@@ -101,9 +101,8 @@ class Poller:
         self._tier_read_at: dict[Tier, float] = {}
         self._tier_stats: dict[Tier, TierStats] = {}
         self._tier_errors: dict[Tier, int] = {t: 0 for t in _POLLED_TIERS}
-        self._last_start: float | None = None
-        self.skipped_polls_total = 0
-        """Polls that could not start on time because the previous one was still running (hung NVML)."""
+        self._running_since: float | None = None
+        self._skipped_done = 0
         self.gpus_changed: Callable[[list[tuple[int, str]]], None] | None = None
         """Called with [(index, uuid), ...] after each successful (re)initialisation."""
 
@@ -118,11 +117,7 @@ class Poller:
     def poll(self) -> Snapshot:
         """One poll; publishes and returns the snapshot. Never raises."""
         start = self._mono()
-        if self._last_start is not None:
-            late = start - self._last_start - self._intervals.fast_seconds
-            if late >= self._intervals.fast_seconds:
-                self.skipped_polls_total += int(late // self._intervals.fast_seconds)
-        self._last_start = start
+        self._running_since = start
         try:
             snapshot = self._poll(start)
         except Exception as exc:  # a bug must not stop polling
@@ -136,8 +131,22 @@ class Poller:
                 host=self._host,
                 tiers=self._stats_view(),
             )
+        self._running_since = None
+        self._skipped_done += int((self._mono() - start) // self._intervals.fast_seconds)
         self._store.publish(snapshot)
         return snapshot
+
+    @property
+    def poll_running(self) -> bool:
+        """True while a poll is inside the backend (a hung NVML call keeps it True)."""
+        return self._running_since is not None
+
+    @property
+    def skipped_polls_total(self) -> int:
+        """Polls that could not start on time because one was still running (an NVML call hangs)."""
+        running = self._running_since
+        ongoing = 0 if running is None else int((self._mono() - running) // self._intervals.fast_seconds)
+        return self._skipped_done + ongoing
 
     # ------------------------------------------------------------------
     def _poll(self, start: float) -> Snapshot:

@@ -75,6 +75,7 @@ class GpumonCollector:
         processes: bool = False,
         extra: Sequence[tuple[str, Collector]] = (),
         version: str = __version__,
+        python_version: str | None = None,
     ) -> None:
         self._store = store
         self._intervals = intervals
@@ -84,6 +85,7 @@ class GpumonCollector:
         self._rows = gpu_rows()
         self._extra = list(extra)
         self._version = version
+        self._python_version = python_version or platform.python_version()
 
     def set_options(self, intervals: PollIntervals, *, processes: bool) -> None:
         """New intervals (for HELP texts) and per-process opt-in after a reload."""
@@ -134,7 +136,7 @@ class GpumonCollector:
         build = GaugeMetricFamily(
             "gpumon_build_info", "gpumon version and Python version; always 1.", labels=["version", "python_version"]
         )
-        build.add_metric([self._version, platform.python_version()], 1.0)
+        build.add_metric([self._version, self._python_version], 1.0)
         yield build
         nvml_up = GaugeMetricFamily("gpumon_nvml_up", "1 when NVML is loaded and answering.")
         nvml_up.add_metric([], 1.0 if snapshot is not None and snapshot.nvml_up else 0.0)

@@ -1,0 +1,42 @@
+# gpumon developer tasks.
+#   make run    set up a venv and run the daemon (real GPUs when the NVIDIA driver is there, simulated otherwise)
+#   make test   set up everything the tests need (venv, and as root Debian's prometheus + alertmanager) and run them
+VENV ?= .venv
+PY := $(VENV)/bin/python
+LISTEN ?= 127.0.0.1:10480
+BACKEND ?= $(shell (ldconfig -p 2>/dev/null | grep -q libnvidia-ml.so) && echo nvml || echo fake)
+
+.PHONY: setup run test test-deps lint typecheck check golden
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]' 'torch==2.13.0'
+	touch $@
+
+setup: $(VENV)/.installed
+
+run: setup
+	$(VENV)/bin/gpumon run --backend $(BACKEND) --listen $(LISTEN) --state-dir .state
+
+# promtool, amtool, prometheus and alertmanager for the integration tests (Debian packages).
+test-deps:
+	@if command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; \
+	else echo "NOTE: promtool/prometheus/alertmanager missing and not root: their tests will be skipped (with reasons)"; fi
+
+test: setup test-deps
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check gpumon tests benchmarks
+	$(VENV)/bin/ruff format --check gpumon
+
+typecheck: setup
+	$(VENV)/bin/mypy gpumon
+
+check: lint typecheck test
+
+golden: setup
+	$(PY) -c "from tests.test_exporter import golden_exposition, GOLDEN; GOLDEN.write_text(golden_exposition())"

@@ -1,0 +1,138 @@
+"""Shared test helpers: free ports, a gpumon daemon in a subprocess, polling waits.
+
+Import from tests.helpers; the ``start_daemon`` fixture is exported by tests/conftest.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(
+    condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "condition"
+) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+        except Exception as exc:
+            last_exc = exc
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f": {last_exc!r}" if last_exc else ""))
+
+
+class DaemonProcess:
+    """``gpumon run`` in a subprocess on a free loopback port."""
+
+    def __init__(self, args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = tmp_path / f"gpumon-{self.port}.log"
+        self.state_dir = tmp_path / "state"
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("GPUMON_")}
+        full_env.update(env or {})
+        full_env["PYTHONUNBUFFERED"] = "1"
+        self._log = self.log_path.open("w")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpumon",
+                "run",
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--state-dir",
+                str(self.state_dir),
+                *args,
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            cwd=str(REPO),
+        )
+
+    def get(self, path: str, **kwargs: Any) -> requests.Response:
+        return requests.get(self.url + path, timeout=kwargs.pop("timeout", 5), **kwargs)
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"gpumon exited with {self.proc.returncode}:\n{self.log()}")
+            return self.get("/ready", timeout=1).status_code == 200
+
+        wait_for(ready, timeout, what=f"gpumon /ready on {self.url}")
+
+    def metrics(self) -> str:
+        return self.get("/metrics").text
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text()
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def start_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
+    started: list[DaemonProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, wait: bool = True) -> DaemonProcess:
+        daemon = DaemonProcess(list(args), tmp_path, env)
+        started.append(daemon)
+        if wait:
+            daemon.wait_ready()
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.stop()
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``python -m gpumon ARGS`` with a clean GPUMON_* environment."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GPUMON_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "gpumon", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=str(REPO),
+    )

@@ -1,0 +1,126 @@
+"""gpumon run as a user runs it: a subprocess on the fake backend, scraped over HTTP."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers import DaemonProcess, run_cli, wait_for
+
+
+def value(text: str, name: str, **labels: str) -> float | None:
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return float(s.value)
+    return None
+
+
+def test_serves_metrics_healthz_and_ready(start_daemon: Callable[..., DaemonProcess]) -> None:
+    daemon = start_daemon("--backend", "fake", "--fake-gpus", "3")
+    text = daemon.metrics()
+    assert value(text, "gpumon_gpus") == 3.0
+    assert value(text, "gpumon_nvml_up") == 1.0
+    assert value(text, "gpumon_gpu_up", gpu="2") == 1.0
+    assert daemon.get("/healthz").text == "ok\n"
+    assert daemon.get("/ready").status_code == 200
+    snapshot = daemon.get("/api/snapshot").json()
+    assert len(snapshot["gpus"]) == 3 and snapshot["gpus"][0]["name"] == "NVIDIA H200"
+
+
+def test_openmetrics_and_gzip_negotiation(start_daemon: Callable[..., DaemonProcess]) -> None:
+    daemon = start_daemon("--backend", "fake", "--fake-gpus", "1")
+    om = daemon.get("/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert om.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert om.text.rstrip().endswith("# EOF")
+    gz = daemon.get("/metrics", headers={"Accept-Encoding": "gzip"})
+    assert gz.headers.get("Content-Encoding") == "gzip" and "gpumon_gpu_up" in gz.text
+
+
+def test_hung_nvml_call_scrape_answers_fast_with_the_snapshot_age(
+    start_daemon: Callable[..., DaemonProcess], tmp_path: Path
+) -> None:
+    scenario = tmp_path / "hang.yaml"
+    scenario.write_text("gpus:\n  - hang_at_tick: 2\n    hang_seconds: 120\n")
+    config = tmp_path / "c.yaml"
+    config.write_text("interval_seconds: 0.5\nslow_interval_seconds: 1\n")
+    daemon = start_daemon("--backend", f"fake:{scenario}", "--config", str(config))
+    wait_for(lambda: (value(daemon.metrics(), "gpumon_snapshot_age_seconds") or 0) > 2.6, timeout=15, what="stale age")
+    latencies = []
+    for _ in range(20):
+        start = time.monotonic()
+        response = daemon.get("/metrics")
+        latencies.append(time.monotonic() - start)
+        assert response.status_code == 200
+    assert sorted(latencies)[len(latencies) // 2] < 0.1, latencies
+    text = daemon.get("/metrics").text
+    assert value(text, "gpumon_gpu_up", gpu="0") == 1.0, "the last snapshot is still served"
+    ready = daemon.get("/ready")
+    assert ready.status_code == 503 and "old" in ready.text
+    wait_for(lambda: (value(daemon.metrics(), "gpumon_poll_skipped_total") or 0) >= 1, timeout=5, what="skips")
+    # SIGTERM ends the daemon within 2 s even though a poll is stuck inside the backend
+    start = time.monotonic()
+    daemon.signal(signal.SIGTERM)
+    daemon.proc.wait(5)
+    assert time.monotonic() - start < 2.0
+    assert daemon.proc.returncode == 0
+
+
+def test_sigterm_exits_cleanly_within_two_seconds(start_daemon: Callable[..., DaemonProcess]) -> None:
+    daemon = start_daemon("--backend", "fake", "--fake-gpus", "2")
+    start = time.monotonic()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.proc.wait(5) == 0
+    assert time.monotonic() - start < 2.0
+    assert "gpumon stopping" in daemon.log()
+
+
+def test_sighup_reloads_and_keeps_the_old_config_when_the_new_one_is_bad(
+    start_daemon: Callable[..., DaemonProcess], tmp_path: Path
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("interval_seconds: 1\n")
+    daemon = start_daemon("--backend", "fake", "--config", str(config))
+    config.write_text("interval_seconds: -5\nwat: 1\n")
+    daemon.signal(signal.SIGHUP)
+    wait_for(lambda: "reload rejected" in daemon.log(), what="reload rejection logged")
+    assert "interval_seconds must be greater than 0" in daemon.log()
+    assert daemon.get("/ready").status_code == 200
+    config.write_text("interval_seconds: 2\nexporter: {processes: true}\n")
+    daemon.signal(signal.SIGHUP)
+    wait_for(lambda: "configuration reloaded" in daemon.log(), what="reload")
+    wait_for(lambda: "Refreshed every 2s" in daemon.metrics(), what="new interval in HELP")
+    assert daemon.proc.poll() is None
+
+
+def test_nvml_missing_at_start_daemon_stays_up_and_recovers(
+    start_daemon: Callable[..., DaemonProcess], tmp_path: Path
+) -> None:
+    scenario = tmp_path / "late.yaml"
+    scenario.write_text("nvml_missing_inits: 2\ngpus: [{}]\n")
+    daemon = start_daemon("--backend", f"fake:{scenario}")
+    wait_for(lambda: value(daemon.metrics(), "gpumon_nvml_up") == 1.0, timeout=15, what="NVML to come back")
+    log = daemon.log()
+    assert log.count("NVML unavailable") == 1
+    assert "NVML is back" in log
+
+
+def test_bad_scenario_file_is_a_usage_error(tmp_path: Path) -> None:
+    scenario = tmp_path / "bad.yaml"
+    scenario.write_text("gpus:\n  - values: {temprature_celsius: 3}\n    whatever: 1\n")
+    result = run_cli("once", "--backend", f"fake:{scenario}")
+    assert result.returncode == 2
+    assert "temprature_celsius" in result.stderr and "whatever" in result.stderr
+
+
+def test_port_in_use_is_a_clear_error(start_daemon: Callable[..., DaemonProcess], tmp_path: Path) -> None:
+    first = start_daemon("--backend", "fake", "--fake-gpus", "1")
+    result = run_cli(
+        "run", "--backend", "fake", "--listen", f"127.0.0.1:{first.port}", "--state-dir", str(tmp_path), timeout=20
+    )
+    assert result.returncode == 1
+    assert "cannot listen on" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,189 @@
+"""What a Prometheus scrape of gpumon returns: names, labels, units, omissions, self-metrics."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpumon.backends.fake import FakeBackend
+from gpumon.exporter.collector import GpumonCollector
+from gpumon.poller import Poller, PollIntervals
+from gpumon.store import SnapshotStore
+from tests.helpers import DATA
+
+GOLDEN = DATA / "golden-metrics.txt"
+
+
+def golden_exposition(processes: bool = True) -> str:
+    """The fixed scenario, polled once with frozen clocks, as Prometheus text."""
+    store = SnapshotStore()
+    backend = FakeBackend.from_file(DATA / "golden-scenario.yaml")
+    host = {"cpu_utilization_ratio": 0.25, "memory_used_bytes": 8 << 30, "memory_total_bytes": 64 << 30}
+    poller = Poller(
+        backend, store, wall_clock=lambda: 1_700_000_000.0, monotonic=lambda: 100.0, host_figures=lambda: host
+    )
+    poller.poll()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(
+        GpumonCollector(
+            store, PollIntervals(), monotonic=lambda: 100.0, processes=processes, version="0.0.0", python_version="3"
+        )
+    )
+    return generate_latest(registry).decode()
+
+
+def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    out = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name:
+                out.append((dict(s.labels), s.value))
+    return out
+
+
+def test_metrics_match_the_golden_file_byte_for_byte() -> None:
+    text = golden_exposition()
+    assert GOLDEN.exists(), "run `make golden` to create tests/data/golden-metrics.txt"
+    assert text == GOLDEN.read_text(), "exposition changed: review the diff, then `make golden`"
+
+
+def test_golden_file_passes_promtool_check_metrics() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian package prometheus); CI installs it")
+    result = subprocess.run([promtool, "check", "metrics"], input=GOLDEN.read_text(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "" and result.stderr.strip() == "", result.stdout + result.stderr
+
+
+def test_every_per_gpu_series_has_gpu_and_uuid_labels_and_no_nan() -> None:
+    host_level = {
+        "gpumon_build_info",
+        "gpumon_nvml_up",
+        "gpumon_poll_skipped_total",
+        "gpumon_snapshot_age_seconds",
+        "gpumon_snapshot_timestamp_seconds",
+        "gpumon_poll_duration_seconds",
+        "gpumon_poll_errors_total",
+        "gpumon_last_poll_timestamp_seconds",
+        "gpumon_host_cpu_utilization_ratio",
+        "gpumon_host_memory_used_bytes",
+        "gpumon_host_memory_total_bytes",
+        "gpumon_gpus",
+        "gpumon_collector_success",
+        "gpumon_collector_duration_seconds",
+    }
+    for family in text_string_to_metric_families(golden_exposition()):
+        for s in family.samples:
+            assert not math.isnan(s.value), s
+            assert s.name.startswith("gpumon_")
+            if s.name not in host_level:
+                assert {"gpu", "uuid"} <= set(s.labels), s
+
+
+def test_values_are_in_base_units() -> None:
+    text = golden_exposition()
+    assert samples(text, "gpumon_clock_hertz")[0][1] >= 1e9
+    assert (
+        {"gpu": "0", "uuid": "GPU-00000000-1111-2222-3333-444444444444"},
+        0.97,
+    ) in samples(text, "gpumon_gpu_utilization_ratio")
+    assert ({"gpu": "0", "uuid": "GPU-00000000-1111-2222-3333-444444444444"}, 123456789.125) in samples(
+        text, "gpumon_energy_joules_total"
+    )
+
+
+def _names(text: str, gpu: str) -> set[str]:
+    return {s.name for f in text_string_to_metric_families(text) for s in f.samples if s.labels.get("gpu") == gpu}
+
+
+def test_unsupported_fields_are_omitted_not_zero() -> None:
+    text = golden_exposition()
+    gpu1_temps = [labels["sensor"] for labels, _ in samples(text, "gpumon_temperature_celsius") if labels["gpu"] == "1"]
+    assert gpu1_temps == ["gpu"]
+    assert "gpumon_fan_speed_ratio" in _names(text, "0")
+    assert "gpumon_fan_speed_ratio" not in _names(text, "1")
+    assert "gpumon_pcie_throughput_bytes_per_second" not in _names(text, "1")
+
+
+def test_clock_events_one_series_per_reason_reported() -> None:
+    reasons = {
+        labels["reason"]: v
+        for labels, v in samples(golden_exposition(), "gpumon_clock_event_active")
+        if labels["gpu"] == "0"
+    }
+    assert reasons["sw_power_cap"] == 1.0
+    assert reasons["hw_slowdown"] == 0.0
+    assert "display_clock_setting" not in reasons  # the scenario's GPU 0 does not report it
+
+
+def test_nvlink_p2p_and_topology_series() -> None:
+    text = golden_exposition()
+    assert ({"gpu": "1", "uuid": "GPU-55555555-6666-7777-8888-999999999999", "link": "0"}, 0.0) in samples(
+        text, "gpumon_nvlink_link_up"
+    )
+    crc = [
+        v
+        for labels, v in samples(text, "gpumon_nvlink_errors_total")
+        if labels["gpu"] == "0" and labels["link"] == "1" and labels["type"] == "crc_flit"
+    ]
+    assert crc == [3.0]
+    p2p = {
+        (labels["gpu"], labels["peer_gpu"], labels["capability"]) for labels, _ in samples(text, "gpumon_p2p_status")
+    }
+    assert ("0", "1", "nvlink") in p2p and ("1", "0", "atomics") in p2p
+    assert samples(text, "gpumon_topology_info")[0][0]["level"] == "nvlink"
+
+
+def test_per_process_series_are_opt_in() -> None:
+    assert samples(golden_exposition(processes=True), "gpumon_process_used_memory_bytes")
+    without = golden_exposition(processes=False)
+    assert not samples(without, "gpumon_process_used_memory_bytes")
+    assert samples(without, "gpumon_processes")  # the per-GPU count stays
+
+
+def test_help_text_says_how_often_values_refresh() -> None:
+    text = golden_exposition()
+    assert "# HELP gpumon_power_watts Power draw, watts (nvidia-smi power.draw). Refreshed every 1s." in text
+    assert "Refreshed every 10s." in text.split("# HELP gpumon_energy_joules_total", 1)[1].splitlines()[0]
+
+
+class _Broken:
+    def collect(self) -> Iterable[object]:
+        raise RuntimeError("boom")
+
+
+def test_a_failing_extra_collector_does_not_break_the_scrape() -> None:
+    store = SnapshotStore()
+    Poller(FakeBackend.plausible(1), store).poll()
+    collector = GpumonCollector(store, PollIntervals())
+    collector.add("broken", _Broken())  # type: ignore[arg-type]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    text = generate_latest(registry).decode()
+    assert ({"collector": "broken"}, 0.0) in samples(text, "gpumon_collector_success")
+    assert ({"collector": "gpumon"}, 1.0) in samples(text, "gpumon_collector_success")
+    assert samples(text, "gpumon_gpu_up")
+
+
+def test_lost_gpu_keeps_identity_and_up_zero_only(tmp_path: Path) -> None:
+    scenario = tmp_path / "lost.yaml"
+    scenario.write_text("gpus:\n  - lost_at_tick: 1\n  - {}\n")
+    store = SnapshotStore()
+    poller = Poller(FakeBackend.from_file(scenario), store)
+    poller.poll()
+    poller.poll()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GpumonCollector(store, PollIntervals()))
+    text = generate_latest(registry).decode()
+    up = {labels["gpu"]: v for labels, v in samples(text, "gpumon_gpu_up")}
+    assert up == {"0": 0.0, "1": 1.0}
+    assert _names(text, "0") == {"gpumon_gpu_up", "gpumon_gpu_info"}
+    assert "gpumon_temperature_celsius" in _names(text, "1")

@@ -1,0 +1,154 @@
+"""The poller on the fake backend: tiers, and every fault of DESIGN.md §4 that a poll meets."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from gpumon.backends.fake import FakeBackend
+from gpumon.poller import Poller, PollIntervals
+from gpumon.snapshot import Snapshot, Tier
+from gpumon.store import SnapshotStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(scenario: dict[str, Any], intervals: PollIntervals = PollIntervals()) -> tuple[Poller, FakeBackend, Clock]:
+    backend = FakeBackend.from_mapping(scenario)
+    clock = Clock()
+    poller = Poller(backend, SnapshotStore(), intervals, monotonic=clock, wall_clock=clock, host_figures=dict)
+    return poller, backend, clock
+
+
+def poll(poller: Poller, clock: Clock, seconds: float = 1.0) -> Snapshot:
+    snapshot = poller.poll()
+    clock.now += seconds
+    return snapshot
+
+
+def test_values_follow_the_scenario_tick_by_tick() -> None:
+    poller, _, clock = make({"gpus": [{"values": {"temperature_celsius": [40, 50, 60]}}]})
+    temps = [poll(poller, clock).gpus[0].temperature_celsius for _ in range(4)]
+    assert temps == [40, 50, 60, 60]
+
+
+def test_slow_tier_is_read_only_every_slow_interval() -> None:
+    poller, _, clock = make(
+        {"gpus": [{"values": {"energy_joules_total": [1.0, 2.0, 3.0, 4.0]}}]},
+        PollIntervals(fast_seconds=1, slow_seconds=3, static_seconds=100),
+    )
+    energies = []
+    for _ in range(7):
+        snapshot = poll(poller, clock)
+        energies.append(snapshot.gpus[0].energy_joules_total)
+    # The slow tier is read at t=0, 3, 6; each read plays the tick reached so far; between reads the cached value stays.
+    assert energies == [1.0, 1.0, 1.0, 4.0, 4.0, 4.0, 4.0]
+    assert set(snapshot.tiers) == {"fast", "slow", "static"}
+
+
+def test_nvml_missing_at_start_then_appearing(caplog: pytest.LogCaptureFixture) -> None:
+    poller, _, clock = make({"nvml_missing_inits": 2, "gpus": [{}]})
+    caplog.set_level(logging.INFO)
+    first = poll(poller, clock)
+    assert first.nvml_up is False and first.gpus == ()
+    assert "NVML Shared Library Not Found" in (first.nvml_error or "")
+    states = [first.nvml_up] + [poll(poller, clock).nvml_up for _ in range(5)]
+    assert states[-1] is True
+    # retried with backoff: not every poll
+    assert states.count(False) >= 2
+    errors = [r for r in caplog.records if "NVML unavailable" in r.getMessage()]
+    assert len(errors) == 1, "one clear log line, not one per retry"
+    assert any("NVML is back" in r.getMessage() for r in caplog.records)
+
+
+def test_one_gpu_lost_the_others_keep_reporting() -> None:
+    poller, _, clock = make(
+        {
+            "gpus": [
+                {"lost_at_tick": 2, "values": {"temperature_celsius": 50}},
+                {"values": {"temperature_celsius": [40, 41, 42, 43]}},
+            ]
+        }
+    )
+    snaps = [poll(poller, clock) for _ in range(4)]
+    assert [s.gpus[0].up for s in snaps] == [True, True, False, False]
+    assert snaps[2].gpus[0].lost_reason == "GPU is lost"
+    assert snaps[2].gpus[0].temperature_celsius is None
+    assert snaps[2].gpus[0].name == "NVIDIA H200", "identity is kept for a lost GPU"
+    assert [s.gpus[1].temperature_celsius for s in snaps] == [40, 41, 42, 43]
+
+
+def test_lost_gpu_is_reprobed_with_backoff_and_recovers() -> None:
+    scenario = {"gpus": [{"lost_at_tick": 1}]}
+    poller, backend, clock = make(scenario)
+    poll(poller, clock)
+    assert poll(poller, clock).gpus[0].up is False
+    # the GPU comes back (a reset): the backend answers again
+    object.__setattr__(backend.scripts[0], "lost_at_tick", None)
+    ups = [poll(poller, clock).gpus[0].up for _ in range(8)]
+    assert ups[0] is False, "not re-probed on every poll"
+    assert ups[-1] is True
+
+
+def test_unsupported_field_is_absent() -> None:
+    poller, _, clock = make(
+        {
+            "gpus": [
+                {
+                    "unsupported": ["fan_speed_ratios", "memory_temperature_celsius"],
+                    "values": {"fan_speed_ratios": {"0": 0.3}},
+                }
+            ]
+        }
+    )
+    gpu = poll(poller, clock).gpus[0]
+    assert gpu.fan_speed_ratios is None and gpu.memory_temperature_celsius is None
+    assert gpu.temperature_celsius is not None
+
+
+def test_exception_in_a_poll_is_logged_counted_and_the_next_poll_runs(caplog: pytest.LogCaptureFixture) -> None:
+    poller, _, clock = make({"gpus": [{"raise_at_ticks": [1], "values": {"temperature_celsius": [30, 31, 32]}}]})
+    first = poll(poller, clock)
+    second = poll(poller, clock)
+    third = poll(poller, clock)
+    assert second.tiers["fast"].errors_total == 1
+    assert second.gpus[0].up is True and second.gpus[0].temperature_celsius == 30, "last good value kept"
+    assert third.gpus[0].temperature_celsius == 32
+    assert first.tiers["fast"].errors_total == 0
+    assert any("simulated NVML failure" in (r.exc_text or "") or r.exc_info for r in caplog.records)
+
+
+def test_static_tier_is_read_once_then_cached() -> None:
+    calls: list[Tier] = []
+    backend = FakeBackend.plausible(1)
+    original = backend.read
+
+    def spy(index: int, tier: Tier) -> Any:
+        calls.append(tier)
+        return original(index, tier)
+
+    backend.read = spy  # type: ignore[method-assign]
+    clock = Clock()
+    poller = Poller(backend, SnapshotStore(), monotonic=clock, wall_clock=clock, host_figures=dict)
+    for _ in range(5):
+        snapshot = poll(poller, clock)
+    assert calls.count(Tier.STATIC) == 1
+    assert calls.count(Tier.FAST) == 5
+    assert snapshot.gpus[0].name == "NVIDIA H200"
+
+
+def test_store_listeners_see_every_snapshot() -> None:
+    poller, _, clock = make({"gpus": [{}]})
+    seen: list[Snapshot] = []
+    poller._store.subscribe(seen.append)
+    poll(poller, clock)
+    poll(poller, clock)
+    assert len(seen) == 2
