@@ -48,6 +48,8 @@ class _GpuGpm:
     samples: list[Any]
     metric_ids: dict[int, tuple[str, str]]
     """metric id -> (kind 'ratio'|'throughput', field or key)."""
+    request: Any = None
+    """One nvmlGpmMetricsGet request struct, reused for every pair of samples."""
     previous: int | None = None
     """Index in ``samples`` of the last sample taken, None until the first one."""
     dropped: set[int] = field(default_factory=set)
@@ -151,8 +153,10 @@ class GpmSampler:
         ids = [m for m in state.metric_ids if m not in state.dropped]
         if not ids:
             return {}
-        request = nv.c_nvmlGpmMetricsGet_t()
-        request.version = nv.NVML_GPM_METRICS_GET_VERSION
+        if state.request is None:
+            state.request = nv.c_nvmlGpmMetricsGet_t()
+            state.request.version = nv.NVML_GPM_METRICS_GET_VERSION
+        request = state.request
         request.numMetrics = len(ids)
         request.sample1 = first
         request.sample2 = second

@@ -358,6 +358,10 @@ class NvmlBackend:
             errors, self._errors = self._errors, Counter()
         return dict(errors)
 
+    def gpm_supported(self, index: int) -> bool | None:
+        """Whether GPU ``index`` offers NVML GPM profiling metrics; None until a FAST read probed it."""
+        return self._gpm.supported(index)
+
     def reader_names(self, tier: Tier) -> tuple[str, ...]:
         """Names of the reader groups of ``tier`` in the order ``read`` runs them."""
         return tuple(name for name, _ in self._readers.get(tier, ()))
