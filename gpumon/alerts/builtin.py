@@ -33,7 +33,7 @@ MINIMAL_XID_ACTIONS: Mapping[int, str] = {
     140: "reset_gpu",
     154: "reset_gpu",
 }
-"""Used only until gpumon.events.catalog exists: XID code -> recommended action (DESIGN.md §4)."""
+"""Fallback when gpumon.events.catalog cannot be loaded: XID code -> recommended action (DESIGN.md §4)."""
 
 
 def builtin_rules_raw() -> list[dict[str, Any]]:
@@ -50,20 +50,17 @@ def minimal_xid_action(code: int) -> str:
     return MINIMAL_XID_ACTIONS.get(code, "unknown")
 
 
-def xid_action_from_catalog() -> Callable[[int], str]:
-    """``xid_action`` backed by gpumon.events.catalog when it exists, else the minimal table."""
+def xid_action_from_catalog(overrides: Mapping[int, Mapping[str, str]] | None = None) -> Callable[[int], str]:
+    """``xid_action`` backed by gpumon.events.catalog (with the config's overrides); the minimal table
+    when the catalog cannot be loaded."""
     try:
-        from gpumon.events import catalog  # type: ignore[attr-defined, unused-ignore]
-    except ImportError:
+        from gpumon.events.catalog import XidCatalog
+
+        catalog = XidCatalog.load(overrides)
+    except Exception:
         return minimal_xid_action
-    lookup = getattr(catalog, "action", None) or getattr(catalog, "xid_action", None)
-    if callable(lookup):
 
-        def action(code: int) -> str:
-            try:
-                return str(lookup(code) or "unknown")
-            except Exception:
-                return minimal_xid_action(code)
+    def action(code: int) -> str:
+        return catalog.lookup(code).action
 
-        return action
-    return minimal_xid_action
+    return action
