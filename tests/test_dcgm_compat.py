@@ -259,3 +259,13 @@ def test_promtool_check_metrics_finds_nothing_but_dcgms_own_naming() -> None:
     unexpected = [line for line in complaints if not any(lint in line for lint in INHERENT_LINTS)]
     assert unexpected == []
     assert proc.returncode in (0, 3)  # 3: lint findings only (all of them inherent, checked above)
+
+
+def test_docs_map_every_dcgm_family() -> None:
+    from pathlib import Path
+
+    from gpumon.exporter.dcgm import dcgm_fields
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "dcgm-compat.md").read_text(encoding="utf-8")
+    for spec in dcgm_fields():
+        assert f"| `{spec.name}` | {spec.kind} |" in doc, spec.name

@@ -68,3 +68,13 @@ def test_bad_overrides_are_all_reported_at_once() -> None:
         XidCatalog.load(overrides)  # type: ignore[arg-type]
     assert len(err.value.problems) == 3
     assert override_problems({31: {"action": "restart_app"}}) == []
+
+
+def test_docs_list_every_shipped_code_as_the_catalog_has_it() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "xid.md").read_text(encoding="utf-8")
+    catalog = XidCatalog.load()
+    for code in catalog.codes():
+        info = catalog.lookup(code)
+        assert f"| {code} | {info.meaning} | {info.severity} | `{info.action}` |" in doc, code
