@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from gpumon.events.kernel_log import normalize_bus_id
 from gpumon.events.model import XidEvent
+from gpumon.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,17 @@ class XidTracker:
             self._by_gpu.pop(None, None)
             for event in still:
                 self._by_gpu.setdefault(None, _Counts()).add(event)
+
+    def set_gpus_from_snapshot(self, snapshot: Snapshot) -> None:
+        """``set_gpus`` from a snapshot's pci_bus_id of each GPU; a no-op when nothing changed.
+
+        Fits ``SnapshotStore.subscribe``, so GPUs that appear after a late NVML start are learnt too.
+        """
+        mapping = {g.pci_bus_id: g.index for g in snapshot.gpus if g.pci_bus_id}
+        with self._lock:
+            current = {bus: index for bus, index in self._bus_to_index.items()}
+        if {normalize_bus_id(b): i for b, i in mapping.items()} != current:
+            self.set_gpus(mapping)
 
     def subscribe(self, listener: XidListener) -> None:
         """Call ``listener(event)`` for each counted event (GPU index filled in when known), e.g. the alert engine."""

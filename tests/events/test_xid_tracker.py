@@ -125,3 +125,17 @@ def test_counts_are_exact_under_concurrent_recording() -> None:
         t.join()
     assert tracker.counts(0) == {"13": 4000}
     assert tracker.counts(1) == {"13": 4000}
+
+
+def test_gpus_are_learnt_from_published_snapshots() -> None:
+    from gpumon.snapshot import GpuSnapshot, Snapshot
+    from gpumon.store import SnapshotStore
+
+    tracker = XidTracker(live_since_seconds=START)
+    tracker.record(from_log(79, "00000000:28:00.0", START - 10))
+    store = SnapshotStore()
+    store.subscribe(tracker.set_gpus_from_snapshot)
+    gpus = tuple(GpuSnapshot(index=i, uuid=f"GPU-{i}", pci_bus_id=bus) for bus, i in GPUS.items())
+    store.publish(Snapshot(timestamp_seconds=START, monotonic_seconds=1.0, nvml_up=True, gpus=gpus))
+    assert tracker.counts(1) == {"79": 1}
+    assert tracker.counts(None) == {}

@@ -1,0 +1,176 @@
+"""Process attribution, kernel-log XIDs and DCGM names on a real GPU host.
+
+Run with ``python3 -m pytest -m gpu tests/gpu/test_deep_signals_gpu.py -s -v``: every
+compared value is printed. Skipped (with the reason shown) where nvidia-smi or NVML is
+missing, or torch for the workload test.
+"""
+
+from __future__ import annotations
+
+import getpass
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.core import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpumon.backends.base import NvmlUnavailableError
+from gpumon.backends.nvml import NvmlBackend
+from gpumon.events.catalog import XidCatalog
+from gpumon.events.kernel_log import normalize_bus_id, read_boot_xids
+from gpumon.events.tracker import XidTracker
+from gpumon.exporter.dcgm import DcgmCompatCollector
+from gpumon.poller import Poller
+from gpumon.processes import ProcessEnricher, parse_cgroup_file
+from gpumon.snapshot import Snapshot, Tier
+from gpumon.store import SnapshotStore
+
+pytestmark = pytest.mark.gpu
+
+
+def smi(*args: str) -> str:
+    path = shutil.which("nvidia-smi")
+    if path is None:
+        pytest.skip("nvidia-smi not found: not a GPU host")
+    done = subprocess.run([path, *args], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, f"nvidia-smi {' '.join(args)} failed: {done.stdout}{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[NvmlBackend]:
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("nvidia-smi not found: not a GPU host")
+    b = NvmlBackend.from_system()
+    try:
+        b.init()
+    except NvmlUnavailableError as exc:
+        pytest.skip(f"NVML unavailable on this host: {exc}")
+    yield b
+    b.shutdown()
+
+
+def snapshot_of(backend: NvmlBackend, enricher: ProcessEnricher | None = None) -> Snapshot:
+    store = SnapshotStore()
+    poller = Poller(backend, store, enrich_processes=enricher.enrich if enricher else None)
+    return poller.poll()
+
+
+def test_nvml_bus_ids_are_already_in_the_form_kernel_log_events_are_normalised_to(backend: NvmlBackend) -> None:
+    for index in range(backend.device_count()):
+        bus = backend.read(index, Tier.STATIC).get("pci_bus_id")
+        print(f"\nGPU {index}: NVML pci_bus_id {bus!r} -> normalised {normalize_bus_id(str(bus))!r}")
+        assert bus is not None and normalize_bus_id(bus) == bus
+
+
+def test_kernel_log_xids_since_boot_are_attributed_to_this_hosts_gpus(backend: NvmlBackend) -> None:
+    result = read_boot_xids()
+    print(f"\n{result.summary()}")
+    buses = {str(backend.read(i, Tier.STATIC)["pci_bus_id"]): i for i in range(backend.device_count())}
+    tracker = XidTracker(live_since_seconds=time.time())
+    tracker.set_gpus(buses)
+    tracker.record_all(result.events)
+    for index in sorted(set(buses.values())):
+        print(f"GPU {index}: XIDs since boot {tracker.counts(index)}")
+    print(f"not on a watched GPU: {tracker.counts(None)}")
+    for event in result.events[-10:]:
+        print(f"  {event.pci_bus_id} xid {event.xid} at {event.timestamp_seconds:.0f}: {event.message}")
+    if result.source is None:
+        assert os.geteuid() != 0, "root must be able to read /dev/kmsg"
+    dmesg = shutil.which("dmesg")
+    if result.source is not None and dmesg:
+        done = subprocess.run([dmesg], capture_output=True, text=True, timeout=30, check=False)
+        if done.returncode == 0:
+            in_dmesg = done.stdout.count("NVRM: Xid (")
+            print(f"dmesg shows {in_dmesg} XID lines; gpumon read {len(result.events)} from {result.source}")
+            # the same ring buffer (or the journal, which keeps what the ring buffer lost)
+            assert len(result.events) >= in_dmesg
+    for event in result.events:
+        assert event.pci_bus_id is not None and normalize_bus_id(event.pci_bus_id) == event.pci_bus_id
+
+
+WORKLOAD = r"""
+import os, sys, time, torch
+a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+b = a @ a
+torch.cuda.synchronize()
+print(f"ready {os.getpid()}", flush=True)
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    for _ in range(20):
+        b = a @ a
+    torch.cuda.synchronize()
+"""
+
+
+def test_a_torch_process_is_shown_with_name_user_and_cgroup(backend: NvmlBackend) -> None:
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed: cannot start the workload")
+    uuid = backend.uuid(0)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": uuid}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WORKLOAD, "15"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert proc.stdout is not None
+        ready = proc.stdout.readline().strip()
+        assert ready.startswith("ready"), (
+            f"workload did not start: {ready!r} {proc.stderr.read() if proc.stderr else ''}"
+        )
+        pid = int(ready.split()[1])
+        enricher = ProcessEnricher()
+        snap = snapshot_of(backend, enricher)
+        procs = {p.pid: p for p in snap.gpus[0].processes or ()}
+        print(f"\nprocesses on GPU 0 while torch runs: {list(procs.values())}")
+        assert pid in procs, f"torch pid {pid} not among {sorted(procs)} (a container's pid namespace differs?)"
+        p = procs[pid]
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        place = parse_cgroup_file(Path(f"/proc/{pid}/cgroup").read_text())
+        print(f"pid {pid}: comm {comm!r}, cgroup {Path(f'/proc/{pid}/cgroup').read_text().strip()!r} -> {place}")
+        assert p.name == comm
+        assert p.user == getpass.getuser()
+        assert (p.systemd_unit, p.container_id, p.pod_uid, p.slurm_job_id) == (
+            place.systemd_unit,
+            place.container_id,
+            place.pod_uid,
+            place.slurm_job_id,
+        )
+        assert p.used_memory_bytes is not None and p.used_memory_bytes >= 4096 * 4096 * 2
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_dcgm_names_match_nvidia_smi_in_dcgm_units(backend: NvmlBackend) -> None:
+    store = SnapshotStore()
+    store.publish(snapshot_of(backend))
+    registry = CollectorRegistry()
+    registry.register(DcgmCompatCollector(store, "gpu-host", XidCatalog.load()))
+    families = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    query = "index,memory.total,clocks.sm,temperature.gpu,power.draw,pci.bus_id"
+    for line in smi(f"--query-gpu={query}", "--format=csv,noheader,nounits").strip().splitlines():
+        index, total, sm, temp, power, bus = (c.strip() for c in line.split(","))
+
+        def value(name: str, index: str = index) -> float:
+            (s,) = [s for s in families[name].samples if s.labels["gpu"] == index]
+            return float(s.value)
+
+        print(
+            f"\nGPU {index}: FB_TOTAL {value('DCGM_FI_DEV_FB_TOTAL')} MiB vs smi {total}; "
+            f"SM_CLOCK {value('DCGM_FI_DEV_SM_CLOCK')} vs {sm} MHz; GPU_TEMP {value('DCGM_FI_DEV_GPU_TEMP')} vs {temp}; "
+            f"POWER {value('DCGM_FI_DEV_POWER_USAGE')} vs {power} W"
+        )
+        assert value("DCGM_FI_DEV_FB_TOTAL") == pytest.approx(float(total), abs=1)
+        assert value("DCGM_FI_DEV_GPU_TEMP") == pytest.approx(float(temp), abs=3)
+        assert value("DCGM_FI_DEV_SM_CLOCK") == pytest.approx(float(sm), rel=0.5)  # clocks move between reads
+        (temp_sample,) = [s for s in families["DCGM_FI_DEV_GPU_TEMP"].samples if s.labels["gpu"] == index]
+        assert temp_sample.labels["pci_bus_id"] == normalize_bus_id(bus)
+        assert temp_sample.labels["device"] == f"nvidia{index}"
