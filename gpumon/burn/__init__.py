@@ -1,0 +1,5 @@
+"""``gpumon burn``: burn-in and fault triage that names the bad GPU, link or rank.
+
+torch is imported only inside this package and only inside functions, so importing
+``gpumon.burn.cli`` or ``gpumon.burn.results_collector`` never loads it. See docs/burn.md.
+"""

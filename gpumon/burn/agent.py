@@ -1,0 +1,305 @@
+"""The agent: spawns one worker per local GPU, watches their heartbeats, collects their results.
+
+One agent per host (or per torchrun process). Agents of a multi-node run share a TCPStore:
+each publishes its ranks' progress every second, so every agent's watchdog sees the whole
+run, and the first agent to find a hang or a dead rank tells the others to stop.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import queue as queue_mod
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumon.burn import watchdog
+from gpumon.burn.protocol import NO_MULTICAST_ENV, WorkerSpec
+
+BEAT_PUBLISH_SECONDS = 1.0
+KILL_GRACE_SECONDS = 2.0
+
+
+@dataclass
+class RankState:
+    """The agent's view of one local worker."""
+
+    rank: int
+    gpu: int
+    node: int
+    test: str = "start"
+    collective: str | None = "spawn"
+    last_progress: float = field(default_factory=time.monotonic)
+    ready: bool = False
+    done: bool = False
+    exit_code: int | None = None
+    model: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Abort:
+    kind: str
+    """hang | dead | cannot_run | interrupted"""
+    message: str
+    ranks: tuple[int, ...] = ()
+
+    def to_jsonable(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "ranks": list(self.ranks)}
+
+
+class Agent:
+    """Runs the local workers to the end, or until the watchdog or another agent stops them."""
+
+    def __init__(
+        self,
+        specs: list[WorkerSpec],
+        node: int,
+        agent_index: int,
+        agent_count: int,
+        store: Any,
+        heartbeat_timeout_seconds: float,
+        startup_timeout_seconds: float,
+        on_tick: Callable[[dict[int, RankState]], None] = lambda _s: None,
+        on_test: Callable[[int, str], None] = lambda _g, _t: None,
+    ) -> None:
+        self.specs = specs
+        self.node = node
+        self.agent_index = agent_index
+        self.agent_count = agent_count
+        self.store = store
+        self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
+        self.startup_timeout_seconds = startup_timeout_seconds
+        self.on_tick = on_tick
+        self.on_test = on_test
+        self.states = {s.rank: RankState(rank=s.rank, gpu=s.gpu, node=node) for s in specs}
+        self.abort: Abort | None = None
+        self._procs: dict[int, Any] = {}
+        self._beat_seq = 0
+        self._remote: dict[int, tuple[int, float, list[dict[str, Any]]]] = {}
+
+    # ------------------------------------------------------------------
+    def run(self) -> None:
+        for key, value in NO_MULTICAST_ENV.items():
+            os.environ[key] = value  # inherited by the spawned workers
+        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+        from gpumon.burn import worker
+
+        ctx = multiprocessing.get_context("spawn")
+        q = ctx.Queue()
+        for spec in self.specs:
+            proc = ctx.Process(target=worker.main, args=(spec, q), name=f"gpumon-burn-rank{spec.rank}", daemon=True)
+            proc.start()
+            self._procs[spec.rank] = proc
+            self.states[spec.rank].last_progress = time.monotonic()
+        next_beat = 0.0
+        try:
+            while True:
+                self._drain(q, timeout=0.2)
+                self._reap()
+                now = time.monotonic()
+                if now >= next_beat:
+                    next_beat = now + BEAT_PUBLISH_SECONDS
+                    self._exchange_beats()
+                    self._check_watchdog()
+                self.on_tick(self.states)
+                if self.abort is not None or all(not p.is_alive() for p in self._procs.values()):
+                    break
+        except KeyboardInterrupt:
+            self.abort = Abort("interrupted", "interrupted (Ctrl-C)")
+            self._publish_abort()
+            raise
+        finally:
+            self._drain(q, timeout=0.0)
+            self._stop_workers()
+            self._drain(q, timeout=0.0)
+            q.close()
+            q.cancel_join_thread()
+
+    # ------------------------------------------------------------------
+    def _drain(self, q: Any, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                msg = q.get(timeout=left) if left > 0 else q.get_nowait()
+            except (queue_mod.Empty, OSError, EOFError, ValueError):
+                return
+            self._handle(msg)
+            timeout = 0.0
+
+    def _handle(self, msg: dict[str, Any]) -> None:
+        st = self.states.get(int(msg.get("rank", -1)))
+        if st is None:
+            return
+        st.last_progress = time.monotonic()
+        kind = msg.get("type")
+        if kind == "beat":
+            test = str(msg.get("test"))
+            if test != st.test:
+                self.on_test(st.gpu, test)
+                st.metrics = {}
+            st.test = test
+            st.collective = msg.get("collective")
+            if msg.get("metrics"):
+                st.metrics = dict(msg["metrics"])
+        elif kind == "ready":
+            st.ready = True
+            st.collective = None
+            st.model = msg.get("model")
+        elif kind == "result":
+            st.results[str(msg["test"])] = msg["data"]
+        elif kind == "error":
+            st.errors.append({k: msg.get(k) for k in ("test", "kind", "message", "traceback")})
+            if msg.get("kind") == "cannot_run" and self.abort is None:
+                self.abort = Abort("cannot_run", str(msg.get("message")), (st.rank,))
+                self._publish_abort()
+        elif kind == "done":
+            st.done = True
+            st.collective = None
+
+    def _reap(self) -> None:
+        for rank, proc in self._procs.items():
+            st = self.states[rank]
+            if st.exit_code is None and not proc.is_alive():
+                st.exit_code = proc.exitcode
+                if not st.done and self.abort is None:
+                    code = proc.exitcode
+                    how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+                    if any(e.get("kind") == "cannot_run" for e in st.errors):
+                        continue
+                    last = st.errors[-1]["message"] if st.errors else ""
+                    self.abort = Abort(
+                        "dead",
+                        f"rank {rank} (GPU {st.gpu}) died ({how}) during {st.test}" + (f": {last}" if last else ""),
+                        (rank,),
+                    )
+                    self._publish_abort()
+
+    def _views(self) -> list[watchdog.RankView]:
+        now = time.monotonic()
+        views = [
+            watchdog.RankView(
+                rank=s.rank,
+                gpu=s.gpu,
+                node=s.node,
+                test=s.test,
+                collective=s.collective,
+                age_seconds=now - s.last_progress,
+                ready=s.ready,
+                done=s.done or s.exit_code is not None,
+            )
+            for s in self.states.values()
+        ]
+        for _agent, (_seq, seen_at, ranks) in self._remote.items():
+            for r in ranks:
+                views.append(
+                    watchdog.RankView(
+                        rank=r["rank"],
+                        gpu=r["gpu"],
+                        node=r["node"],
+                        test=r["test"],
+                        collective=r["collective"],
+                        age_seconds=r["age"] + (now - seen_at),
+                        ready=r["ready"],
+                        done=r["done"],
+                    )
+                )
+        return views
+
+    def _check_watchdog(self) -> None:
+        if self.abort is not None:
+            return
+        hang = watchdog.decide(self._views(), self.heartbeat_timeout_seconds, self.startup_timeout_seconds)
+        if hang is not None:
+            self.abort = Abort("hang", hang.message, hang.ranks)
+            self._publish_abort()
+
+    def _exchange_beats(self) -> None:
+        if self.agent_count <= 1:
+            return
+        now = time.monotonic()
+        self._beat_seq += 1
+        mine = [
+            {
+                "rank": s.rank,
+                "gpu": s.gpu,
+                "node": s.node,
+                "test": s.test,
+                "collective": s.collective,
+                "age": now - s.last_progress,
+                "ready": s.ready,
+                "done": s.done or s.exit_code is not None,
+            }
+            for s in self.states.values()
+        ]
+        try:
+            self.store.set(f"beat/{self.agent_index}", json.dumps({"seq": self._beat_seq, "ranks": mine}))
+            for agent in range(self.agent_count):
+                if agent == self.agent_index or not self.store.check([f"beat/{agent}"]):
+                    continue
+                data = json.loads(self.store.get(f"beat/{agent}"))
+                old = self._remote.get(agent)
+                if old is None or old[0] != data["seq"]:
+                    self._remote[agent] = (data["seq"], now, data["ranks"])
+            if self.abort is None and self.store.check(["abort"]):
+                data = json.loads(self.store.get("abort"))
+                self.abort = Abort(data["kind"], data["message"], tuple(data["ranks"]))
+        except Exception as exc:  # the store (rank 0's host) went away
+            if self.abort is None:
+                self.abort = Abort("dead", f"lost contact with the other nodes' agents: {exc}")
+
+    def _publish_abort(self) -> None:
+        if self.agent_count <= 1 or self.abort is None:
+            return
+        try:
+            if not self.store.check(["abort"]):
+                self.store.set("abort", json.dumps(self.abort.to_jsonable()))
+        except Exception:
+            pass
+
+    def _stop_workers(self) -> None:
+        alive = [p for p in self._procs.values() if p.is_alive()]
+        for p in alive:
+            p.terminate()
+        deadline = time.monotonic() + KILL_GRACE_SECONDS
+        for p in alive:
+            p.join(max(0.0, deadline - time.monotonic()))
+        for p in alive:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        for rank, p in self._procs.items():
+            if self.states[rank].exit_code is None:
+                self.states[rank].exit_code = p.exitcode
+
+    # ------------------------------------------------------------------
+    def node_result(self) -> dict[str, Any]:
+        """This agent's share of the report (merged by agent 0)."""
+        return {
+            "agent": self.agent_index,
+            "node": self.node,
+            "hostname": socket.gethostname(),
+            "ranks": [
+                {
+                    "rank": s.rank,
+                    "gpu": s.gpu,
+                    "node": s.node,
+                    "model": s.model,
+                    "results": s.results,
+                    "errors": s.errors,
+                    "ready": s.ready,
+                    "done": s.done,
+                    "exit_code": s.exit_code,
+                    "last_test": s.test,
+                }
+                for s in self.states.values()
+            ],
+            "abort": self.abort.to_jsonable() if self.abort else None,
+        }

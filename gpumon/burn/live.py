@@ -1,0 +1,86 @@
+"""The live view while the burn runs: per GPU the test, TFLOP/s or GB/s, temperature, power, clocks, errors.
+
+A rich table redrawn in place on a terminal; plain progress lines (every few seconds and
+on each test change) when stdout is not a TTY.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from gpumon.burn.agent import RankState
+from gpumon.burn.watcher import Watcher
+
+PLAIN_EVERY_SECONDS = 5.0
+
+
+class LiveView:
+    """Call ``update(states)`` often; it redraws at most a few times a second."""
+
+    def __init__(self, console: Console, watcher: Watcher | None, enabled: bool = True) -> None:
+        self.console = console
+        self.watcher = watcher
+        self.enabled = enabled
+        self.tty = console.is_terminal
+        self.started = time.monotonic()
+        self._live: Live | None = None
+        self._last_draw = 0.0
+        self._last_plain: dict[int, tuple[str, float]] = {}
+
+    def __enter__(self) -> LiveView:
+        if self.enabled and self.tty:
+            self._live = Live(Table(), console=self.console, refresh_per_second=4, transient=True)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+            self._live = None
+
+    def _row(self, st: RankState) -> list[str]:
+        sample = self.watcher.latest(st.gpu) if self.watcher is not None else None
+        rate = ""
+        if "tflops" in st.metrics:
+            rate = f"{st.metrics['tflops']:.1f} TFLOP/s"
+        elif "gbps" in st.metrics:
+            rate = f"{st.metrics['gbps']:.1f} GB/s"
+        test = st.test + (f" (waiting: {st.collective})" if st.collective else "")
+        if st.done:
+            test = "done"
+        temp = f"{sample.temperature_celsius:.0f} °C" if sample and sample.temperature_celsius is not None else "—"
+        power = f"{sample.power_watts:.0f} W" if sample and sample.power_watts is not None else "—"
+        clock = f"{sample.sm_clock_hertz / 1e6:.0f} MHz" if sample and sample.sm_clock_hertz is not None else "—"
+        return [str(st.gpu), str(st.rank), test, rate, temp, power, clock, str(len(st.errors))]
+
+    def update(self, states: dict[int, RankState]) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if self._live is not None:
+            if now - self._last_draw < 0.25:
+                return
+            self._last_draw = now
+            table = Table(title=f"gpumon burn — {now - self.started:.0f} s")
+            for col in ("GPU", "rank", "test", "rate", "temp", "power", "SM clock", "errors"):
+                table.add_column(col)
+            for st in states.values():
+                table.add_row(*self._row(st))
+            self._live.update(table)
+            return
+        for st in states.values():
+            last = self._last_plain.get(st.rank)
+            if last is None or last[0] != st.test or now - last[1] >= PLAIN_EVERY_SECONDS:
+                self._last_plain[st.rank] = (st.test, now)
+                gpu, rank, test, rate, temp, power, clock, errors = self._row(st)
+                self.console.print(
+                    f"[{now - self.started:5.0f}s] gpu {gpu} rank {rank} {test} {rate} {temp} {power} {clock} "
+                    f"errors {errors}".replace("  ", " "),
+                    highlight=False,
+                    soft_wrap=True,
+                )

@@ -1,0 +1,290 @@
+"""One ``gpumon burn`` run from validated options to exit code, on this agent.
+
+Order: refuse early (no torch, busy GPU, MIG, CUDA too old) → meet the other agents →
+running marker → watcher thread → workers (``Agent``) → merge on agent 0 → judge → report,
+verdict table, JSON, last.json → marker removed (also on failure and Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import importlib.util
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+
+from gpumon.backends.base import GpuBackend, GpuLostError
+from gpumon.burn import report as report_mod
+from gpumon.burn import sw as sw_mod
+from gpumon.burn.agent import Agent
+from gpumon.burn.errors import EXIT_CANNOT_RUN, BurnUsageError, CannotRunError
+from gpumon.burn.inject import Injection
+from gpumon.burn.judge import judge
+from gpumon.burn.live import LiveView
+from gpumon.burn.options import BurnOptions
+from gpumon.burn.protocol import WorkerSpec
+from gpumon.burn.state import StateFiles, write_json_atomic
+from gpumon.burn.thresholds import Thresholds
+from gpumon.burn.watcher import Watcher, summarise
+from gpumon.snapshot import Tier
+
+MERGE_TIMEOUT_SECONDS = 120.0
+
+
+def read_gpu(backend: GpuBackend, gpu: int) -> dict[str, Any]:
+    """All tiers of one GPU, for the sw checks and the report's identity fields."""
+    values: dict[str, Any] = {}
+    for tier in (Tier.STATIC, Tier.SLOW, Tier.FAST):
+        try:
+            values.update(backend.read(gpu, tier))
+        except GpuLostError as exc:
+            raise CannotRunError(f"GPU {gpu} is lost ({exc.reason}): reset or reboot before a burn") from exc
+    try:
+        values["uuid"] = backend.uuid(gpu)
+    except GpuLostError as exc:
+        raise CannotRunError(f"GPU {gpu} is lost ({exc.reason})") from exc
+    return values
+
+
+def _store(opts: BurnOptions, timeout_seconds: float) -> Any:
+    dist: Any = importlib.import_module("torch.distributed")
+
+    launch = opts.launch
+    timeout = datetime.timedelta(seconds=timeout_seconds)
+    try:
+        if launch.mode == "local":
+            store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
+        else:
+            store = dist.TCPStore(
+                launch.master_addr,
+                launch.master_port,
+                is_master=launch.store_is_master,
+                wait_for_workers=False,
+                timeout=timeout,
+            )
+    except Exception as exc:
+        where = f"{launch.master_addr}:{launch.master_port}"
+        raise CannotRunError(f"cannot reach the rendezvous store at {where}: {exc}") from exc
+    return store
+
+
+def run_burn(
+    opts: BurnOptions,
+    backend: GpuBackend,
+    injection: Injection,
+    thresholds: Thresholds,
+    console: Console,
+    warn: Callable[[str], None],
+) -> int:
+    """Run the burn on this agent; returns the exit code (the caller prints nothing more)."""
+    if importlib.util.find_spec("torch") is None:
+        raise CannotRunError("torch is not installed: pip install 'gpumon[burn]' (or torch) to run gpumon burn")
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    import torch
+
+    launch = opts.launch
+    started_at = time.time()
+    local = opts.local_gpus
+    info = {g: read_gpu(backend, g) for g in local}
+    sw_checks = sw_mod.check_host(backend.host(), getattr(torch.version, "cuda", None), opts.device)
+    for g in local:
+        sw_checks += sw_mod.check_gpu(g, info[g], own_pids=(os.getpid(),))
+    refusal = next((c for c in sw_checks if c.severity == "cannot_run"), None)
+    busy = [c for c in sw_checks if c.severity == "busy"]
+    refuse = None
+    if refusal is not None:
+        refuse = (f"GPU {refusal.gpu}: " if refusal.gpu is not None else "") + refusal.detail
+    elif busy and not opts.force:
+        refuse = "; ".join(f"GPU {c.gpu} is busy: {c.detail}" for c in busy) + " (use --force to burn anyway)"
+
+    store = _store(opts, max(opts.startup_timeout_seconds, 60.0))
+    dist: Any = importlib.import_module("torch.distributed")
+
+    agents = dist.PrefixStore(launch.run_id + "/agents", store)
+    if launch.agent_count > 1:
+        _meet(agents, opts, refuse)
+    elif refuse:
+        raise CannotRunError(refuse)
+
+    state = StateFiles(opts.state_dir, warn)
+    watcher = Watcher(backend, local)
+    models = {g: (str(info[g].get("name") or "unknown") if opts.device == "cuda" else "cpu") for g in local}
+    single_node = launch.node_count == 1
+    specs = [
+        WorkerSpec(
+            rank=opts.rank_offset + i,
+            world_size=opts.world_size,
+            gpu=g,
+            node_gpus=opts.gpus,
+            expected_uuid=info[g].get("uuid") if backend.name == "nvml" else None,
+            device=opts.device,
+            dtype=opts.dtype,
+            tests=opts.tests,
+            duration_seconds=opts.duration_seconds,
+            quick=opts.quick,
+            store_host="127.0.0.1" if launch.mode == "local" else launch.master_addr,
+            store_port=int(store.port) if launch.mode == "local" else launch.master_port,
+            store_prefix=launch.run_id,
+            injection=injection,
+            allreduce_floor_bytes_per_second=thresholds.allreduce_floor_bytes_per_second(models[g], single_node),
+            link_fraction=thresholds.link_fraction,
+        )
+        for i, g in enumerate(local)
+    ]
+    if launch.writes_node_state:
+        node_gpus = list(opts.gpus)
+        uuids = [info[g]["uuid"] if g in info else backend.uuid(g) for g in node_gpus]
+        state.write_marker(os.getpid(), node_gpus, uuids, started_at)
+    try:
+        watcher.start()
+        with LiveView(console, watcher, enabled=launch.is_leader) as view:
+            agent = Agent(
+                specs,
+                node=launch.node_index,
+                agent_index=launch.agent_index,
+                agent_count=launch.agent_count,
+                store=agents,
+                heartbeat_timeout_seconds=opts.heartbeat_timeout_seconds,
+                startup_timeout_seconds=opts.startup_timeout_seconds,
+                on_tick=view.update,
+                on_test=watcher.set_test,
+            )
+            agent.run()
+        watcher.stop()
+        mine = agent.node_result()
+        mine["gpus_info"] = {str(g): {"uuid": info[g].get("uuid"), "name": info[g].get("name")} for g in local}
+        mine["telemetry"] = {str(g): summarise(watcher.telemetry[g]) for g in local}
+        mine["sw"] = [c.to_jsonable() for c in sw_checks] if "sw" in opts.tests else []
+        mine["topology"] = {str(g): dict(info[g].get("topology_level") or {}) for g in local}
+        if launch.agent_count > 1:
+            final = _merge_multi(agents, opts, mine, thresholds, injection, started_at)
+        else:
+            final = _report([mine], opts, thresholds, injection, started_at)
+        final["node"] = launch.node_index
+        if launch.is_leader:
+            report_mod.render(final, console, opts.tests)
+            if opts.json_path:
+                try:
+                    write_json_atomic(_abs(opts.json_path), final)
+                except OSError as exc:
+                    warn(f"warning: cannot write --json {opts.json_path}: {exc.strerror or exc}")
+        if launch.writes_node_state:
+            state.write_last(final)
+        return int(final["exit_code"])
+    finally:
+        watcher.stop()
+        state.remove_marker()
+
+
+def _abs(path: str) -> Any:
+    from pathlib import Path
+
+    return Path(path).absolute()
+
+
+def _report(
+    nodes: list[dict[str, Any]], opts: BurnOptions, thresholds: Thresholds, injection: Injection, started_at: float
+) -> dict[str, Any]:
+    j = judge(nodes, thresholds, opts.tests)
+    models = sorted({g["model"] for g in j.gpus.values()})
+    dtypes = sorted({str(g["matmul"]["dtype"]) for g in j.gpus.values() if g.get("matmul")})
+    return report_mod.build(
+        j,
+        options={
+            "gpus": list(opts.gpus),
+            "tests": list(opts.tests),
+            "duration_seconds": opts.duration_seconds,
+            "quick": opts.quick,
+            "dtype": opts.dtype,
+            "device": opts.device,
+            "backend": opts.backend_spec,
+            "force": opts.force,
+            "heartbeat_timeout_seconds": opts.heartbeat_timeout_seconds,
+            "nodes": opts.launch.node_count,
+            "world_size": opts.world_size,
+            "launch": opts.launch.mode,
+        },
+        thresholds=thresholds.to_jsonable(models, dtypes[0] if dtypes else opts.dtype),
+        started_at=started_at,
+        finished_at=time.time(),
+        injection=injection.describe(),
+    )
+
+
+def _meet(agents: Any, opts: BurnOptions, refuse: str | None) -> None:
+    """Every agent says hello (its GPU count, or why it refuses) and waits for all the others."""
+    launch = opts.launch
+    agents.set(
+        f"hello/{launch.agent_index}",
+        json.dumps({"gpus": len(opts.local_gpus), "refuse": refuse, "node": launch.node_index}),
+    )
+    keys = [f"hello/{i}" for i in range(launch.agent_count)]
+    try:
+        agents.wait(keys, datetime.timedelta(seconds=opts.startup_timeout_seconds))
+    except Exception as exc:
+        missing = [k for k in keys if not agents.check([k])]
+        raise CannotRunError(
+            f"other nodes did not join within {opts.startup_timeout_seconds:.0f} s "
+            f"(missing agents {', '.join(k.split('/')[1] for k in missing)}): {exc}"
+        ) from exc
+    hellos = [json.loads(agents.get(k)) for k in keys]
+    refusals = [f"node {h['node']}: {h['refuse']}" for h in hellos if h["refuse"]]
+    if refusals:
+        raise CannotRunError("; ".join(refusals))
+    counts = {h["gpus"] for h in hellos}
+    if len(counts) > 1:
+        raise BurnUsageError([f"every node must burn the same number of GPUs (got {sorted(counts)})"])
+
+
+def _merge_multi(
+    agents: Any,
+    opts: BurnOptions,
+    mine: dict[str, Any],
+    thresholds: Thresholds,
+    injection: Injection,
+    started_at: float,
+) -> dict[str, Any]:
+    """Agent 0 gathers every agent's result and publishes the merged report; the others fetch it."""
+    launch = opts.launch
+    agents.set(f"node/{launch.agent_index}", json.dumps(mine))
+    timeout = datetime.timedelta(seconds=MERGE_TIMEOUT_SECONDS + opts.heartbeat_timeout_seconds)
+    if launch.is_leader:
+        nodes = [mine]
+        missing = []
+        deadline = time.monotonic() + timeout.total_seconds()
+        for i in range(1, launch.agent_count):
+            key = f"node/{i}"
+            while not agents.check([key]) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if agents.check([key]):
+                nodes.append(json.loads(agents.get(key)))
+            else:
+                missing.append(i)
+        final = _report(nodes, opts, thresholds, injection, started_at)
+        for i in missing:
+            final["faults"].append(f"agent {i} sent no result within {timeout.total_seconds():.0f} s (node lost?)")
+            final["exit_code"], final["verdict"] = 1, "fail"
+        agents.set("report", json.dumps(final))
+        with contextlib.suppress(Exception):  # stay up (we may host the store) until everyone has the report
+            agents.wait(
+                [f"fetched/{i}" for i in range(1, launch.agent_count) if i not in missing],
+                datetime.timedelta(seconds=30),
+            )
+        return final
+    try:
+        agents.wait(["report"], timeout)
+        final = json.loads(agents.get("report"))
+        agents.set(f"fetched/{launch.agent_index}", "1")
+    except Exception as exc:
+        raise CannotRunError(f"no merged report from agent 0 within {timeout.total_seconds():.0f} s: {exc}") from exc
+    return dict(final)
+
+
+__all__ = ["EXIT_CANNOT_RUN", "run_burn"]
