@@ -279,6 +279,45 @@ def test_process_utilization_without_new_samples_is_not_unsupported(fake: FakeNv
     assert backend.read(0, Tier.FAST)["processes"][0].sm_utilization_ratio == 0.9
 
 
+def test_an_older_binding_without_a_function_omits_its_fields(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("nvmlDeviceGetNumFans", "nvmlGpmQueryDeviceSupport", "nvmlDeviceGetSupportedClocksEventReasons"):
+        monkeypatch.delattr(FakeNvml, name)
+    fake.gpus[0].fans_percent = [50]
+    backend = NvmlBackend(fake)
+    backend.init()
+    for _ in range(2):
+        got = backend.read(0, Tier.FAST)
+    assert "fan_speed_ratios" not in got and "sm_active_ratio" not in got
+    assert got["power_watts"] == 75.5
+    assert backend.take_errors() == {}
+
+
+def test_older_binding_spelling_of_clock_reasons_is_used(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        FakeNvml,
+        "nvmlDeviceGetSupportedClocksThrottleReasons",
+        FakeNvml.nvmlDeviceGetSupportedClocksEventReasons,
+        raising=False,
+    )
+    monkeypatch.setattr(
+        FakeNvml,
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+        FakeNvml.nvmlDeviceGetCurrentClocksEventReasons,
+        raising=False,
+    )
+    monkeypatch.delattr(FakeNvml, "nvmlDeviceGetSupportedClocksEventReasons")
+    monkeypatch.delattr(FakeNvml, "nvmlDeviceGetCurrentClocksEventReasons")
+    fake.gpus[0].clock_events_supported = 0x1 | 0x4 | 0x40
+    fake.gpus[0].clock_events_current = 0x40
+    backend = NvmlBackend(fake)
+    backend.init()
+    assert backend.read(0, Tier.FAST)["clock_events_active"] == {
+        "gpu_idle": False,
+        "sw_power_cap": False,
+        "hw_thermal_slowdown": True,
+    }
+
+
 # ---- partial failures -------------------------------------------------------
 def test_one_failing_reader_spoils_nothing_else(
     fake: FakeNvml, backend: NvmlBackend, caplog: pytest.LogCaptureFixture

@@ -191,5 +191,7 @@ class GpmSampler:
                 log.debug("nvmlGpmSampleFree failed: %s", exc)
 
     def _is_unsupported(self, exc: Exception) -> bool:
+        if isinstance(exc, AttributeError) and getattr(exc, "obj", None) is self._nv:
+            return True  # an nvidia-ml-py without GPM
         code = getattr(exc, "value", None)
         return code is not None and any(code == getattr(self._nv, name, object()) for name in _UNSUPPORTED_CODES)

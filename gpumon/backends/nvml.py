@@ -18,9 +18,12 @@ watts (NVML: mW), joules (mJ), hertz (MHz), ratios 0-1 (percent), seconds (ns).
 * UNINITIALIZED, DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH: ``NvmlUnavailableError`` (NVML
   itself is gone, e.g. the driver was upgraded under us): the caller should shut down and
   ``init()`` again with backoff.
+* A function missing from an older nvidia-ml-py (AttributeError on the module) is treated
+  like NOT_SUPPORTED.
 * Any other error inside one reader does not spoil the others: the read returns what the
-  other readers got, and the error is kept for ``take_errors()`` (the poller counts them as
-  poll errors). ``read`` never raises for such partial failures, even if every reader failed.
+  other readers got, the error is logged (warning the first time per GPU and reader) and
+  counted per tier for ``take_errors()`` -> {"fast": n, ...}, which the poller adds to its
+  poll errors. ``read`` never raises for such partial failures, even if every reader failed.
 
 gpumon never changes a card: only getters here, no setter, clear, reset, clock/power/ECC/MIG call.
 """
@@ -487,6 +490,10 @@ class NvmlBackend:
                 g.unsupported.add(name)
                 log.debug("GPU %d: %s not supported (%s); not asked again", g.index, name, exc)
                 return
+            if _missing_in_binding(exc, self._nv):
+                g.unsupported.add(name)
+                log.info("GPU %d: %s omitted: this nvidia-ml-py has no %s", g.index, name, getattr(exc, "name", "?"))
+                return
             self._record_error(g, tier, name, exc)
 
     def _record_error(self, g: _Gpu, tier: Tier, name: str, exc: Exception) -> None:
@@ -689,7 +696,7 @@ class NvmlBackend:
             samples = self._nv.nvmlDeviceGetProcessUtilization(h, g.process_util_timestamp)
         except Exception as exc:
             code = _code(exc)
-            if code == NVML_ERROR_NOT_FOUND:  # no sample since the last timestamp
+            if code in (NVML_ERROR_NOT_FOUND, NVML_SUCCESS):  # no sample since the last timestamp
                 return {}
             if code in UNSUPPORTED_CODES:
                 g.unsupported.add("process_utilization")
@@ -1084,6 +1091,11 @@ def _code(exc: BaseException) -> int | None:
     """The NVML return code of an NVMLError (any binding or fake), else None."""
     value = getattr(exc, "value", None)
     return value if isinstance(value, int) else None
+
+
+def _missing_in_binding(exc: BaseException, nv: Any) -> bool:
+    """An AttributeError for a function this pynvml (an older nvidia-ml-py) does not have."""
+    return isinstance(exc, AttributeError) and getattr(exc, "obj", None) is nv and nv is not None
 
 
 def _nvml_error(nv: Any, code: int) -> Exception:
