@@ -67,7 +67,7 @@ def test_init_failure_is_one_clear_line(fake: FakeNvml, code: int, words: str) -
     with pytest.raises(NvmlUnavailableError) as err:
         backend.init()
     message = str(err.value)
-    assert message.startswith("NVML unavailable: ") and words in message and "\n" not in message
+    assert words in message and "\n" not in message
     backend.shutdown()  # safe after a failed init
     assert fake.calls["nvmlShutdown"] == 0
     fake.init_error = None  # the driver appears: the next init works

@@ -254,9 +254,7 @@ class NvmlBackend:
                 return
             nv = self._nv
             if nv is None:
-                raise NvmlUnavailableError(
-                    f"NVML unavailable: cannot import pynvml (nvidia-ml-py): {self._import_error}"
-                )
+                raise NvmlUnavailableError(f"cannot import pynvml (nvidia-ml-py): {self._import_error}")
             try:
                 nv.nvmlInit()
             except Exception as exc:
@@ -265,7 +263,7 @@ class NvmlBackend:
                 count = int(nv.nvmlDeviceGetCount())
             except Exception as exc:
                 _quiet(nv.nvmlShutdown)
-                raise NvmlUnavailableError(f"NVML unavailable: nvmlDeviceGetCount failed: {exc}") from None
+                raise NvmlUnavailableError(f"nvmlDeviceGetCount failed: {exc}") from None
             gpus: dict[int, _Gpu] = {}
             for index in range(count):
                 try:
@@ -429,7 +427,7 @@ class NvmlBackend:
     def _gpu(self, index: int) -> _Gpu:
         with self._lock:
             if not self._inited:
-                raise NvmlUnavailableError("NVML unavailable: the backend is not initialised")
+                raise NvmlUnavailableError("the NVML backend is not initialised")
             g = self._gpus.get(index)
         if g is None:
             raise IndexError(f"no GPU with index {index} (NVML sees {len(self._gpus)})")
@@ -446,7 +444,7 @@ class NvmlBackend:
             uuid = _text(nv.nvmlDeviceGetUUID(handle))
         except Exception as exc:
             if _code(exc) in NVML_GONE_CODES:
-                raise NvmlUnavailableError(f"NVML unavailable: {exc}") from exc
+                raise NvmlUnavailableError(f"NVML went away: {exc}") from exc
             raise GpuLostError(index, g.lost_reason or str(exc)) from exc
         if g.uuid is not None and uuid != g.uuid:
             raise GpuLostError(index, f"index {index} now names {uuid}, not {g.uuid}")
@@ -485,7 +483,7 @@ class NvmlBackend:
                 self._mark_lost(g, str(exc))
                 raise GpuLostError(g.index, str(exc)) from exc
             if code in NVML_GONE_CODES:
-                raise NvmlUnavailableError(f"NVML unavailable: {exc}") from exc
+                raise NvmlUnavailableError(f"NVML went away: {exc}") from exc
             if code in UNSUPPORTED_CODES:
                 g.unsupported.add(name)
                 log.debug("GPU %d: %s not supported (%s); not asked again", g.index, name, exc)
@@ -1121,7 +1119,7 @@ def _init_message(exc: BaseException) -> str:
         NVML_ERROR_LIB_RM_VERSION_MISMATCH: "libnvidia-ml and the kernel driver differ (driver upgraded without reboot?)",
     }
     reason = reasons.get(code) if code is not None else None
-    return f"NVML unavailable: {reason} [nvmlInit: {exc}]" if reason else f"NVML unavailable: nvmlInit failed: {exc}"
+    return f"{reason} [nvmlInit: {exc}]" if reason else f"nvmlInit failed: {exc}"
 
 
 def _text(value: Any) -> str:
