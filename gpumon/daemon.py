@@ -20,7 +20,6 @@ from types import FrameType
 
 from apscheduler.executors.debug import DebugExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
-from prometheus_client import CollectorRegistry
 
 from gpumon.backends.base import GpuBackend
 from gpumon.config import Config, ConfigError
@@ -76,11 +75,9 @@ class Daemon:
             self_stats=lambda: SelfStats(poll_skipped_total=self.poller.skipped_polls_total),
             processes=config.exporter.processes,
         )
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self.collector)
         self.server = MetricsServer(
             config.listen_address(),
-            self.registry,
+            self.collector.render,
             self.store,
             stale_after_seconds=config.stale_after,
             monotonic=monotonic,

@@ -21,8 +21,7 @@ from tests.helpers import DATA
 GOLDEN = DATA / "golden-metrics.txt"
 
 
-def golden_exposition(processes: bool = True) -> str:
-    """The fixed scenario, polled once with frozen clocks, as Prometheus text."""
+def golden_collector(processes: bool = True) -> GpumonCollector:
     store = SnapshotStore()
     backend = FakeBackend.from_file(DATA / "golden-scenario.yaml")
     host = {"cpu_utilization_ratio": 0.25, "memory_used_bytes": 8 << 30, "memory_total_bytes": 64 << 30}
@@ -30,13 +29,27 @@ def golden_exposition(processes: bool = True) -> str:
         backend, store, wall_clock=lambda: 1_700_000_000.0, monotonic=lambda: 100.0, host_figures=lambda: host
     )
     poller.poll()
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(
-        GpumonCollector(
-            store, PollIntervals(), monotonic=lambda: 100.0, processes=processes, version="0.0.0", python_version="3"
-        )
+    return GpumonCollector(
+        store, PollIntervals(), monotonic=lambda: 100.0, processes=processes, version="0.0.0", python_version="3"
     )
-    return generate_latest(registry).decode()
+
+
+def golden_exposition(processes: bool = True) -> str:
+    """The fixed scenario, polled once with frozen clocks, as gpumon serves it."""
+    return golden_collector(processes).render().decode()
+
+
+def test_fast_renderer_matches_prometheus_client_byte_for_byte() -> None:
+    for collector in (golden_collector(), _plausible_collector(9)):
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(collector)
+        assert collector.render().decode() == generate_latest(registry).decode()
+
+
+def _plausible_collector(gpus: int) -> GpumonCollector:
+    store = SnapshotStore()
+    Poller(FakeBackend.plausible(gpus), store).poll()
+    return GpumonCollector(store, PollIntervals(), monotonic=lambda: 5.0, processes=True)
 
 
 def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
@@ -165,9 +178,7 @@ def test_a_failing_extra_collector_does_not_break_the_scrape() -> None:
     Poller(FakeBackend.plausible(1), store).poll()
     collector = GpumonCollector(store, PollIntervals())
     collector.add("broken", _Broken())  # type: ignore[arg-type]
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    text = generate_latest(registry).decode()
+    text = collector.render().decode()
     assert ({"collector": "broken"}, 0.0) in samples(text, "gpumon_collector_success")
     assert ({"collector": "gpumon"}, 1.0) in samples(text, "gpumon_collector_success")
     assert samples(text, "gpumon_gpu_up")
@@ -180,10 +191,29 @@ def test_lost_gpu_keeps_identity_and_up_zero_only(tmp_path: Path) -> None:
     poller = Poller(FakeBackend.from_file(scenario), store)
     poller.poll()
     poller.poll()
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpumonCollector(store, PollIntervals()))
-    text = generate_latest(registry).decode()
+    text = GpumonCollector(store, PollIntervals()).render().decode()
     up = {labels["gpu"]: v for labels, v in samples(text, "gpumon_gpu_up")}
     assert up == {"0": 0.0, "1": 1.0}
     assert _names(text, "0") == {"gpumon_gpu_up", "gpumon_gpu_info"}
     assert "gpumon_temperature_celsius" in _names(text, "1")
+
+
+def test_slow_tier_series_follow_each_slow_read_despite_render_caching() -> None:
+    clock = [1000.0]
+    store = SnapshotStore()
+    backend = FakeBackend.from_mapping({"gpus": [{"values": {"energy_joules_total": [1.0, 2.0, 3.0, 4.0, 5.0]}}]})
+    poller = Poller(
+        backend,
+        store,
+        PollIntervals(1, 2, 100),
+        monotonic=lambda: clock[0],
+        wall_clock=lambda: clock[0],
+        host_figures=dict,
+    )
+    collector = GpumonCollector(store, PollIntervals(1, 2, 100), monotonic=lambda: clock[0])
+    seen = []
+    for _ in range(5):
+        poller.poll()
+        seen.append(samples(collector.render().decode(), "gpumon_energy_joules_total")[0][1])
+        clock[0] += 1
+    assert seen == [1.0, 1.0, 3.0, 3.0, 5.0]

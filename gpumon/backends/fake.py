@@ -323,9 +323,14 @@ def _check_values(raw: Any, where: str, errors: list[str]) -> dict[str, Any]:
     return out
 
 
+NVLINK_DOMAIN_GPUS = 8
+"""Simulated hosts are HGX boards: GPUs are NVLink peers within groups of 8, as on a real 8-GPU host."""
+
+
 def _static_defaults(i: int, count: int) -> dict[str, Any]:
     """Identity and limits of an H200 SXM, the same for every tick."""
-    peers = [p for p in range(count) if p != i]
+    first = i - i % NVLINK_DOMAIN_GPUS
+    peers = [p for p in range(first, min(count, first + NVLINK_DOMAIN_GPUS)) if p != i]
     return {
         "name": "NVIDIA H200",
         "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",

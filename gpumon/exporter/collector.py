@@ -2,9 +2,13 @@
 
 A scrape never touches NVML: it reads the SnapshotStore. Series of a GPU that
 vanished or is lost disappear by themselves because families are rebuilt per scrape.
-Extra collectors (alerts, burn results, DCGM names) run inside this one, each timed and
-guarded: one that fails is logged and reported by ``gpumon_collector_success 0``, and the
-scrape still answers 200 with everything else.
+Extra collectors (alerts, burn results, DCGM names) run inside each scrape, each timed
+and guarded: one that fails is logged and reported by ``gpumon_collector_success 0``,
+and the scrape still answers 200 with everything else.
+
+``render()`` is the fast path the HTTP server uses (gpumon's own families through
+gpumon.exporter.text); ``collect()`` gives the same data as prometheus_client Metric
+objects for registries.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
+from prometheus_client.exposition import generate_latest
 
 from gpumon import __version__
 from gpumon.exporter.metrics import MetricRow, gpu_rows
+from gpumon.exporter.text import Family, render
 from gpumon.poller import PollIntervals
 from gpumon.snapshot import GpuSnapshot, Snapshot, Tier
 from gpumon.store import SnapshotStore
@@ -56,10 +62,14 @@ def _refreshed(tier: Tier, intervals: PollIntervals) -> str:
     return f" Refreshed every {intervals.of(tier):g}s."
 
 
-def _family(row_name: str, kind: str, doc: str, labels: Sequence[str]) -> GaugeMetricFamily | CounterMetricFamily:
-    if kind == "counter":
-        return CounterMetricFamily(row_name.removesuffix("_total"), doc, labels=list(labels))
-    return GaugeMetricFamily(row_name, doc, labels=list(labels))
+class _MetricList:
+    """Adapter so generate_latest can render a list of Metric objects."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> list[Metric]:
+        return self._metrics
 
 
 class GpumonCollector:
@@ -83,6 +93,7 @@ class GpumonCollector:
         self._self_stats = self_stats
         self._processes = processes
         self._rows = gpu_rows()
+        self._row_cache: dict[str, tuple[tuple[object, ...], Family]] = {}
         self._extra = list(extra)
         self._version = version
         self._python_version = python_version or platform.python_version()
@@ -96,92 +107,114 @@ class GpumonCollector:
         """Run ``collector`` inside every scrape, guarded and timed as ``name``."""
         self._extra.append((name, collector))
 
+    # ------------------------------------------------------------------
+    def render(self) -> bytes:
+        """The whole exposition in Prometheus text format 0.0.4 (the fast path)."""
+        start = self._mono()
+        core = self.families()
+        timings = [("gpumon", 1.0, self._mono() - start)]
+        extra_metrics: list[Metric] = []
+        for name, ok, seconds, metrics in self._run_extras():
+            timings.append((name, ok, seconds))
+            extra_metrics.extend(metrics)
+        text = render(core).encode()
+        if extra_metrics:
+            text += generate_latest(_MetricList(extra_metrics))  # type: ignore[arg-type]
+        return text + render(self._meta(timings)).encode()
+
     def collect(self) -> Iterator[Metric]:
-        success = GaugeMetricFamily(
-            "gpumon_collector_success",
-            "1 when the named collector ran without error in this scrape.",
-            labels=["collector"],
-        )
-        duration = GaugeMetricFamily(
-            "gpumon_collector_duration_seconds",
-            "Time the named collector took in this scrape, seconds.",
-            labels=["collector"],
-        )
-        for name, collector in [("gpumon", self._Core(self)), *self._extra]:
+        """The same families as prometheus_client Metric objects."""
+        start = self._mono()
+        core = self.families()
+        timings = [("gpumon", 1.0, self._mono() - start)]
+        for family in core:
+            yield family.to_metric()
+        for name, ok, seconds, metrics in self._run_extras():
+            timings.append((name, ok, seconds))
+            yield from metrics
+        for family in self._meta(timings):
+            yield family.to_metric()
+
+    def _run_extras(self) -> Iterator[tuple[str, float, float, list[Metric]]]:
+        for name, collector in self._extra:
             start = self._mono()
             try:
-                families = list(collector.collect())
+                metrics = list(collector.collect())
+                ok = 1.0
             except Exception:
                 log.exception("collector %s failed; its metrics are left out of this scrape", name)
-                families = []
-                ok = 0.0
-            else:
-                ok = 1.0
-            success.add_metric([name], ok)
-            duration.add_metric([name], self._mono() - start)
-            yield from families
-        yield success
-        yield duration
+                metrics, ok = [], 0.0
+            yield name, ok, self._mono() - start, metrics
 
-    class _Core:
-        def __init__(self, outer: GpumonCollector) -> None:
-            self.outer = outer
-
-        def collect(self) -> Iterable[Metric]:
-            return self.outer._collect_core()
+    def _meta(self, timings: list[tuple[str, float, float]]) -> list[Family]:
+        success = Family(
+            "gpumon_collector_success",
+            "gauge",
+            "1 when the named collector ran without error in this scrape.",
+            ("collector",),
+        )
+        duration = Family(
+            "gpumon_collector_duration_seconds",
+            "gauge",
+            "Time the named collector took in this scrape, seconds.",
+            ("collector",),
+        )
+        for name, ok, seconds in timings:
+            success.add([name], ok)
+            duration.add([name], seconds)
+        return [success, duration]
 
     # ------------------------------------------------------------------
-    def _collect_core(self) -> Iterator[Metric]:
+    def families(self) -> list[Family]:
+        """gpumon's own families for the latest snapshot."""
         snapshot = self._store.latest()
-        build = GaugeMetricFamily(
-            "gpumon_build_info", "gpumon version and Python version; always 1.", labels=["version", "python_version"]
+        build = Family(
+            "gpumon_build_info", "gauge", "gpumon version and Python version; always 1.", ("version", "python_version")
         )
-        build.add_metric([self._version, self._python_version], 1.0)
-        yield build
-        nvml_up = GaugeMetricFamily("gpumon_nvml_up", "1 when NVML is loaded and answering.")
-        nvml_up.add_metric([], 1.0 if snapshot is not None and snapshot.nvml_up else 0.0)
-        yield nvml_up
-        skipped = CounterMetricFamily(
-            "gpumon_poll_skipped",
+        build.add([self._version, self._python_version], 1.0)
+        nvml_up = Family("gpumon_nvml_up", "gauge", "1 when NVML is loaded and answering.")
+        nvml_up.add([], 1.0 if snapshot is not None and snapshot.nvml_up else 0.0)
+        skipped = Family(
+            "gpumon_poll_skipped_total",
+            "counter",
             "Polls skipped because the previous one was still running (an NVML call hangs).",
         )
-        skipped.add_metric([], float(self._self_stats().poll_skipped_total))
-        yield skipped
-        if snapshot is None:
-            return
-        yield from self._self_metrics(snapshot)
-        yield from self._host_metrics(snapshot)
-        yield from self._gpu_metrics(snapshot)
+        skipped.add([], float(self._self_stats().poll_skipped_total))
+        out = [build, nvml_up, skipped]
+        if snapshot is not None:
+            out += self._self_metrics(snapshot)
+            out += self._host_metrics(snapshot)
+            out += self._gpu_metrics(snapshot)
+        return out
 
-    def _self_metrics(self, snapshot: Snapshot) -> Iterator[Metric]:
-        age = GaugeMetricFamily(
+    def _self_metrics(self, snapshot: Snapshot) -> list[Family]:
+        age = Family(
             "gpumon_snapshot_age_seconds",
+            "gauge",
             "Seconds since the snapshot these metrics come from was taken; grows while a poll hangs.",
         )
-        age.add_metric([], max(0.0, self._mono() - snapshot.monotonic_seconds))
-        yield age
-        taken = GaugeMetricFamily("gpumon_snapshot_timestamp_seconds", "Unix time the served snapshot was taken.")
-        taken.add_metric([], snapshot.timestamp_seconds)
-        yield taken
-        duration = GaugeMetricFamily(
-            "gpumon_poll_duration_seconds", "Time the last read of a tier took over all GPUs, seconds.", labels=["tier"]
+        age.add([], max(0.0, self._mono() - snapshot.monotonic_seconds))
+        taken = Family("gpumon_snapshot_timestamp_seconds", "gauge", "Unix time the served snapshot was taken.")
+        taken.add([], snapshot.timestamp_seconds)
+        duration = Family(
+            "gpumon_poll_duration_seconds",
+            "gauge",
+            "Time the last read of a tier took over all GPUs, seconds.",
+            ("tier",),
         )
-        errors = CounterMetricFamily(
-            "gpumon_poll_errors", "Failed backend reads by tier since the daemon started.", labels=["tier"]
+        errors = Family(
+            "gpumon_poll_errors_total", "counter", "Failed backend reads by tier since the daemon started.", ("tier",)
         )
-        last = GaugeMetricFamily(
-            "gpumon_last_poll_timestamp_seconds", "Unix time a tier was last read.", labels=["tier"]
-        )
+        last = Family("gpumon_last_poll_timestamp_seconds", "gauge", "Unix time a tier was last read.", ("tier",))
         for tier in sorted(snapshot.tiers):
             stats = snapshot.tiers[tier]
-            duration.add_metric([tier], stats.duration_seconds)
-            errors.add_metric([tier], float(stats.errors_total))
-            last.add_metric([tier], stats.last_timestamp_seconds)
-        yield duration
-        yield errors
-        yield last
+            duration.add([tier], stats.duration_seconds)
+            errors.add([tier], float(stats.errors_total))
+            last.add([tier], stats.last_timestamp_seconds)
+        return [age, taken, duration, errors, last]
 
-    def _host_metrics(self, snapshot: Snapshot) -> Iterator[Metric]:
+    def _host_metrics(self, snapshot: Snapshot) -> list[Family]:
+        out = []
         host = snapshot.host
         for name, value, doc in (
             ("gpumon_host_cpu_utilization_ratio", host.cpu_utilization_ratio, "Host CPU busy share, 0-1 (psutil)."),
@@ -189,31 +222,33 @@ class GpumonCollector:
             ("gpumon_host_memory_total_bytes", host.memory_total_bytes, "Host memory, bytes (psutil)."),
         ):
             if value is not None:
-                family = GaugeMetricFamily(name, doc)
-                family.add_metric([], float(value))
-                yield family
+                family = Family(name, "gauge", doc)
+                family.add([], float(value))
+                out.append(family)
         if snapshot.nvml_up:
-            count = GaugeMetricFamily("gpumon_gpus", "GPUs NVML reports on this host.")
-            count.add_metric([], float(len(snapshot.gpus)))
-            yield count
+            count = Family("gpumon_gpus", "gauge", "GPUs NVML reports on this host.")
+            count.add([], float(len(snapshot.gpus)))
+            out.append(count)
+        return out
 
-    def _gpu_metrics(self, snapshot: Snapshot) -> Iterator[Metric]:
+    def _gpu_metrics(self, snapshot: Snapshot) -> list[Family]:
         if not snapshot.gpus:
-            return
-        info = GaugeMetricFamily(
-            "gpumon_gpu_info", "Identity of the GPU; always 1 (nvidia-smi -q).", labels=[*GPU_LABELS, *INFO_LABELS]
+            return []
+        info = Family(
+            "gpumon_gpu_info", "gauge", "Identity of the GPU; always 1 (nvidia-smi -q).", (*GPU_LABELS, *INFO_LABELS)
         )
-        up = GaugeMetricFamily(
+        up = Family(
             "gpumon_gpu_up",
+            "gauge",
             "1 when the GPU answers NVML, 0 when it is lost (fallen off the bus, needs reset).",
-            labels=list(GPU_LABELS),
+            GPU_LABELS,
         )
         host = snapshot.host
         for gpu in snapshot.gpus:
-            ids = [str(gpu.index), gpu.uuid]
-            info.add_metric(
+            info.add(
                 [
-                    *ids,
+                    str(gpu.index),
+                    gpu.uuid,
                     gpu.name or "",
                     gpu.pci_bus_id or "",
                     gpu.serial or "",
@@ -224,39 +259,60 @@ class GpumonCollector:
                 ],
                 1.0,
             )
-            up.add_metric(ids, 1.0 if gpu.up else 0.0)
-        yield info
-        yield up
+            up.add([str(gpu.index), gpu.uuid], 1.0 if gpu.up else 0.0)
+        out = [info, up]
         live = [g for g in snapshot.gpus if g.up]
+        gpu_set = tuple((g.index, g.uuid, g.up) for g in snapshot.gpus)
         for row in self._rows:
-            family = self._row_family(row, live)
-            if family is not None:
-                yield family
+            stats = snapshot.tiers.get(row.tier.value) if row.tier in (Tier.SLOW, Tier.STATIC) else None
+            if stats is None:
+                family = self._row_family(row, live)
+            else:
+                family = self._cached_row_family(row, live, (stats.last_timestamp_seconds, gpu_set))
+            if family.samples:
+                out.append(family)
         if self._processes:
-            yield from self._process_metrics(live)
+            out += self._process_metrics(live)
+        return out
 
-    def _row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot]) -> Metric | None:
-        family = _family(
-            row.name, row.kind, row.help + _refreshed(row.tier, self._intervals), [*GPU_LABELS, *row.labels]
+    def _cached_row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot], key: tuple[object, ...]) -> Family:
+        """Slow and static tiers change only when read: reuse their rendered text until then."""
+        key = (*key, self._intervals)
+        cached = self._row_cache.get(row.name)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        family = self._row_family(row, gpus)
+        family.rendered = render([family])
+        self._row_cache[row.name] = (key, family)
+        return family
+
+    def _row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot]) -> Family:
+        family = Family(
+            row.name,
+            row.kind,
+            row.help + _refreshed(row.tier, self._intervals),
+            (*GPU_LABELS, *row.labels),
+            plain_labels=row.plain_labels,
         )
-        any_sample = False
+        samples = family.samples
         for gpu in gpus:
-            ids = [str(gpu.index), gpu.uuid]
+            index, uuid = str(gpu.index), gpu.uuid
             for labels, value in row.samples(gpu):
-                family.add_metric([*ids, *labels], value)
-                any_sample = True
-        return family if any_sample else None
+                samples.append(((index, uuid, *labels), value))
+        return family
 
-    def _process_metrics(self, gpus: Sequence[GpuSnapshot]) -> Iterator[Metric]:
-        memory = GaugeMetricFamily(
+    def _process_metrics(self, gpus: Sequence[GpuSnapshot]) -> list[Family]:
+        memory = Family(
             "gpumon_process_used_memory_bytes",
+            "gauge",
             "GPU memory held by one compute process, bytes (nvidia-smi --query-compute-apps used_memory).",
-            labels=[*GPU_LABELS, *PROCESS_LABELS],
+            (*GPU_LABELS, *PROCESS_LABELS),
         )
-        sm = GaugeMetricFamily(
+        sm = Family(
             "gpumon_process_sm_utilization_ratio",
+            "gauge",
             "Share of SM time used by one compute process, 0-1 (nvidia-smi pmon sm / 100).",
-            labels=[*GPU_LABELS, *PROCESS_LABELS],
+            (*GPU_LABELS, *PROCESS_LABELS),
         )
         for gpu in gpus:
             for p in gpu.processes or ():
@@ -272,10 +328,7 @@ class GpumonCollector:
                     p.slurm_job_id or "",
                 ]
                 if p.used_memory_bytes is not None:
-                    memory.add_metric(labels, float(p.used_memory_bytes))
+                    memory.add(labels, float(p.used_memory_bytes))
                 if p.sm_utilization_ratio is not None:
-                    sm.add_metric(labels, p.sm_utilization_ratio)
-        if memory.samples:
-            yield memory
-        if sm.samples:
-            yield sm
+                    sm.add(labels, p.sm_utilization_ratio)
+        return [f for f in (memory, sm) if f.samples]

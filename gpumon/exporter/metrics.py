@@ -27,6 +27,8 @@ class MetricRow:
     tier: Tier
     samples: Callable[[GpuSnapshot], Iterable[Sample]]
     labels: tuple[str, ...] = ()
+    plain_labels: bool = True
+    """Label values come from fixed vocabularies (no escaping needed when rendering)."""
 
 
 def _num(value: object) -> float | None:

@@ -14,9 +14,7 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
-
+from gpumon.exporter.text import CONTENT_TYPE
 from gpumon.store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -35,12 +33,16 @@ INDEX_HTML = b"""<!doctype html><html><head><title>gpumon</title></head><body>
 
 
 class MetricsServer:
-    """Serves the registry and the routes on a ThreadingHTTPServer in a daemon thread."""
+    """Serves ``render()`` (Prometheus text 0.0.4) and the routes on a ThreadingHTTPServer.
+
+    Like client_golang's default handler, gpumon serves the classic text format only;
+    Prometheus accepts it from every exporter.
+    """
 
     def __init__(
         self,
         address: tuple[str, int],
-        registry: CollectorRegistry,
+        render: Callable[[], bytes],
         store: SnapshotStore,
         *,
         stale_after_seconds: float,
@@ -50,7 +52,7 @@ class MetricsServer:
         authorize: Callable[[str | None], bool] | None = None,
         extra_headers: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
-        self._registry = registry
+        self._render = render
         self._store = store
         self._stale_after = stale_after_seconds
         self._routes: dict[str, Route] = dict(routes or {})
@@ -93,10 +95,9 @@ class MetricsServer:
         state = "NVML up" if snapshot.nvml_up else f"NVML down: {snapshot.nvml_error}"
         return 200, "text/plain; charset=utf-8", f"ready: snapshot {age:.1f}s old, {state}\n".encode()
 
-    def _metrics(self, accept: str | None, accept_encoding: str | None) -> tuple[int, dict[str, str], bytes]:
-        encoder, content_type = choose_encoder(accept or "")
-        body = encoder(self._registry)
-        headers = {"Content-Type": content_type}
+    def _metrics(self, accept_encoding: str | None) -> tuple[int, dict[str, str], bytes]:
+        body = self._render()
+        headers = {"Content-Type": CONTENT_TYPE}
         if accept_encoding and "gzip" in accept_encoding:
             body = gzip.compress(body, compresslevel=1)
             headers["Content-Encoding"] = "gzip"
@@ -138,9 +139,7 @@ class MetricsServer:
                 path = self.path.split("?", 1)[0]
                 try:
                     if path == "/metrics":
-                        status, headers, body = server._metrics(
-                            self.headers.get("Accept"), self.headers.get("Accept-Encoding")
-                        )
+                        status, headers, body = server._metrics(self.headers.get("Accept-Encoding"))
                         self._send(status, headers, body)
                         return
                     if path == "/healthz":
