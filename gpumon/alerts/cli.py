@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--url",
         default=None,
         help=f"the daemon's base URL (default: from the config's listen address, else {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--config", type=Path, help="gpumon config whose listen address gives the URL (default /etc/gpumon/gpumon.yaml)"
     )
     parser.add_argument("--json", action="store_true", help="print the raw JSON answer")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the daemon (default 5)")
@@ -63,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
         data = response.json()
     except requests.RequestException as exc:
         reason = type(exc).__name__ if not isinstance(exc, requests.HTTPError) else str(exc)
-        console.print(f"gpumon alerts: cannot reach the gpumon daemon at {url} ({reason})", highlight=False)
+        print(f"gpumon alerts: cannot reach the gpumon daemon at {url} ({reason})", file=sys.stderr)
         return 1
     except ValueError:
-        console.print(f"gpumon alerts: {url} did not answer JSON (is it a gpumon daemon?)", highlight=False)
+        print(f"gpumon alerts: {url} did not answer JSON (is it a gpumon daemon?)", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(data, indent=2))

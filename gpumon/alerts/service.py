@@ -74,6 +74,7 @@ class AlertService:
         self._delivered: dict[str, Notification] = {}
         self._receivers: dict[str, Receiver] = {}
         self._errors_total = 0
+        self._last_error_logged = 0.0
         self._spool_errors_total = 0
         self._dirty = 0
         self._written = 0
@@ -160,8 +161,7 @@ class AlertService:
                 if self._deliver(now) or self._engine_revision() != revision:
                     self._mark_dirty()
         except Exception:
-            self._errors_total += 1
-            log.exception("alert evaluation failed")
+            self._failed("alert evaluation failed")
 
     def on_xid(self, event: XidEvent) -> None:
         """Fire the XID rules that match ``event`` (called from the XID event thread); never raises."""
@@ -172,8 +172,7 @@ class AlertService:
                     self._deliver(now)
                     self._mark_dirty()
         except Exception:
-            self._errors_total += 1
-            log.exception("alert evaluation of XID %s failed", event.xid)
+            self._failed(f"alert evaluation of XID event {event!r} failed")
 
     def tick(self) -> None:
         """Timer work (normally run by the tick thread every second); never raises."""
@@ -188,8 +187,7 @@ class AlertService:
                 if changed or self._engine_revision() != revision:
                     self._mark_dirty()
         except Exception:
-            self._errors_total += 1
-            log.exception("alert timer failed")
+            self._failed("alert timer failed")
 
     # ---- outputs ---------------------------------------------------------------
     def active_alerts(self) -> list[dict[str, Any]]:
@@ -240,6 +238,14 @@ class AlertService:
         return True
 
     # ---- internals ---------------------------------------------------------------
+    def _failed(self, what: str) -> None:
+        """Count a failure; log it with its traceback at most once a minute (it may repeat every poll)."""
+        self._errors_total += 1
+        now = time.monotonic()
+        if now - self._last_error_logged >= 60.0 or self._errors_total == 1:
+            self._last_error_logged = now
+            log.exception("%s (%d failure(s) so far)", what, self._errors_total)
+
     def _make_receiver(self, kind: str, url: str, config: AlertingConfig) -> Receiver:
         extra: dict[str, Any] = {"rng": self._rng} if self._rng is not None else {}
         return Receiver(

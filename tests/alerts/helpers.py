@@ -177,10 +177,12 @@ class AlertmanagerServer:
 
 
 @contextmanager
-def run_alertmanager(tmp_path: Path, webhook_url: str | None = None) -> Iterator[AlertmanagerServer]:
-    """A real Alertmanager on a free loopback port, clustering off, optionally notifying ``webhook_url``."""
+def run_alertmanager(
+    tmp_path: Path, webhook_url: str | None = None, port: int | None = None
+) -> Iterator[AlertmanagerServer]:
+    """A real Alertmanager on a (free) loopback port, clustering off, optionally notifying ``webhook_url``."""
     assert ALERTMANAGER is not None
-    port = free_port()
+    port = port or free_port()
     receiver: dict[str, Any] = {"name": "default"}
     if webhook_url:
         receiver["webhook_configs"] = [{"url": webhook_url, "send_resolved": True}]
