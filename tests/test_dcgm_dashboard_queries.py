@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from tests.helpers import DaemonProcess
+from tests.helpers import DaemonProcess, wait_for
 from tests.prometheus_helpers import PrometheusServer, needs_prometheus, run_prometheus
 
 pytestmark = [pytest.mark.integration, needs_prometheus]
@@ -76,6 +76,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     gpumon = DaemonProcess(["--backend", f"fake:{scenario}", "--compat", "dcgm"], tmp)
     try:
         gpumon.wait_ready()
+        wait_for(
+            lambda: "DCGM_FI_DEV_GPU_TEMP{" in gpumon.metrics(),
+            10,
+            0.2,
+            "DCGM_FI_* series on gpumon's /metrics with --compat dcgm (is DcgmCompatCollector wired in daemon.py?)",
+        )
         scrape = [{"job_name": "gpumon", "static_configs": [{"targets": [f"127.0.0.1:{gpumon.port}"]}]}]
         with run_prometheus(tmp, scrape) as prometheus:
             prometheus.wait_target_health("gpumon", "up")
