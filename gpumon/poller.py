@@ -163,7 +163,26 @@ class Poller:
             )
         due = [t for t in _POLLED_TIERS if t is Tier.FAST or self._due(t, start)]
         durations = {t: 0.0 for t in due}
-        gpus = tuple(self._read_gpu(i, state, due, durations, start) for i, state in enumerate(self._gpus))
+        try:
+            gpus = tuple(self._read_gpu(i, state, due, durations, start) for i, state in enumerate(self._gpus))
+        except NvmlUnavailableError as exc:
+            # the driver went away under us (unloaded, upgraded): re-initialise with backoff
+            log.error("NVML went away: %s; re-initialising with backoff", exc)
+            try:
+                self._backend.shutdown()
+            except Exception:
+                log.debug("backend shutdown failed", exc_info=True)
+            self._nvml_up = False
+            self._nvml_error = str(exc)
+            self._init_at = start + self._init_backoff
+            return Snapshot(
+                timestamp_seconds=self._wall(),
+                monotonic_seconds=self._mono(),
+                nvml_up=False,
+                nvml_error=self._nvml_error,
+                host=self._with_host_figures(),
+                tiers=self._stats_view(),
+            )
         end_wall = self._wall()
         for tier in due:
             self._tier_read_at[tier] = start
@@ -238,6 +257,8 @@ class Poller:
             except GpuLostError as exc:
                 self._mark_lost(index, state, exc.reason, now)
                 return self._lost_snapshot(index, state)
+            except NvmlUnavailableError:
+                raise
             except Exception:
                 self._tier_errors[tier] += 1
                 log.exception("reading %s tier of GPU %d failed", tier.value, index)

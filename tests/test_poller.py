@@ -152,3 +152,23 @@ def test_store_listeners_see_every_snapshot() -> None:
     poll(poller, clock)
     poll(poller, clock)
     assert len(seen) == 2
+
+
+def test_driver_going_away_mid_run_reinitialises() -> None:
+    from gpumon.backends.base import NvmlUnavailableError
+
+    poller, backend, clock = make({"gpus": [{}]})
+    assert poll(poller, clock).nvml_up
+    original = backend.read
+    calls = {"n": 0}
+
+    def flaky(index: int, tier: Tier) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise NvmlUnavailableError("Driver Not Loaded")
+        return original(index, tier)
+
+    backend.read = flaky  # type: ignore[method-assign]
+    down = poll(poller, clock)
+    assert down.nvml_up is False and "Driver Not Loaded" in (down.nvml_error or "")
+    assert any(poll(poller, clock).nvml_up for _ in range(4))

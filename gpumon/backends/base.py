@@ -58,7 +58,8 @@ class GpuBackend(Protocol):
     def read(self, index: int, tier: Tier) -> Mapping[str, Any]:
         """Fields of ``tier`` for GPU ``index``; unsupported fields are absent.
 
-        Raises GpuLostError when the GPU is gone; any other exception is a bug or a
+        Raises GpuLostError when the GPU is gone, NvmlUnavailableError when the driver
+        itself went away (the poller re-initialises); any other exception is a bug or a
         transient NVML error that the poller logs, counts and survives.
         """
 
