@@ -108,6 +108,7 @@ class MetricsServer:
 
         class Handler(BaseHTTPRequestHandler):
             server_version = "gpumon"
+            disable_nagle_algorithm = True  # headers and body go out in two writes: avoid the 40 ms delayed-ACK stall
             protocol_version = "HTTP/1.1"
 
             def log_message(self, format: str, *args: Any) -> None:
