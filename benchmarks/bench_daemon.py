@@ -27,10 +27,10 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpumon.backends.factory import make_backend  # noqa: E402
-from gpumon.poller import Poller, PollIntervals  # noqa: E402
-from gpumon.snapshot import Tier  # noqa: E402
-from gpumon.store import SnapshotStore  # noqa: E402
+from gpumon.backends.factory import make_backend
+from gpumon.poller import Poller, PollIntervals
+from gpumon.snapshot import Tier
+from gpumon.store import SnapshotStore
 
 
 def pct(values: list[float], q: float) -> float:
