@@ -457,7 +457,7 @@ def _judge_allreduce(j: Judgement, res: Mapping[GpuKey, Any], th: Thresholds, si
     if pairs:
         by_rank = {g["rank"]: k for k, g in j.gpus.items()}
         med = _median(p["busbw_bytes_per_second"] for p in pairs) or 0.0
-        limit = max((1 - th.link_fraction) * med, floor or 0.0)
+        limit = (1 - th.link_fraction) * med  # pairs against each other: the floor only decided to run them
         judged = []
         for p in pairs:
             a, b = by_rank[p["ranks"][0]], by_rank[p["ranks"][1]]

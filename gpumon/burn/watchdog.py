@@ -61,7 +61,10 @@ def decide(views: list[RankView], heartbeat_timeout: float, startup_timeout: flo
         if waiting:
             parts.append("waiting for it: " + ", ".join(f"rank {v.rank}" for v in waiting))
         return Hang(tuple(v.rank for v in culprits), "; ".join(parts))
-    if running and all(v.collective is not None and v.age_seconds > heartbeat_timeout for v in running):
+    if running and all(
+        v.collective is not None and v.age_seconds > (heartbeat_timeout if v.ready else startup_timeout)
+        for v in running
+    ):
         ops = sorted({f"{v.collective} in {v.test}" for v in running})
         names = ", ".join(_name(v, multi_node) for v in running)
         return Hang(

@@ -1,0 +1,145 @@
+"""Prometheus collector for the last ``gpumon burn`` results (no torch; the daemon registers it).
+
+Reads ``<state_dir>/burn/last.json`` (re-read only when its mtime changes) and
+``<state_dir>/burn/running.json`` at each scrape, and yields:
+
+* ``gpumon_burn_last_run_timestamp_seconds`` — Unix time the last burn finished
+* ``gpumon_burn_last_run_exit_code`` — 0 pass, 1 fault, 3 could not run
+* ``gpumon_burn_passed{gpu,uuid,test}`` — 1 passed, 0 failed (tests not run are absent)
+* ``gpumon_burn_tflops{gpu,uuid,dtype}`` — sustained (median) matmul TFLOP/s
+* ``gpumon_burn_bandwidth_bytes_per_second{gpu,uuid,test,peer_gpu}`` — memory (device copy,
+  read+write), p2p (to ``peer_gpu``), allreduce (busbw at the largest size); ``peer_gpu`` is
+  empty except for p2p
+* ``gpumon_burn_running{gpu,uuid}`` — 1 while a burn runs on the GPU (from the marker)
+
+A missing or unreadable file yields no series; a scrape never fails because of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from gpumon.burn.state import LAST_NAME, MARKER_NAME, burn_dir
+
+
+def _pid_alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class BurnResultsCollector:
+    """``BurnResultsCollector(state_dir)``; register with ``registry.register(collector)``."""
+
+    def __init__(self, state_dir: str | Path) -> None:
+        self.dir = burn_dir(state_dir)
+        self._mtime: float | None = None
+        self._report: dict[str, Any] | None = None
+
+    def _load_report(self) -> dict[str, Any] | None:
+        path = self.dir / LAST_NAME
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            self._mtime, self._report = None, None
+            return None
+        if mtime != self._mtime:
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                self._report = data if isinstance(data, dict) else None
+            except (OSError, ValueError):
+                self._report = None
+            self._mtime = mtime
+        return self._report
+
+    def _load_marker(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads((self.dir / MARKER_NAME).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and _pid_alive(data.get("pid")) else None
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        report = self._load_report()
+        marker = self._load_marker()
+        running = GaugeMetricFamily(
+            "gpumon_burn_running", "1 while gpumon burn runs on the GPU (burn/running.json).", labels=["gpu", "uuid"]
+        )
+        seen: set[str] = set()
+        if marker is not None:
+            for gpu, uuid in zip(marker.get("gpus") or [], marker.get("uuids") or [], strict=False):
+                running.add_metric([str(gpu), str(uuid)], 1)
+                seen.add(str(gpu))
+        if report is not None:
+            yield from self._report_metrics(report, running, seen)
+        yield running
+
+    def _report_metrics(self, report: dict[str, Any], running: GaugeMetricFamily, seen: set[str]) -> Iterator[Metric]:
+        node = report.get("node", 0)
+        gpus = [g for g in report.get("gpus") or [] if isinstance(g, dict) and g.get("node", 0) == node]
+        finished = report.get("finished_at")
+        if isinstance(finished, (int, float)):
+            ts = GaugeMetricFamily("gpumon_burn_last_run_timestamp_seconds", "Unix time the last gpumon burn finished.")
+            ts.add_metric([], float(finished))
+            yield ts
+        code = report.get("exit_code")
+        if isinstance(code, int):
+            ec = GaugeMetricFamily(
+                "gpumon_burn_last_run_exit_code", "Exit code of the last gpumon burn: 0 pass, 1 fault, 3 could not run."
+            )
+            ec.add_metric([], code)
+            yield ec
+        passed = GaugeMetricFamily(
+            "gpumon_burn_passed",
+            "1 if the GPU passed the test in the last gpumon burn, 0 if it failed.",
+            labels=["gpu", "uuid", "test"],
+        )
+        tflops = GaugeMetricFamily(
+            "gpumon_burn_tflops",
+            "Sustained (median) matmul throughput of the last gpumon burn, TFLOP/s.",
+            labels=["gpu", "uuid", "dtype"],
+        )
+        bandwidth = GaugeMetricFamily(
+            "gpumon_burn_bandwidth_bytes_per_second",
+            "Bandwidth in the last gpumon burn: memory (device copy, read+write), p2p (to peer_gpu), "
+            "allreduce (busbw at the largest size).",
+            labels=["gpu", "uuid", "test", "peer_gpu"],
+        )
+        for g in gpus:
+            gpu, uuid = str(g.get("gpu")), str(g.get("uuid") or "")
+            for test, ok in (g.get("tests") or {}).items():
+                if isinstance(ok, bool):
+                    passed.add_metric([gpu, uuid, str(test)], 1 if ok else 0)
+            mm = g.get("matmul") or {}
+            if isinstance(mm.get("tflops"), (int, float)):
+                tflops.add_metric([gpu, uuid, str(mm.get("dtype"))], float(mm["tflops"]))
+            mem = (g.get("memory") or {}).get("bandwidth_bytes_per_second")
+            if isinstance(mem, (int, float)):
+                bandwidth.add_metric([gpu, uuid, "memory", ""], float(mem))
+            for peer, bw in (g.get("p2p") or {}).items():
+                if isinstance(bw, (int, float)):
+                    bandwidth.add_metric([gpu, uuid, "p2p", str(peer)], float(bw))
+            ar = (g.get("allreduce") or {}).get("busbw_bytes_per_second")
+            if isinstance(ar, (int, float)):
+                bandwidth.add_metric([gpu, uuid, "allreduce", ""], float(ar))
+            if gpu not in seen:
+                running.add_metric([gpu, uuid], 0)
+                seen.add(gpu)
+        yield passed
+        yield tflops
+        yield bandwidth

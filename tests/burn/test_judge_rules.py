@@ -1,0 +1,233 @@
+"""How results are judged: peers, floors, majority outputs, links, watchdog, telemetry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpumon.burn.judge import judge
+from gpumon.burn.report import exit_code
+from gpumon.burn.thresholds import Thresholds, for_device
+from gpumon.burn.watchdog import RankView, decide
+
+
+def _matmul(
+    tflops: float,
+    checksum: str = "42",
+    bad_rounds: tuple[int, ...] = (),
+    ref_ok: bool = True,
+    model: str = "NVIDIA H200",
+) -> dict[str, Any]:
+    return {
+        "model": model,
+        "dtype": "bf16",
+        "n": 8192,
+        "rounds": 10,
+        "tflops_median": tflops,
+        "tflops_max": tflops,
+        "checksum": checksum,
+        "checksum_first": checksum,
+        "checksum_mismatch_rounds": list(bad_rounds),
+        "reference": {"size": 256, "tolerance": 2e-2, "max_rel_error": 1e-3 if ref_ok else 0.5, "passed": ref_ok},
+    }
+
+
+def _node(results: dict[int, dict[str, Any]], node: int = 0, **extra: Any) -> dict[str, Any]:
+    return {
+        "agent": node,
+        "node": node,
+        "hostname": "h",
+        "ranks": [
+            {
+                "rank": g,
+                "gpu": g,
+                "node": node,
+                "model": "NVIDIA H200",
+                "results": r,
+                "errors": [],
+                "ready": True,
+                "done": True,
+                "exit_code": 0,
+                "last_test": "allreduce",
+            }
+            for g, r in results.items()
+        ],
+        "gpus_info": {str(g): {"uuid": f"GPU-{g}", "name": "NVIDIA H200"} for g in results},
+        "abort": None,
+        **extra,
+    }
+
+
+TH = Thresholds()
+
+
+def test_healthy_h200s_pass_with_exit_0():
+    j = judge([_node({0: {"matmul": _matmul(700)}, 1: {"matmul": _matmul(690)}})], TH, ("matmul",))
+    assert j.faults == []
+    assert exit_code(j) == 0
+    assert j.gpus[(0, 1)]["tests"]["matmul"] is True
+
+
+def test_a_gpu_more_than_10_percent_below_its_peers_median_is_a_straggler():
+    nodes = [_node({g: {"matmul": _matmul(700 if g != 2 else 610)} for g in range(4)})]
+    j = judge(nodes, TH, ("matmul",))
+    assert len(j.faults) == 1 and j.faults[0].startswith("GPU 2 (GPU-2): matmul:")
+    assert "below the median" in j.faults[0]
+
+
+def test_a_gpu_below_the_model_floor_fails_even_without_peers():
+    j = judge([_node({0: {"matmul": _matmul(300)}})], TH, ("matmul",))
+    assert any("floor 600" in f for f in j.faults)
+
+
+def test_mixed_models_are_compared_only_within_their_model():
+    nodes = [
+        _node(
+            {
+                0: {"matmul": _matmul(700)},
+                1: {"matmul": _matmul(700)},
+                2: {"matmul": _matmul(250, model="NVIDIA A100-SXM4-80GB")},
+                3: {"matmul": _matmul(255, model="NVIDIA A100-SXM4-80GB")},
+            }
+        )
+    ]
+    assert judge(nodes, TH, ("matmul",)).faults == []
+
+
+def test_output_different_from_the_majority_names_the_gpu():
+    nodes = [
+        _node({0: {"matmul": _matmul(700, "42")}, 1: {"matmul": _matmul(700, "43")}, 2: {"matmul": _matmul(700, "42")}})
+    ]
+    j = judge(nodes, TH, ("matmul",))
+    assert j.faults == ["GPU 1 (GPU-1): matmul: output differs from 2 NVIDIA H200 peers given identical inputs"]
+
+
+def test_two_gpus_that_disagree_trust_the_self_consistent_one():
+    nodes = [_node({0: {"matmul": _matmul(700, "42")}, 1: {"matmul": _matmul(700, "43", bad_rounds=(3,))}})]
+    j = judge(nodes, TH, ("matmul",))
+    assert all(f.startswith("GPU 1") for f in j.faults) and len(j.faults) == 2
+
+
+def test_a_consistently_wrong_gpu_fails_the_float64_reference():
+    j = judge([_node({0: {"matmul": _matmul(700, ref_ok=False)}})], TH, ("matmul",))
+    assert any("relative error 5.00e-01 vs float64" in f for f in j.faults)
+
+
+def test_p2p_gpu_whose_every_link_is_slow_is_named_instead_of_links():
+    pairs = {
+        s: {
+            "p2p": {
+                "pairs": [
+                    {
+                        "src_gpu": s,
+                        "dst_gpu": d,
+                        "bytes": 1,
+                        "checksum_ok": True,
+                        "bytes_per_second": (150e9 if 2 in (s, d) else 390e9),
+                    }
+                    for d in range(4)
+                    if d != s
+                ]
+            }
+        }
+        for s in range(4)
+    }
+    topo = {str(g): {str(p): "nvlink" for p in range(4) if p != g} for g in range(4)}
+    j = judge([_node(pairs, topology=topo)], TH, ("p2p",))
+    assert j.faults == ["GPU 2: p2p: every link of this GPU is slow while the other links are fine"]
+
+
+def test_p2p_one_slow_link_is_named_as_a_link():
+    def bw(s: int, d: int) -> float:
+        return 100e9 if (s, d) == (0, 1) else 390e9
+
+    pairs = {
+        s: {
+            "p2p": {
+                "pairs": [
+                    {"src_gpu": s, "dst_gpu": d, "bytes": 1, "checksum_ok": True, "bytes_per_second": bw(s, d)}
+                    for d in range(3)
+                    if d != s
+                ]
+            }
+        }
+        for s in range(3)
+    }
+    topo = {str(g): {str(p): "nvlink" for p in range(3) if p != g} for g in range(3)}
+    j = judge([_node(pairs, topology=topo)], TH, ("p2p",))
+    assert j.faults == ["link GPU 0 <-> GPU 1: p2p: slow"]
+
+
+def test_allreduce_wrong_sum_names_the_rank_and_slow_group_is_localised_by_pairs():
+    def ar(g: int) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "dtype": "bf16",
+            "world_size": 4,
+            "sizes": [
+                {
+                    "bytes": 2**30,
+                    "iterations": 10,
+                    "seconds_per_op": 1,
+                    "algbw_bytes_per_second": 1,
+                    "busbw_bytes_per_second": 100e9,
+                    "mismatched_elements": 5 if g == 3 else 0,
+                }
+            ],
+        }
+        if g == 0:
+            d["pairwise"] = [
+                {"ranks": [a, b], "busbw_bytes_per_second": 90e9 if 1 in (a, b) else 300e9}
+                for a in range(4)
+                for b in range(a + 1, 4)
+            ]
+        return {"allreduce": d}
+
+    j = judge([_node({g: ar(g) for g in range(4)})], TH, ("allreduce",))
+    text = "\n".join(j.faults)
+    assert "5 elements of the all-reduce result wrong on rank 3" in text
+    assert "all-reduce over 4 ranks: busbw 100.0 GB/s below the floor 240.0" in text
+    assert "GPU 1: allreduce: every link of this GPU is slow while the other links are fine" in text
+
+
+def test_thermal_slowdown_and_new_uncorrectable_ecc_errors_fail_the_gpu():
+    tel = {
+        "slowdowns_seen": ["hw_thermal_slowdown"],
+        "clock_events_seen": ["hw_thermal_slowdown"],
+        "ecc_errors_grown": {"uncorrected_volatile": 2},
+    }
+    j = judge([_node({0: {}}, telemetry={"0": tel})], TH, ("matmul",))
+    assert any("hw_thermal_slowdown" in f for f in j.faults)
+    assert any("2 uncorrectable ECC errors during the burn" in f for f in j.faults)
+
+
+def test_cpu_thresholds_are_wider_and_floors_can_be_overridden():
+    th, problems = for_device("cpu", "allreduce_busbw_gbps=5,matmul_tflops=x")
+    assert th.straggler_fraction == 0.5
+    assert th.allreduce_floor_bytes_per_second("cpu", True) == 5e9
+    assert problems == ["GPUMON_BURN_FLOORS: matmul_tflops needs a number, got 'x'"]
+
+
+def _v(rank: int, test: str, collective: str | None, age: float, ready: bool = True) -> RankView:
+    return RankView(
+        rank=rank, gpu=rank, node=0, test=test, collective=collective, age_seconds=age, ready=ready, done=False
+    )
+
+
+def test_watchdog_names_the_computing_rank_not_the_ones_waiting_for_it():
+    hang = decide([_v(0, "allreduce", "all_reduce", 30), _v(1, "matmul", None, 25)], 20, 180)
+    assert hang is not None and hang.ranks == (1,)
+    assert hang.message.startswith("rank 1 (GPU 1) hung in matmul: no progress for 25 s")
+
+
+def test_watchdog_waits_while_a_peer_still_makes_progress():
+    assert decide([_v(0, "allreduce", "barrier", 60), _v(1, "matmul", None, 0.3)], 20, 180) is None
+
+
+def test_watchdog_names_every_rank_of_a_hung_collective():
+    hang = decide([_v(0, "allreduce", "all_reduce", 25), _v(1, "allreduce", "all_reduce", 21)], 20, 180)
+    assert hang is not None and hang.ranks == (0, 1) and "collective hung" in hang.message
+
+
+def test_watchdog_gives_start_up_its_own_limit():
+    assert decide([_v(0, "start", "init_process_group", 100, ready=False)], 20, 180) is None
+    hang = decide([_v(0, "start", "init_process_group", 200, ready=False)], 20, 180)
+    assert hang is not None and "starting up" in hang.message

@@ -1,0 +1,138 @@
+"""Whole runs on CPU (gloo, simulated GPUs): verdicts, exit codes, reports, watchdog, fault injection.
+
+Each injected fault must be caught and attributed to the right GPU or rank, and to no other.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.burn.conftest import CPU
+
+
+def _wait_for(path: Path, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if path.exists():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_healthy_run_passes_writes_reports_and_removes_the_marker(burn, tmp_path):
+    r = burn([*CPU, "--gpus", "0,1"])
+    assert r.code == 0, r.out + r.err
+    assert "burn: PASS — 2 GPU(s)" in r.out
+    assert "gpu 1 rank 1 matmul" in r.out  # plain progress lines when stdout is not a terminal
+    rep = r.report
+    assert rep["verdict"] == "pass" and rep["exit_code"] == 0 and rep["faults"] == []
+    assert [g["gpu"] for g in rep["gpus"]] == [0, 1]
+    for g in rep["gpus"]:
+        assert g["tests"] == {
+            "sw": True,
+            "matmul": True,
+            "memory": True,
+            "p2p": None,
+            "allreduce": True,
+            "telemetry": True,
+        }
+        assert g["matmul"]["dtype"] == "fp32" and g["matmul"]["tflops"] > 0
+        assert g["memory"]["bandwidth_bytes_per_second"] > 0
+        assert g["allreduce"]["busbw_bytes_per_second"] > 0
+    assert rep["thresholds"]["straggler_fraction"] == 0.5
+    assert any(c["test"] == "p2p" and c["passed"] is None and "device cpu" in c["detail"] for c in rep["checks"])
+    state = tmp_path / "state" / "burn"
+    assert json.loads((state / "last.json").read_text())["finished_at"] == rep["finished_at"]
+    assert not (state / "running.json").exists()
+
+
+def test_corrupted_results_are_caught_and_attributed_to_gpu_1(burn):
+    r = burn([*CPU, "--gpus", "0,1", "--tests", "matmul,memory,allreduce"], env={"GPUMON_BURN_INJECT": "corrupt:1"})
+    assert r.code == 1
+    faults = r.report["faults"]
+    assert faults and all(f.startswith("GPU 1 ") for f in faults), faults
+    assert any("silent data corruption" in f for f in faults)
+    assert any("words read back wrong" in f for f in faults)
+    assert any("all-reduce result wrong on rank 1" in f for f in faults)
+    assert r.report["gpus"][0]["tests"] == {"matmul": True, "memory": True, "allreduce": True, "telemetry": True}
+
+
+def test_a_slow_gpu_is_named_as_the_straggler(burn):
+    r = burn([*CPU, "--gpus", "0,1", "--tests", "matmul,memory"], env={"GPUMON_BURN_INJECT": "slow:1"})
+    assert r.code == 1
+    faults = r.report["faults"]
+    assert faults and all(f.startswith("GPU 1 ") for f in faults), faults
+    assert any("matmul" in f and "below the median" in f for f in faults)
+
+
+def test_a_hung_rank_is_ended_by_the_watchdog_and_named(burn):
+    start = time.monotonic()
+    r = burn([*CPU, "--gpus", "0,1", "--heartbeat-timeout", "3"], env={"GPUMON_BURN_INJECT": "hang:1"}, timeout=90)
+    assert r.code == 1
+    assert r.report["faults"][0].startswith("rank 1 (GPU 1) hung in matmul: no progress for")
+    assert "waiting for it: rank 0" in r.report["faults"][0]
+    assert time.monotonic() - start < 60
+
+
+def test_an_allocation_failure_is_reported_for_that_gpu(burn):
+    r = burn([*CPU, "--gpus", "0,1", "--tests", "memory"], env={"GPUMON_BURN_INJECT": "oom:0"})
+    assert r.code == 1
+    assert r.report["faults"] == [
+        "GPU 0 (rank 0): out of memory (injected out of memory allocating (1048576,) torch.int32)"
+    ]
+    assert r.report["gpus"][1]["tests"]["memory"] is True
+
+
+def test_a_slow_group_is_localised_by_pairwise_all_reduce(burn, tmp_path):
+    scenario = tmp_path / "four.yaml"
+    scenario.write_text("count: 4\n")
+    r = burn(
+        [*CPU, "--backend", f"fake:{scenario}", "--gpus", "all", "--tests", "allreduce", "--quick"],
+        env={"GPUMON_BURN_INJECT": "slow:2", "GPUMON_BURN_FLOORS": "allreduce_busbw_gbps=1000"},
+    )
+    assert r.code == 1
+    faults = r.report["faults"]
+    assert any(f.startswith("all-reduce over 4 ranks: busbw") for f in faults), faults
+    assert "GPU 2: allreduce: every link of this GPU is slow while the other links are fine" in faults, faults
+    pairs = [c for c in r.report["checks"] if c["check"] == "pair_busbw"]
+    assert len(pairs) == 6
+
+
+def test_ctrl_c_stops_workers_and_removes_the_marker(tmp_path):
+    state = tmp_path / "state"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpumon.burn",
+            "--device",
+            "cpu",
+            "--gpus",
+            "0,1",
+            "--duration",
+            "60",
+            "--state-dir",
+            str(state),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    marker = state / "burn" / "running.json"
+    try:
+        assert _wait_for(marker, 60)
+        data = json.loads(marker.read_text())
+        assert set(data) == {"pid", "gpus", "uuids", "started_at"}
+        assert data["pid"] == proc.pid and data["gpus"] == [0, 1] and len(data["uuids"]) == 2
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert "interrupted" in err and "Traceback" not in err
+    assert not marker.exists()
