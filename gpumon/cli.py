@@ -59,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a config file; print every problem")
     check.add_argument("file", type=Path)
     check.set_defaults(func=cmd_check_config)
+
+    from gpumon.alerts import cli as alerts_cli
+    from gpumon.burn import cli as burn_cli  # registers options only; torch is imported when a burn runs
+
+    alerts_cli.add_parser(sub)
+    burn_cli.add_parser(sub)
     return parser
 
 
@@ -128,8 +134,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"gpumon: bad scenario file:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
+    from gpumon.exporter.webconfig import WebConfigError
+
     try:
         daemon = Daemon(config, backend, reloader(args.config, _flags(args)))
+    except WebConfigError as exc:
+        print(f"gpumon: web config {config.web_config_file}: {len(exc.problems)} problem(s):", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return EXIT_USAGE
     except OSError as exc:
         print(f"gpumon: cannot listen on {config.listen}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAULT

@@ -14,9 +14,12 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from gpumon.alerts.config import AlertingConfig
 
 DEFAULT_PORT = 10480
 """gpumon's port. Prometheus' exporter range 9100-9999 is fully allocated (dcgm-exporter
@@ -68,8 +71,8 @@ class Config:
     kernel_log: bool = True
     """Read XIDs from the kernel log at start."""
     exporter: ExporterConfig = field(default_factory=ExporterConfig)
-    alerting: Any = None
-    """gpumon.alerts.config.AlertingConfig, or None while that section is absent."""
+    alerting: AlertingConfig | None = None
+    """The validated ``alerting:`` section (defaults when absent); None only in hand-built Configs."""
     xid_catalog: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
     """Overrides of the shipped XID catalog: code -> {meaning, severity, action}."""
     source: str | None = None
@@ -190,14 +193,10 @@ def _parse_xid_catalog(raw: Any, problems: list[str], where: str) -> dict[int, d
     return out
 
 
-def _parse_alerting(raw: Any, problems: list[str], where: str) -> Any:
-    """Delegated to gpumon.alerts.config when that module exists."""
-    try:
-        from gpumon.alerts import config as alerts_config
-    except ImportError:
-        if raw is not None:
-            problems.append(f"{where}: alerting is not available in this build")
-        return None
+def _parse_alerting(raw: Any, problems: list[str], where: str) -> AlertingConfig | None:
+    """Delegated to gpumon.alerts.config, which owns the alerting section."""
+    from gpumon.alerts import config as alerts_config
+
     parsed, section_problems = alerts_config.parse(raw)
     problems.extend(f"{where}: {p}" for p in section_problems)
     return parsed

@@ -1,8 +1,9 @@
 """The one place that builds and wires gpumon's parts, runs them and shuts them down.
 
-Order of construction: backend -> store -> poller -> exporter (collector, server)
--> scheduler (the only caller of the backend's read) -> event thread. Shutdown goes
-in reverse. SIGTERM/SIGINT stop within 2 s even while an NVML call hangs (the
+Order of construction: XID catalog and tracker -> store -> poller -> alert service ->
+exporter (collector with the alerts, burn-results and DCGM collectors; HTTP server with
+the web config) -> scheduler (the only caller of the backend's read) -> XID event thread
+and kernel-log backfill -> systemd notifications. Shutdown goes in reverse. SIGTERM/SIGINT stop within 2 s even while an NVML call hangs (the
 polling and event threads are daemon threads); SIGHUP reloads the configuration and
 keeps the old one when the new one is invalid.
 """
@@ -16,18 +17,30 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from types import FrameType
 
 from apscheduler.executors.debug import DebugExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from gpumon.alerts import config as alerts_config
+from gpumon.alerts.service import AlertService
 from gpumon.backends.base import GpuBackend
+from gpumon.burn.results_collector import BurnResultsCollector
 from gpumon.config import Config, ConfigError
+from gpumon.events.catalog import XidCatalog
+from gpumon.events.kernel_log import read_boot_xids
+from gpumon.events.tracker import XidTracker
+from gpumon.events.xid_thread import XidEventThread
 from gpumon.exporter.collector import GpumonCollector, SelfStats
+from gpumon.exporter.dcgm import DcgmCompatCollector
 from gpumon.exporter.server import MetricsServer, json_response
+from gpumon.exporter.webconfig import WebConfigWatcher, server_factory
 from gpumon.poller import Poller, PollIntervals
+from gpumon.processes import ProcessEnricher
 from gpumon.snapshot import to_jsonable
 from gpumon.store import SnapshotStore
+from gpumon.systemd_notify import SystemdNotifier
 
 log = logging.getLogger("gpumon")
 
@@ -59,15 +72,41 @@ class Daemon:
         reload_config: Callable[[], Config] | None = None,
         *,
         monotonic: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        notifier: SystemdNotifier | None = None,
     ) -> None:
+        """Build every part; raises OSError when the port cannot be bound and
+        gpumon.exporter.webconfig.WebConfigError for an unusable web config."""
         self.config = config
         self._reload_config = reload_config
         self._mono = monotonic
         self._stop = threading.Event()
         self._reload = threading.Event()
+        self.notifier = notifier or SystemdNotifier()
         self.backend = backend
+        self.catalog = XidCatalog.load(config.xid_catalog)
+        self.tracker = XidTracker(live_since_seconds=wall_clock())
         self.store = SnapshotStore()
-        self.poller = Poller(backend, self.store, intervals_of(config), monotonic=monotonic)
+        self.store.subscribe(self.tracker.set_gpus_from_snapshot)
+        self.poller = Poller(
+            backend,
+            self.store,
+            intervals_of(config),
+            monotonic=monotonic,
+            wall_clock=wall_clock,
+            enrich_processes=ProcessEnricher().enrich,
+            xid_counts=self.tracker.for_gpu,
+        )
+        alerting = config.alerting if config.alerting is not None else default_alerting()
+        self.alerts = AlertService(
+            alerting,
+            config.state_dir,
+            alerting.host or hostname(),
+            clock=wall_clock,
+            xid_action=lambda code: self.catalog.lookup(code).action,
+        )
+        self.store.subscribe(self.alerts.on_snapshot)
+        self.tracker.subscribe(self.alerts.on_xid)
         self.collector = GpumonCollector(
             self.store,
             intervals_of(config),
@@ -75,22 +114,35 @@ class Daemon:
             self_stats=lambda: SelfStats(poll_skipped_total=self.poller.skipped_polls_total),
             processes=config.exporter.processes,
         )
+        self.collector.add("alerts", self.alerts.collector())
+        self.collector.add("burn", BurnResultsCollector(config.state_dir))
+        if "dcgm" in config.exporter.compat:
+            self.collector.add("dcgm", DcgmCompatCollector(self.store, hostname(), self.catalog))
+        self.web = WebConfigWatcher(config.web_config_file) if config.web_config_file else None
+        web = self.web
         self.server = MetricsServer(
             config.listen_address(),
             self.collector.render,
             self.store,
             stale_after_seconds=config.stale_after,
             monotonic=monotonic,
+            server_factory=server_factory(web),
+            authorize=(lambda header: not web.auth_required() or web.check_basic_auth(header)) if web else None,
+            extra_headers=web.extra_headers if web else None,
         )
         self.server.add_route("/api/snapshot", self._snapshot_route)
+        for path, route in self.alerts.routes().items():
+            self.server.add_route(path, route)
         self.scheduler = BackgroundScheduler(
             executors={"default": DebugExecutor()},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
             daemon=True,
         )
+        self.events = XidEventThread(backend, self.tracker.record, ready=lambda: self.poller.nvml_up)
 
     # ------------------------------------------------------------------
     def start(self) -> None:
+        self.alerts.start()
         self.server.start()
         self.scheduler.add_job(
             self.poller.poll,
@@ -100,6 +152,9 @@ class Daemon:
             next_run_time=_now(),
         )
         self.scheduler.start()
+        self.events.start()
+        if self.config.kernel_log:
+            threading.Thread(target=self._backfill_kernel_log, name="gpumon-kmsg", daemon=True).start()
         log.info(
             "gpumon listening on %s:%d (backend %s, every %gs)",
             self.config.listen_address()[0],
@@ -110,6 +165,8 @@ class Daemon:
 
     def stop(self) -> None:
         log.info("gpumon stopping")
+        self.notifier.stopping()
+        self.events.stop()
         stuck = self.poller.poll_running
         if stuck:
             # BackgroundScheduler.shutdown joins its thread, which is inside the hung call:
@@ -118,6 +175,7 @@ class Daemon:
         else:
             self.scheduler.shutdown(wait=False)
         self.server.stop()
+        self.alerts.stop(timeout=1.0)
         if not stuck:
             try:
                 self.backend.shutdown()
@@ -135,13 +193,23 @@ class Daemon:
         """Serve until SIGTERM/SIGINT; reload on SIGHUP. Returns the exit code."""
         self._install_signals()
         self.start()
+        ping = self.notifier.watchdog_ping_period_seconds() or 1.0
+        ready_sent = False
         try:
             while True:
-                self._stop.wait(1.0)
+                self._stop.wait(min(1.0, ping))
+                # The watchdog proves the main loop lives; a GPU hung in NVML is reported
+                # through metrics and /ready, since restarting gpumon would not free it.
+                self.notifier.watchdog()
+                if not ready_sent and self.store.latest() is not None:
+                    self.notifier.ready(self._status())
+                    ready_sent = True
                 if self._reload.is_set():
                     self._reload.clear()
                     self._stop.clear()
+                    self.notifier.reloading("reloading configuration")
                     self.reload()
+                    self.notifier.ready(self._status())
                     continue
                 if self._stop.is_set():
                     break
@@ -159,11 +227,20 @@ class Daemon:
             log.error("reload rejected, keeping the running configuration:\n  %s", "\n  ".join(exc.problems))
             return
         old = self.config
-        for key in ("listen", "backend", "fake_gpus", "state_dir"):
+        for key in ("listen", "backend", "fake_gpus", "state_dir", "web_config_file", "kernel_log"):
             if getattr(new, key) != getattr(old, key):
                 log.warning("%s changed in the configuration; it takes effect after a restart", key)
+        if new.exporter.compat != old.exporter.compat:
+            log.warning("exporter.compat changed in the configuration; it takes effect after a restart")
         new = dataclasses.replace(
-            new, listen=old.listen, backend=old.backend, fake_gpus=old.fake_gpus, state_dir=old.state_dir
+            new,
+            listen=old.listen,
+            backend=old.backend,
+            fake_gpus=old.fake_gpus,
+            state_dir=old.state_dir,
+            web_config_file=old.web_config_file,
+            kernel_log=old.kernel_log,
+            exporter=dataclasses.replace(new.exporter, compat=old.exporter.compat),
         )
         configure_logging(new.log_level)
         if new.interval_seconds != old.interval_seconds:
@@ -171,10 +248,30 @@ class Daemon:
         self.poller.set_intervals(intervals_of(new))
         self.collector.set_options(intervals_of(new), processes=new.exporter.processes)
         self.server.set_stale_after(new.stale_after)
+        if new.alerting is not None:
+            self.alerts.reload(new.alerting)
+        if new.xid_catalog != old.xid_catalog:
+            self.catalog = XidCatalog.load(new.xid_catalog)
         self.config = new
         log.info("configuration reloaded from %s", new.source or "defaults")
 
     # ------------------------------------------------------------------
+    def _backfill_kernel_log(self) -> None:
+        """XIDs since boot from the kernel log, so a restarted daemon still knows (read once)."""
+        result = read_boot_xids(logger=log)
+        counted = self.tracker.record_all(result.events)
+        if counted:
+            log.warning("%d XID(s) found in the kernel log since boot", counted)
+
+    def _status(self) -> str:
+        snapshot = self.store.latest()
+        if snapshot is None:
+            return "starting"
+        if not snapshot.nvml_up:
+            return f"NVML unavailable: {snapshot.nvml_error}"
+        lost = sum(1 for g in snapshot.gpus if not g.up)
+        return f"{len(snapshot.gpus)} GPU(s), {lost} lost, serving on port {self.server.port}"
+
     def _snapshot_route(self) -> tuple[int, str, bytes]:
         snapshot = self.store.latest()
         if snapshot is None:
@@ -195,10 +292,16 @@ class Daemon:
         signal.signal(signal.SIGHUP, on_hup)
 
 
-def _now():  # type: ignore[no-untyped-def]
-    from datetime import datetime, timezone
-
+def _now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def default_alerting() -> alerts_config.AlertingConfig:
+    """The alerting section as it is with nothing configured (the built-in pack, no receivers)."""
+    parsed, problems = alerts_config.parse(None)
+    if parsed is None:
+        raise ConfigError(problems)
+    return parsed
 
 
 def hostname() -> str:

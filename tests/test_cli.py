@@ -48,3 +48,12 @@ def test_once_without_nvml_is_one_line_and_exit_1() -> None:
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("gpumon: NVML unavailable"), result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_daemon_never_loads_torch() -> None:
+    code = (
+        "import sys, gpumon.cli, gpumon.daemon; gpumon.cli.build_parser(); "
+        "print('torch' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr

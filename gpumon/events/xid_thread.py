@@ -22,7 +22,7 @@ class XidEventThread:
     def __init__(
         self,
         backend: GpuBackend,
-        on_event: Callable[[XidEvent], None],
+        on_event: Callable[[XidEvent], object],
         ready: Callable[[], bool],
         wait_seconds: float = 1.0,
     ) -> None:

@@ -119,7 +119,7 @@ class GpumonCollector:
             extra_metrics.extend(metrics)
         text = render(core).encode()
         if extra_metrics:
-            text += generate_latest(_MetricList(extra_metrics))  # type: ignore[arg-type]
+            text += generate_latest(_MetricList(extra_metrics))
         return text + render(self._meta(timings)).encode()
 
     def collect(self) -> Iterator[Metric]:

@@ -83,7 +83,7 @@ def render(families: Iterable[Family]) -> str:
         for labels, value in fam.samples:
             text = formatted.get(value)
             if text is None:
-                text = formatted[value] = floatToGoString(value)
+                text = formatted[value] = floatToGoString(value)  # type: ignore[no-untyped-call]
             if not fam.plain_labels:
                 labels = tuple(_escape_label(v) for v in labels)
             out.append(template(*labels, text))
