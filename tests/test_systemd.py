@@ -8,6 +8,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -210,3 +211,39 @@ def test_security_exposure_is_at_most_2_5(unit_with_stub_binary: Path) -> None:
     match = re.search(r"Overall exposure level for \S+: (\d+(?:\.\d+)?)", result.stdout)
     assert match, result.stdout + result.stderr
     assert float(match.group(1)) <= 2.5, result.stdout
+
+
+# --- MemoryDenyWriteExecute=yes: gpumon must not need writable+executable memory ----------------
+
+PR_SET_MDWE = 65
+PR_MDWE_REFUSE_EXEC_GAIN = 1
+_UNDER_MDWE = f"""
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl({PR_SET_MDWE}, {PR_MDWE_REFUSE_EXEC_GAIN}, 0, 0, 0) != 0:
+    sys.exit(77)  # kernel without PR_SET_MDWE (Linux < 6.3)
+from gpumon.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def run_under_mdwe(*args: str) -> subprocess.CompletedProcess[str]:
+    """gpumon with the kernel's W^X policy (what MemoryDenyWriteExecute=yes enforces through seccomp)."""
+    result = subprocess.run([sys.executable, "-c", _UNDER_MDWE, *args], capture_output=True, text=True, timeout=120)
+    if result.returncode == 77:
+        pytest.skip("this kernel has no PR_SET_MDWE (Linux >= 6.3 needed)")
+    return result
+
+
+def test_gpumon_runs_under_memory_deny_write_execute() -> None:
+    result = run_under_mdwe("once", "--backend", "fake", "--fake-gpus", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    assert '"nvml_up": true' in result.stdout
+
+
+@pytest.mark.gpu
+def test_nvml_works_under_memory_deny_write_execute() -> None:
+    """On a GPU host: loading libnvidia-ml through ctypes needs no W+X memory."""
+    result = run_under_mdwe("once", "--backend", "nvml", "--json")
+    assert result.returncode == 0, result.stderr
+    assert '"nvml_up": true' in result.stdout
