@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,11 +174,58 @@ GPUMON_CONFIG = {
     "slow_interval_seconds": 1,
     "static_interval_seconds": 5,
     "exporter": {"processes": True},
-    "alerting": {"builtin_rules": True, "webhooks": ["http://127.0.0.1:9/hook"]},
+    "alerting": {
+        "builtin_rules": True,
+        "webhooks": ["http://127.0.0.1:9/hook"],
+        # Fires at once on the hot GPU 1, and is held back while the burn marker names that GPU.
+        "rules": [
+            {
+                "name": "TestGpuHot",
+                "field": "temperature_celsius",
+                "op": ">",
+                "threshold": 80,
+                "severity": "warning",
+                "burn_hold_back": True,
+            }
+        ],
+    },
 }
 
-BURN_REPORT = REPO / "tests" / "data" / "burn-last.json"
-"""A last.json written by `gpumon burn --device cpu`, copied into the daemon's state dir when present."""
+
+FAKE_UUID = "GPU-fa4e{0:04x}-0000-4000-8000-{0:012x}"
+"""The fake backend's UUID of GPU i."""
+
+
+def burn_report(finished_at: float) -> dict[str, Any]:
+    """A `gpumon burn` report (<state_dir>/burn/last.json, docs/burn.md) for the scenario's GPUs: GPU 1 failed matmul."""
+
+    def gpu(index: int, matmul_ok: bool, tflops: float) -> dict[str, Any]:
+        return {
+            "node": 0,
+            "gpu": index,
+            "uuid": FAKE_UUID.format(index),
+            "model": "NVIDIA H200",
+            "tests": {"matmul": matmul_ok, "memory": True, "p2p": True, "allreduce": True},
+            "matmul": {"tflops": tflops, "dtype": "bf16"},
+            "memory": {"bandwidth_bytes_per_second": 4.3e12},
+            "p2p": {str(1 - index): 3.9e11},
+            "allreduce": {"busbw_bytes_per_second": 3.3e11},
+        }
+
+    return {
+        "schema": 1,
+        "tool": "gpumon burn",
+        "node": 0,
+        "started_at": finished_at - 300,
+        "finished_at": finished_at,
+        "duration_seconds": 300.0,
+        "verdict": "fail",
+        "exit_code": 1,
+        "faults": ["GPU 1: matmul 410.0 TFLOP/s is below the 600 TFLOP/s floor"],
+        "could_not_run": [],
+        "gpus": [gpu(0, True, 655.2), gpu(1, False, 410.0)],
+    }
+
 
 PENDING_FAMILIES = {
     "gpumon_burn_": "burn results are not exported by `gpumon run` yet (gpumon.burn results collector not wired)",
@@ -204,9 +253,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     config = tmp / "gpumon.yaml"
     config.write_text(yaml.safe_dump(GPUMON_CONFIG))
     gpumon = DaemonProcess(["--config", str(config), "--backend", f"fake:{scenario}"], tmp)
-    if BURN_REPORT.exists():  # a `gpumon burn` report for the burn dashboard's panels
-        (gpumon.state_dir / "burn").mkdir(parents=True, exist_ok=True)
-        (gpumon.state_dir / "burn" / "last.json").write_text(BURN_REPORT.read_text())
+    (gpumon.state_dir / "burn").mkdir(parents=True, exist_ok=True)
+    (gpumon.state_dir / "burn" / "last.json").write_text(json.dumps(burn_report(time.time() - 600)))
+    # A burn "running" on GPU 1, owned by this (live) test process.
+    marker = {"pid": os.getpid(), "gpus": [1], "uuids": [FAKE_UUID.format(1)], "started_at": time.time()}
+    (gpumon.state_dir / "burn" / "running.json").write_text(json.dumps(marker))
     try:
         gpumon.wait_ready()
         instance = f"127.0.0.1:{gpumon.port}"
@@ -257,8 +308,8 @@ def test_panel_query_returns_data(stack: Stack, dashboard: str, panel: str, expr
 @needs_prometheus
 @pytest.mark.integration
 @pytest.mark.slow
-def test_detail_dashboard_covers_every_family_gpumon_serves(stack: Stack) -> None:
-    exprs = " ".join(expr for name, _, expr in queries() if name == "gpumon-gpu-detail.json")
+def test_dashboards_cover_every_family_gpumon_serves(stack: Stack) -> None:
+    exprs = " ".join(expr for _, _, expr in queries())
     families = served_families(stack.exposition)
     missing = sorted(f for f in families if f.startswith("gpumon_") and not re.search(rf"\b{f}(_total)?\b", exprs))
-    assert missing == [], f"served by gpumon but on no panel of the detail dashboard: {missing}"
+    assert missing == [], f"served by gpumon but on no dashboard panel: {missing}"
