@@ -286,7 +286,7 @@ def parse_rule(raw: Any, where: str, p: _Problems, host_label: str, builtin: boo
             problem = field_problem(field_name)
             if problem:
                 p.add(where, problem)
-        if op not in OPS:
+        if not isinstance(op, str) or op not in OPS:
             p.add(where, f"op must be one of {' '.join(OPS)}, got {op!r}")
             op = None
     if kind in ("threshold", "stale_snapshot", "idle_with_memory"):

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpumon import config as gpumon_config
@@ -192,3 +192,47 @@ def test_known_placeholders_render_their_value(name: str, value: str) -> None:
 def test_render_runs_no_code() -> None:
     assert template_problems("{{ __import__('os') }}")
     assert render("{{ gpu.__class__ }}", {"gpu": "0"}) == "{{ gpu.__class__ }}"
+
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 10**6),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.sampled_from([">", "==", "5m", "30s", "http://127.0.0.1:9093", "temperature_celsius", "xid", "GpuLost"]),
+)
+_keys = st.sampled_from(
+    [
+        "rules",
+        "builtin",
+        "builtin_rules",
+        "alertmanagers",
+        "webhooks",
+        "resend_interval",
+        "retry",
+        "host",
+        "name",
+        "field",
+        "op",
+        "threshold",
+        "for",
+        "kind",
+        "labels",
+        "annotations",
+        "severity",
+        "GpuLost",
+        "zzz",
+    ]
+)
+_values = st.recursive(
+    _scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_keys, inner, max_size=4), max_leaves=12
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_keys, _values, max_size=6))
+def test_parse_never_raises_and_gives_a_config_or_problems(raw: dict[str, Any]) -> None:
+    config, problems = parse(raw)
+    assert (config is None) == bool(problems)
+    assert all(isinstance(p, str) and p.startswith("alerting") for p in problems)
