@@ -423,7 +423,15 @@ def _judge_allreduce(j: Judgement, res: Mapping[GpuKey, Any], th: Thresholds, si
     floors = [f for m in models if (f := th.allreduce_floor_bytes_per_second(m, single_node)) is not None]
     floor = min(floors) if floors else None
     for key in ran:
-        j.gpus[key]["allreduce"] = {"busbw_bytes_per_second": busbw, "bytes": largest["bytes"]}
+        j.gpus[key]["allreduce"] = {
+            "busbw_bytes_per_second": busbw,
+            "bytes": largest["bytes"],
+            "dtype": ran[lead].get("dtype"),
+            "sizes": [
+                {k: s[k] for k in ("bytes", "iterations", "algbw_bytes_per_second", "busbw_bytes_per_second")}
+                for s in sizes
+            ],
+        }
     figures = ", ".join(f"{s['bytes'] / 2**20:.0f} MiB {s['busbw_bytes_per_second'] / 1e9:.1f}" for s in sizes)
     if floor is None:
         j.add(

@@ -17,7 +17,7 @@ from gpumon.burn.results_collector import BurnResultsCollector
 from gpumon.burn.state import StateFiles
 from gpumon.burn.sw import check_gpu, check_host
 from gpumon.burn.watcher import Watcher, summarise
-from gpumon.snapshot import HostSnapshot, ProcessSnapshot
+from gpumon.snapshot import HostSnapshot
 
 
 def _values(**override):
