@@ -26,6 +26,7 @@ import psutil
 import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpumon.backends.factory import make_backend
 from gpumon.poller import Poller, PollIntervals
@@ -63,10 +64,33 @@ def poll_cost(backend_spec: str, fake_gpus: int, rounds: int) -> None:
         t0 = time.perf_counter()
         poller.poll()
         polls.append(time.perf_counter() - t0)
+    bare_line = ""
+    if backend_spec == "nvml":
+        # the reference the issue names: a bare pynvml loop over the same fast-tier calls (bench_nvml_calls)
+        import pynvml
+        from bench_nvml_calls import bare_groups, run_all, working
+
+        names = backend.reader_names(Tier.FAST)  # type: ignore[attr-defined]
+        calls = []
+        for i in range(count):
+            groups = bare_groups(pynvml, i, count)
+            for name in names:
+                calls += working(pynvml, groups[name])[0]
+        bare = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            run_all(calls)
+            bare.append(time.perf_counter() - t0)
+        b = statistics.median(bare)
+        bare_line = (
+            f"{'bare pynvml loop, same calls (reference)':<40}{b * 1e6:>10.1f}{pct(bare, 0.99) * 1e6:>10.1f}"
+            f"{b * 1e6 / count:>9.1f}\n"
+        )
     backend.shutdown()
     r, p = statistics.median(reads), statistics.median(polls)
     print(f"## poll, {count} GPU(s), backend {backend_spec}, {rounds} rounds")
     print(f"{'what':<40}{'p50 µs':>10}{'p99 µs':>10}{'µs/GPU':>9}")
+    print(bare_line, end="")
     print(
         f"{'backend fast reads, all GPUs (reference)':<40}{r * 1e6:>10.1f}{pct(reads, 0.99) * 1e6:>10.1f}{r * 1e6 / count:>9.1f}"
     )
@@ -74,6 +98,10 @@ def poll_cost(backend_spec: str, fake_gpus: int, rounds: int) -> None:
         f"{'gpumon Poller.poll() (fast tier)':<40}{p * 1e6:>10.1f}{pct(polls, 0.99) * 1e6:>10.1f}{p * 1e6 / count:>9.1f}"
     )
     print(f"ratio poll / backend reads: {p / r:.2f}")
+    if bare_line:
+        print(
+            f"ratio poll / bare pynvml loop: {p / b:.2f} (goal <= 1.5), {p * 1e6 / count:.1f} µs per GPU (goal <= 100)"
+        )
 
 
 def daemon_cost(backend_spec: str, fake_gpus: int, seconds: float) -> None:

@@ -106,9 +106,14 @@ def bare_groups(nv: Any, index: int, count: int) -> dict[str, list[Call]]:
             nv.nvmlGpmMetricsGet(request)
         state["current"] = 1 - current
 
-    def process_utilization() -> None:
-        with contextlib.suppress(nv.NVMLError):  # NOT_FOUND = no samples: part of the normal cost
-            nv.nvmlDeviceGetProcessUtilization(h, 0)
+    last_seen = {"stamp": 0}
+
+    def processes() -> None:
+        """As gpumon does: the SM share is asked only when processes run, for samples newer than the last."""
+        if nv.nvmlDeviceGetComputeRunningProcesses(h):
+            with contextlib.suppress(nv.NVMLError):  # NOT_FOUND = no new samples: part of the normal cost
+                for s in nv.nvmlDeviceGetProcessUtilization(h, last_seen["stamp"]):
+                    last_seen["stamp"] = max(last_seen["stamp"], int(s.timeStamp))
 
     return {
         "utilization": [lambda: nv.nvmlDeviceGetUtilizationRates(h)],
@@ -122,7 +127,7 @@ def bare_groups(nv: Any, index: int, count: int) -> dict[str, list[Call]]:
         "fans": [lambda f=f: nv.nvmlDeviceGetFanSpeed_v2(h, f) for f in fans] or [lambda: nv.nvmlDeviceGetNumFans(h)],
         "pcie_link": [lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(h), lambda: nv.nvmlDeviceGetCurrPcieLinkWidth(h)],
         "nvlink_state": [lambda link=link: nv.nvmlDeviceGetNvLinkState(h, link) for link in links],
-        "processes": [lambda: nv.nvmlDeviceGetComputeRunningProcesses(h), process_utilization],
+        "processes": [processes],
         "gpm": [gpm],
         "power_limit": [lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h)],
         "energy": [lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h)],
@@ -252,8 +257,6 @@ def main() -> int:
     print()
     print(f"full FAST read, {count} GPU(s): gpumon {ours:.1f} µs ({ours / count:.1f} µs/GPU), bare pynvml {ref:.1f} µs")
     print(f"  ratio gpumon / bare pynvml: {ours / ref:.2f}  (goal <= 1.5 and <= 100 µs per GPU)")
-    no_gpm = [c for i in range(count) for name in fast_names if name not in ("gpm", "processes") for c in bare[i][name]]
-    print(f"  bare pynvml without GPM and processes: {median_us(lambda: run_all(no_gpm), args.repeat):.1f} µs")
 
     backend.shutdown()
     if shutil.which("nvidia-smi") is None:

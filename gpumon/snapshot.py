@@ -138,9 +138,9 @@ class GpuSnapshot:
     fan_speed_ratios: Mapping[str, float] | None = _m(Tier.FAST, "Fan speed by fan index, 0-1 (fan.speed / 100)")
 
     # PCIe
-    pcie_link_generation: int | None = _f(Tier.FAST, "Current PCIe generation (pcie.link.gen.current)")
+    pcie_link_generation: int | None = _f(Tier.SLOW, "Current PCIe generation (pcie.link.gen.current)")
     pcie_link_generation_max: int | None = _f(Tier.STATIC, "Max PCIe generation of GPU and system (pcie.link.gen.max)")
-    pcie_link_width: int | None = _f(Tier.FAST, "Current PCIe lanes (pcie.link.width.current)")
+    pcie_link_width: int | None = _f(Tier.SLOW, "Current PCIe lanes (pcie.link.width.current)")
     pcie_link_width_max: int | None = _f(Tier.STATIC, "Max PCIe lanes (pcie.link.width.max)")
     pcie_replays_total: int | None = _f(Tier.SLOW, "PCIe replay counter (nvidia-smi -q: Replays Since Reset)")
     pcie_throughput_bytes_per_second: Mapping[str, float] | None = _m(
@@ -186,26 +186,26 @@ class GpuSnapshot:
     # processes (fast)
     processes: tuple[ProcessSnapshot, ...] | None = _f(Tier.FAST, "Compute processes (nvidia-smi --query-compute-apps)")
 
-    # profiling (GPM, Hopper and newer; fast, computed from two samples)
-    sm_active_ratio: float | None = _f(Tier.FAST, "SM active share 0-1 (GPM SM_UTIL; DCGM_FI_PROF_SM_ACTIVE)")
-    sm_occupancy_ratio: float | None = _f(Tier.FAST, "SM occupancy 0-1 (GPM SM_OCCUPANCY; DCGM_FI_PROF_SM_OCCUPANCY)")
+    # profiling (GPM, Hopper and newer; slow tier: averages between two samples one slow interval apart)
+    sm_active_ratio: float | None = _f(Tier.SLOW, "SM active share 0-1 (GPM SM_UTIL; DCGM_FI_PROF_SM_ACTIVE)")
+    sm_occupancy_ratio: float | None = _f(Tier.SLOW, "SM occupancy 0-1 (GPM SM_OCCUPANCY; DCGM_FI_PROF_SM_OCCUPANCY)")
     tensor_active_ratio: float | None = _f(
-        Tier.FAST, "Tensor pipe active share 0-1 (GPM ANY_TENSOR_UTIL; DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)"
+        Tier.SLOW, "Tensor pipe active share 0-1 (GPM ANY_TENSOR_UTIL; DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)"
     )
     dram_active_ratio: float | None = _f(
-        Tier.FAST, "DRAM bandwidth share 0-1 (GPM DRAM_BW_UTIL; DCGM_FI_PROF_DRAM_ACTIVE)"
+        Tier.SLOW, "DRAM bandwidth share 0-1 (GPM DRAM_BW_UTIL; DCGM_FI_PROF_DRAM_ACTIVE)"
     )
     fp64_active_ratio: float | None = _f(
-        Tier.FAST, "FP64 pipe active 0-1 (GPM FP64_UTIL; DCGM_FI_PROF_PIPE_FP64_ACTIVE)"
+        Tier.SLOW, "FP64 pipe active 0-1 (GPM FP64_UTIL; DCGM_FI_PROF_PIPE_FP64_ACTIVE)"
     )
     fp32_active_ratio: float | None = _f(
-        Tier.FAST, "FP32 pipe active 0-1 (GPM FP32_UTIL; DCGM_FI_PROF_PIPE_FP32_ACTIVE)"
+        Tier.SLOW, "FP32 pipe active 0-1 (GPM FP32_UTIL; DCGM_FI_PROF_PIPE_FP32_ACTIVE)"
     )
     fp16_active_ratio: float | None = _f(
-        Tier.FAST, "FP16 pipe active 0-1 (GPM FP16_UTIL; DCGM_FI_PROF_PIPE_FP16_ACTIVE)"
+        Tier.SLOW, "FP16 pipe active 0-1 (GPM FP16_UTIL; DCGM_FI_PROF_PIPE_FP16_ACTIVE)"
     )
     gpm_throughput_bytes_per_second: Mapping[str, float] | None = _m(
-        Tier.FAST, "NVLink/PCIe throughput from GPM keyed nvlink_tx|nvlink_rx|pcie_tx|pcie_rx, bytes/s"
+        Tier.SLOW, "NVLink/PCIe throughput from GPM keyed nvlink_tx|nvlink_rx|pcie_tx|pcie_rx, bytes/s"
     )
 
     # events (filled by the daemon from the XID event thread and the kernel log)

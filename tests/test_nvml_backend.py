@@ -115,8 +115,6 @@ def test_fast_tier_in_base_units(fake: FakeNvml, backend: NvmlBackend) -> None:
             "hw_power_brake_slowdown": False,
             "display_clock_setting": False,
         },
-        "pcie_link_generation": 5,
-        "pcie_link_width": 16,
         "nvlink_up": {str(link): True for link in range(18)},
         "processes": (
             ProcessSnapshot(pid=4242, used_memory_bytes=1000 * MIB, sm_utilization_ratio=0.75),
@@ -129,6 +127,8 @@ def test_slow_tier_in_base_units(fake: FakeNvml, backend: NvmlBackend) -> None:
     fake.gpus[0].nvlink_states = [1, 0]
     fake.gpus[0].nvlink_remote_bus_ids = [fake.gpus[1].bus_id] * 2
     assert dict(backend.read(0, Tier.SLOW)) == {
+        "pcie_link_generation": 5,
+        "pcie_link_width": 16,
         "power_limit_watts": 700.0,
         "energy_joules_total": 1_234_567.89,
         "throttle_seconds_total": {"power": 2.5, "thermal": 0.0},
@@ -184,7 +184,7 @@ def test_each_tier_returns_only_its_own_fields_and_covers_the_rest(fake: FakeNvm
             got = set(backend.read(0, tier))
             assert got <= fields_of_tier(tier), f"{tier}: {got - fields_of_tier(tier)}"
             seen |= got
-    gpm_only = {f for f in fields_of_tier(Tier.FAST) if f.endswith("_active_ratio") or f.startswith(("sm_", "gpm_"))}
+    gpm_only = {f for f in fields_of_tier(Tier.SLOW) if f.endswith("_active_ratio") or f.startswith(("sm_", "gpm_"))}
     expected = (fields_of_tier(Tier.FAST) | fields_of_tier(Tier.SLOW) | fields_of_tier(Tier.STATIC)) - gpm_only
     assert expected - seen == set()
     assert "sm_active_ratio" in seen
@@ -462,11 +462,11 @@ GPM_VALUES = {
 }
 
 
-def test_gpm_metrics_from_the_second_fast_read(fake: FakeNvml, backend: NvmlBackend) -> None:
+def test_gpm_metrics_from_the_second_slow_read(fake: FakeNvml, backend: NvmlBackend) -> None:
     fake.gpus[0].gpm_metrics = dict(GPM_VALUES)
-    first = backend.read(0, Tier.FAST)
+    first = backend.read(0, Tier.SLOW)
     assert "sm_active_ratio" not in first  # one sample only
-    second = backend.read(0, Tier.FAST)
+    second = backend.read(0, Tier.SLOW)
     assert {k: second[k] for k in second if k.endswith("_ratio") and not k.startswith(("util", "memory"))} == {
         "sm_active_ratio": 0.8,
         "sm_occupancy_ratio": 0.4,
@@ -482,7 +482,7 @@ def test_gpm_metrics_from_the_second_fast_read(fake: FakeNvml, backend: NvmlBack
         "nvlink_rx": 2000.0 * MIB,
         "pcie_tx": 10.0 * MIB,
     }
-    assert backend.read(0, Tier.FAST)["tensor_active_ratio"] == 0.65  # and on every read after
+    assert backend.read(0, Tier.SLOW)["tensor_active_ratio"] == 0.65  # and on every read after
     assert fake.calls["nvmlGpmSampleAlloc"] == 2  # two samples per GPU, reused
     backend.shutdown()
     assert fake.gpm_samples_live == 0
@@ -491,7 +491,7 @@ def test_gpm_metrics_from_the_second_fast_read(fake: FakeNvml, backend: NvmlBack
 def test_gpm_unsupported_gpu_is_asked_once(fake: FakeNvml, backend: NvmlBackend) -> None:
     fake.gpus[1].gpm_supported = False
     for _ in range(3):
-        got = backend.read(1, Tier.FAST)
+        got = backend.read(1, Tier.SLOW)
     assert not any(k.startswith(("sm_", "tensor_", "dram_", "fp", "gpm_")) for k in got)
     assert fake.calls["nvmlGpmQueryDeviceSupport"] == 1
     assert fake.calls["nvmlGpmSampleGet"] == 0
@@ -499,14 +499,14 @@ def test_gpm_unsupported_gpu_is_asked_once(fake: FakeNvml, backend: NvmlBackend)
 
 def test_gpm_samples_are_dropped_with_a_lost_gpu_and_taken_anew(fake: FakeNvml, backend: NvmlBackend) -> None:
     fake.gpus[1].gpm_metrics = dict(GPM_VALUES)
-    backend.read(1, Tier.FAST)
+    backend.read(1, Tier.SLOW)
     fake.lost.add(1)
     with pytest.raises(GpuLostError):
-        backend.read(1, Tier.FAST)
+        backend.read(1, Tier.SLOW)
     assert fake.gpm_samples_live == 0
     fake.lost.clear()
-    assert "sm_active_ratio" not in backend.read(1, Tier.FAST)
-    assert backend.read(1, Tier.FAST)["sm_active_ratio"] == 0.8
+    assert "sm_active_ratio" not in backend.read(1, Tier.SLOW)
+    assert backend.read(1, Tier.SLOW)["sm_active_ratio"] == 0.8
 
 
 # ---- events -----------------------------------------------------------------

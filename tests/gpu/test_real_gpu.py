@@ -233,7 +233,7 @@ def parse_gpu_matrix(text: str) -> dict[int, dict[int, str]]:
     """A ``nvidia-smi topo -m`` / ``topo -p2p X`` matrix -> row GPU -> column GPU -> cell."""
     header: list[str] | None = None
     out: dict[int, dict[int, str]] = {}
-    for line in text.splitlines():
+    for line in re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines():  # nvidia-smi underlines the header
         cells = line.split()
         if not cells:
             if header is not None and out:
@@ -333,12 +333,13 @@ print("done", flush=True)
 
 
 def gpm_series(backend: NvmlBackend, index: int, seconds: float, every: float = 0.5) -> list[dict[str, Any]]:
-    backend.read(index, Tier.FAST)
+    """FAST and SLOW reads merged (GPM is read in the slow tier), ``every`` seconds apart."""
+    backend.read(index, Tier.SLOW)
     out = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         time.sleep(every)  # GPM measures over the interval between two samples
-        out.append(dict(backend.read(index, Tier.FAST)))
+        out.append({**backend.read(index, Tier.FAST), **backend.read(index, Tier.SLOW)})
     return out
 
 
