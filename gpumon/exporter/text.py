@@ -66,7 +66,7 @@ def _template(fam: Family) -> str:
     name = fam.name.replace("{", "{{").replace("}", "}}")
     if not names:
         return name + " {0}\n"
-    value_slot = "{%d}" % len(names)
+    value_slot = "{" + str(len(names)) + "}"
     return name + "{{" + ",".join(f'{names[i]}="{{{i}}}"' for i in order) + "}} " + value_slot + "\n"
 
 
