@@ -165,7 +165,9 @@ def cmd_once(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"gpumon: bad scenario file:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
-    snapshot = Poller(backend, SnapshotStore()).poll()
+    from gpumon.processes import enrich
+
+    snapshot = Poller(backend, SnapshotStore(), enrich_processes=enrich).poll()
     backend.shutdown()
     if not snapshot.nvml_up:
         print(f"gpumon: NVML unavailable: {snapshot.nvml_error}", file=sys.stderr)

@@ -174,23 +174,19 @@ def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig
 
 
 def _parse_xid_catalog(raw: Any, problems: list[str], where: str) -> dict[int, dict[str, str]]:
+    """Overrides of the shipped XID catalog, validated by gpumon.events.catalog."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         problems.append(f"{where}: xid_catalog must be a mapping of XID code to {{meaning, severity, action}}")
         return {}
-    out: dict[int, dict[str, str]] = {}
-    for code, entry in raw.items():
-        try:
-            xid = int(code)
-        except (TypeError, ValueError):
-            problems.append(f"{where}: xid_catalog key {code!r} is not an integer")
-            continue
-        if not isinstance(entry, dict) or not all(k in ("meaning", "severity", "action") for k in entry):
-            problems.append(f"{where}: xid_catalog.{code} must hold only meaning, severity, action")
-            continue
-        out[xid] = {k: str(v) for k, v in entry.items()}
-    return out
+    from gpumon.events.catalog import override_problems
+
+    found = override_problems(raw, f"{where}: xid_catalog")
+    problems.extend(found)
+    if found:
+        return {}
+    return {int(code): {k: str(v) for k, v in entry.items()} for code, entry in raw.items()}
 
 
 def _parse_alerting(raw: Any, problems: list[str], where: str) -> AlertingConfig | None:

@@ -125,3 +125,13 @@ def test_any_yaml_document_gives_a_config_or_a_config_error(doc: dict[str, objec
             assert exc.problems and all(isinstance(p, str) and p for p in exc.problems)
         else:
             assert config.interval_seconds > 0
+
+
+def test_xid_catalog_overrides_are_validated(tmp_path: Path) -> None:
+    path = write(tmp_path, "xid_catalog:\n  79: {severity: apocalyptic}\n  abc: {action: reboot}\n")
+    with pytest.raises(ConfigError) as info:
+        load(path, env={}, flags={})
+    text = "\n".join(info.value.problems)
+    assert "apocalyptic" in text and "'abc'" in text
+    ok = load(write(tmp_path, "xid_catalog:\n  79: {action: contact_support}\n"), env={}, flags={})
+    assert ok.xid_catalog == {79: {"action": "contact_support"}}
