@@ -99,8 +99,9 @@ def print_table(console: Console, data: dict[str, Any], now: float | None = None
         console.print(f"No active alerts on {host}.", highlight=False)
     else:
         table = Table(title=f"Active alerts on {host}", title_justify="left")
-        for column in ("STATE", "SEVERITY", "ALERT", "GPU", "SINCE", "SUMMARY"):
-            table.add_column(column, overflow="fold")
+        for column in ("STATE", "SEVERITY", "ALERT", "GPU", "SINCE"):
+            table.add_column(column, no_wrap=True)
+        table.add_column("SUMMARY", overflow="fold", ratio=1)
         for a in alerts:
             labels = a.get("labels") or {}
             gpu = a.get("gpu", "")
