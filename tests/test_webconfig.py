@@ -22,7 +22,7 @@ import requests
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from gpumon.exporter.server import MetricsServer
 from gpumon.exporter.webconfig import (
@@ -34,7 +34,7 @@ from gpumon.exporter.webconfig import (
     server_factory,
 )
 from gpumon.store import SnapshotStore
-from tests.helpers import wait_for
+from tests.helpers import DaemonProcess, free_port, run_cli, wait_for
 from tests.prometheus_helpers import needs_prometheus, run_prometheus
 
 OPENSSL = shutil.which("openssl")
@@ -126,7 +126,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], tuple[str, WebC
         Gauge("gpumon_test_up", "a test series", registry=registry).set(1)
         server = MetricsServer(
             ("127.0.0.1", 0),
-            registry,
+            lambda: generate_latest(registry),
             SnapshotStore(),
             stale_after_seconds=5,
             server_factory=server_factory(watcher),
@@ -503,3 +503,42 @@ def test_real_prometheus_scrapes_over_tls_with_basic_auth_and_client_cert(serve:
         assert "401" in bad["lastError"], bad["lastError"]
         plain = prom.wait_target_health("plain", "down")
         assert "400" in plain["lastError"], plain["lastError"]
+
+
+# --- the real daemon ------------------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_gpumon_run_serves_metrics_over_tls_with_basic_auth(pki: Pki, tmp_path: Path) -> None:
+    web_config = write_web_config(
+        tmp_path / "web-config.yml", tls_doc(pki) | {"basic_auth_users": {"prometheus": bcrypt_hash("s3cret")}}
+    )
+    gpumon = DaemonProcess(["--backend", "fake", "--fake-gpus", "1", "--web-config-file", str(web_config)], tmp_path)
+    try:
+        url = f"https://127.0.0.1:{gpumon.port}/metrics"
+
+        def scrape() -> requests.Response | None:
+            if gpumon.proc.poll() is not None:
+                raise AssertionError(f"gpumon exited:\n{gpumon.log()}")
+            response = requests.get(url, auth=("prometheus", "s3cret"), verify=str(pki.ca), timeout=2)
+            return response if "gpumon_gpu_up" in response.text else None
+
+        assert wait_for(scrape, 20, 0.2, "gpumon over TLS").status_code == 200
+        assert requests.get(url, auth=("prometheus", "nope"), verify=str(pki.ca), timeout=5).status_code == 401
+        plain = requests.get(url.replace("https", "http"), timeout=5)
+        assert (plain.status_code, plain.text) == (400, "Client sent an HTTP request to an HTTPS server.\n")
+    finally:
+        gpumon.stop()
+
+
+def test_gpumon_run_refuses_a_broken_web_config_listing_every_problem(tmp_path: Path) -> None:
+    web_config = write_web_config(
+        tmp_path / "web-config.yml",
+        {"tls_server_config": {"cert_file": "missing.crt", "key_file": "missing.key"},
+         "basic_auth_users": {"prometheus": "plaintext"}},
+    )  # fmt: skip
+    result = run_cli("run", "--backend", "fake", "--listen", f"127.0.0.1:{free_port()}", "--web-config-file", str(web_config),
+                     "--state-dir", str(tmp_path / "state"))  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    for problem in ("missing.crt': no such file", "missing.key': no such file", "not a bcrypt hash"):
+        assert problem in result.stderr
