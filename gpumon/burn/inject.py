@@ -49,7 +49,7 @@ def parse(text: str | None) -> tuple[Injection, list[str]]:
         if kind not in KINDS:
             problems.append(f"{ENV_VAR}: unknown fault {kind!r} (one of {', '.join(KINDS)})")
             continue
-        if not gpu.strip().isdigit():
+        if not (gpu.strip().isascii() and gpu.strip().isdigit()):
             problems.append(f"{ENV_VAR}: {item!r} needs a GPU index, like {kind}:1")
             continue
         faults.setdefault(kind, set()).add(int(gpu))

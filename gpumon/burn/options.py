@@ -97,7 +97,7 @@ def parse_gpus(text: str | None, device_count: int | None) -> tuple[tuple[int, .
         return (tuple(range(device_count)) if device_count is not None else None), problems
     out: list[int] = []
     for part in split_csv(text):
-        if not part.isdigit():
+        if not (part.isascii() and part.isdigit()):
             problems.append(f"--gpus: {part!r} is not a GPU index (use e.g. 0,1 or all)")
             continue
         index = int(part)
