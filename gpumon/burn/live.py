@@ -79,7 +79,7 @@ class LiveView:
                 self._last_plain[st.rank] = (st.test, now)
                 gpu, rank, test, rate, temp, power, clock, errors = self._row(st)
                 self.console.print(
-                    f"[{now - self.started:5.0f}s] gpu {gpu} rank {rank} {test} {rate} {temp} {power} {clock} "
+                    f"\\[{now - self.started:5.0f}s] gpu {gpu} rank {rank} {test} {rate} {temp} {power} {clock} "
                     f"errors {errors}".replace("  ", " "),
                     highlight=False,
                     soft_wrap=True,

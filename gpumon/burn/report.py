@@ -6,6 +6,7 @@ import platform
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpumon.burn.errors import EXIT_CANNOT_RUN, EXIT_FAULT, EXIT_PASSED
@@ -93,10 +94,10 @@ def render(report: dict[str, Any], console: Console, tests: tuple[str, ...]) -> 
         )
     console.print(table)
     for line in report["faults"]:
-        console.print(f"[bold red]FAULT[/] {line}", highlight=False)
+        console.print(f"[bold red]FAULT[/] {escape(line)}", highlight=False)
     for line in report["could_not_run"]:
-        console.print(f"[bold yellow]COULD NOT RUN[/] {line}", highlight=False)
-    console.print(verdict_line(report), highlight=False)
+        console.print(f"[bold yellow]COULD NOT RUN[/] {escape(line)}", highlight=False)
+    console.print(escape(verdict_line(report)), highlight=False)
 
 
 def verdict_line(report: dict[str, Any]) -> str:
