@@ -127,8 +127,9 @@ class Daemon:
             stale_after_seconds=config.stale_after,
             monotonic=monotonic,
             server_factory=server_factory(web),
-            authorize=(lambda header: not web.auth_required() or web.check_basic_auth(header)) if web else None,
+            authorize=web.check_basic_auth if web else None,
             extra_headers=web.extra_headers if web else None,
+            rate_limit=web.allow_request if web else None,
         )
         self.server.add_route("/api/snapshot", self._snapshot_route)
         for path, route in self.alerts.routes().items():
@@ -248,6 +249,8 @@ class Daemon:
         self.poller.set_intervals(intervals_of(new))
         self.collector.set_options(intervals_of(new), processes=new.exporter.processes)
         self.server.set_stale_after(new.stale_after)
+        if self.web is not None:
+            self.web.reload()
         if new.alerting is not None:
             self.alerts.reload(new.alerting)
         if new.xid_catalog != old.xid_catalog:

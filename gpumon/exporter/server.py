@@ -51,6 +51,7 @@ class MetricsServer:
         server_factory: Callable[[tuple[str, int], type[BaseHTTPRequestHandler]], ThreadingHTTPServer] | None = None,
         authorize: Callable[[str | None], bool] | None = None,
         extra_headers: Callable[[], Mapping[str, str]] | None = None,
+        rate_limit: Callable[[], bool] | None = None,
     ) -> None:
         self._render = render
         self._store = store
@@ -59,6 +60,7 @@ class MetricsServer:
         self._mono = monotonic
         self._authorize = authorize
         self._extra_headers = extra_headers
+        self._rate_limit = rate_limit
         handler = self._handler_class()
         factory = server_factory or ThreadingHTTPServer
         self._httpd = factory(address, handler)
@@ -130,6 +132,9 @@ class MetricsServer:
                 self.do_GET()
 
             def do_GET(self) -> None:
+                if server._rate_limit is not None and not server._rate_limit():
+                    self._send(429, {"Content-Type": "text/plain; charset=utf-8"}, b"Too Many Requests\n")
+                    return
                 if server._authorize is not None and not server._authorize(self.headers.get("Authorization")):
                     self._send(
                         401,
