@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Everything that needs a real GPU, in one go: gpu-marked tests, benchmarks, nvidia-smi for comparison.
-#   OUT=/tmp/out scripts/gpu-check.sh [nvml|burn|all]
+#   OUT=/tmp/out scripts/gpu-check.sh [nvml] [burn-tests] [burn-bench]   (default: all three)
 # Logs go to $OUT. Wheels for packages the GPU image lacks may be in .whl/ (installed to /tmp/site).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpumon-gpu-check}
 mkdir -p "$OUT"
-what=${1:-all}
+parts=${*:-nvml burn-tests burn-bench}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -20,19 +20,22 @@ fi
   nvidia-smi nvlink --status | head -40
   python3 -c 'import torch, pynvml; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count()); print("nvidia-ml-py", getattr(pynvml, "__version__", "?"))'
 } > "$OUT/host.txt" 2>&1
-if [ "$what" = nvml ] || [ "$what" = all ]; then
+has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
+if has nvml; then
   timeout 300 python3 -m pytest -m gpu tests/gpu tests/alerts/test_real_gpu_alerts.py -s -v -p no:cacheprovider > "$OUT/gpu-tests.log" 2>&1
   echo "gpu tests rc=$?" | tee -a "$OUT/summary.txt"
   timeout 120 python3 benchmarks/bench_nvml_calls.py > "$OUT/bench-nvml.log" 2>&1
   echo "bench_nvml rc=$?" | tee -a "$OUT/summary.txt"
-  timeout 120 python3 benchmarks/bench_daemon.py --backend nvml --seconds 30 > "$OUT/bench-daemon.log" 2>&1
+  timeout 120 python3 benchmarks/bench_daemon.py --backend nvml --seconds 20 > "$OUT/bench-daemon.log" 2>&1
   echo "bench_daemon rc=$?" | tee -a "$OUT/summary.txt"
   python3 -m gpumon once > "$OUT/once.txt" 2>&1; python3 -m gpumon once --json > "$OUT/once.json" 2>&1
 fi
-if [ "$what" = burn ] || [ "$what" = all ]; then
-  timeout 400 python3 -m pytest -m gpu tests/burn -s -v -p no:cacheprovider > "$OUT/burn-tests.log" 2>&1
+if has burn-tests; then
+  timeout 330 python3 -m pytest -m gpu tests/burn -s -v -p no:cacheprovider > "$OUT/burn-tests.log" 2>&1
   echo "burn tests rc=$?" | tee -a "$OUT/summary.txt"
-  timeout 400 python3 benchmarks/bench_burn.py > "$OUT/bench-burn.log" 2>&1
+fi
+if has burn-bench; then
+  timeout 500 python3 benchmarks/bench_burn.py --seconds 15 > "$OUT/bench-burn.log" 2>&1
   echo "bench_burn rc=$?" | tee -a "$OUT/summary.txt"
 fi
 tail -n 3 "$OUT"/*.log
