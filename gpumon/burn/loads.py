@@ -34,6 +34,8 @@ class Context:
     torch: Any
     oom_injected: bool = False
     held: list[Any] = field(default_factory=list)
+    cpu_group: Any = None
+    """A gloo process group for barriers, so waiting ranks keep their GPUs idle."""
 
     @property
     def cuda(self) -> bool:
@@ -47,7 +49,9 @@ class Context:
     def barrier(self) -> None:
         if self.dist is None:
             return
-        if self.cuda:
+        if self.cpu_group is not None:
+            self.dist.barrier(group=self.cpu_group)
+        elif self.cuda:
             self.dist.barrier(device_ids=[self.spec.gpu])
         else:
             self.dist.barrier()
