@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 _IDENTITY_FIELDS = ("name", "pci_bus_id", "serial", "vbios_version", "compute_capability", "minor_number")
 _POLLED_TIERS = (Tier.STATIC, Tier.SLOW, Tier.FAST)
-_GPU_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(GpuSnapshot))
+_SETTABLE_FIELDS = frozenset(f.name for f in dataclasses.fields(GpuSnapshot)) - {"index", "uuid", "up", "lost_reason"}
 
 ProcessEnricher = Callable[[tuple[ProcessSnapshot, ...]], tuple[ProcessSnapshot, ...]]
 XidCounts = Callable[[int], tuple[Mapping[str, int], Mapping[str, float]]]
@@ -54,6 +54,8 @@ class PollIntervals:
 class _GpuState:
     uuid: str
     cache: dict[Tier, Mapping[str, Any]] = field(default_factory=dict)
+    base: dict[str, Any] | None = None
+    """Static and slow values merged, rebuilt only when one of those tiers is read."""
     lost_reason: str | None = None
     reprobe_at: float = 0.0
     reprobe_backoff: float = 5.0
@@ -97,6 +99,8 @@ class Poller:
         self._init_at = 0.0
         self._init_backoff = 1.0
         self._host = HostSnapshot()
+        self._host_figures_cache: HostSnapshot | None = None
+        self._host_figures_at = 0.0
         self._gpus: list[_GpuState] = []
         self._tier_read_at: dict[Tier, float] = {}
         self._tier_stats: dict[Tier, TierStats] = {}
@@ -123,6 +127,9 @@ class Poller:
         except Exception as exc:  # a bug must not stop polling
             log.exception("poll failed unexpectedly")
             self._tier_errors[Tier.FAST] += 1
+            fast = self._tier_stats.get(Tier.FAST)
+            if fast is not None:
+                self._tier_stats[Tier.FAST] = dataclasses.replace(fast, errors_total=self._tier_errors[Tier.FAST])
             snapshot = Snapshot(
                 timestamp_seconds=self._wall(),
                 monotonic_seconds=self._mono(),
@@ -217,6 +224,7 @@ class Poller:
                     continue
                 gpus.append(_GpuState(uuid=uuid))
             self._host = self._backend.host()
+            self._host_figures_cache = None
         except NvmlUnavailableError as exc:
             message = str(exc)
             if message != self._nvml_error:
@@ -266,6 +274,8 @@ class Poller:
             finally:
                 durations[tier] = durations.get(tier, 0.0) + (self._mono() - t0)
             state.cache[tier] = values
+            if tier is not Tier.FAST:
+                state.base = None
         if reprobing:
             log.warning("GPU %d (%s) answers again", index, state.uuid)
             state.lost_reason = None
@@ -296,10 +306,14 @@ class Poller:
         return GpuSnapshot(index=index, uuid=state.uuid, up=False, lost_reason=state.lost_reason, **identity)
 
     def _merge(self, index: int, state: _GpuState) -> GpuSnapshot:
-        values: dict[str, Any] = {}
-        for tier in _POLLED_TIERS:
-            values.update(state.cache.get(tier, {}))
-        values = {k: v for k, v in values.items() if k in _GPU_FIELD_NAMES and k not in ("index", "uuid", "up")}
+        if state.base is None:
+            base: dict[str, Any] = {}
+            for tier in (Tier.STATIC, Tier.SLOW):
+                base.update(state.cache.get(tier, {}))
+            state.base = base
+        values = {**state.base, **state.cache.get(Tier.FAST, {})}
+        for key in values.keys() - _SETTABLE_FIELDS:
+            del values[key]
         processes = values.get("processes")
         if processes and self._enrich is not None:
             try:
@@ -313,18 +327,21 @@ class Poller:
         return GpuSnapshot(index=index, uuid=state.uuid, up=True, **values)
 
     def _with_host_figures(self) -> HostSnapshot:
-        try:
-            figures = self._host_figures()
-        except Exception:
-            log.debug("host figures unavailable", exc_info=True)
-            return self._host
-        return dataclasses.replace(self._host, **figures)
+        """Driver facts plus psutil figures, re-read every slow interval (~50 µs a read)."""
+        now = self._mono()
+        if self._host_figures_cache is None or now - self._host_figures_at >= self._intervals.slow_seconds:
+            self._host_figures_at = now
+            try:
+                figures = self._host_figures()
+            except Exception:
+                log.debug("host figures unavailable", exc_info=True)
+                return self._host
+            self._host_figures_cache = dataclasses.replace(self._host, **figures)
+        return self._host_figures_cache
 
     def _stats_view(self) -> dict[str, TierStats]:
-        return {
-            t.value: dataclasses.replace(s, errors_total=self._tier_errors.get(t, 0))
-            for t, s in self._tier_stats.items()
-        }
+        """Tier stats as of each tier's last read (errors are counted before the stats are made)."""
+        return {t.value: s for t, s in self._tier_stats.items()}
 
     def tier_errors(self) -> dict[str, int]:
         """Errors per tier since start (for self-metrics)."""

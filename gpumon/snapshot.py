@@ -14,6 +14,7 @@ a tier covers; it is the single place a field's polling cost class is declared.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -253,13 +254,17 @@ class Snapshot:
     tiers: Mapping[str, TierStats] = field(default_factory=dict)
 
 
+@functools.cache
+def _tiers_by_field() -> dict[str, Tier | None]:
+    return {
+        f.name: (f.metadata["tier"] if isinstance(f.metadata.get("tier"), Tier) else None)
+        for f in dataclasses.fields(GpuSnapshot)
+    }
+
+
 def field_tier(name: str) -> Tier | None:
-    """The tier a GpuSnapshot field is read in, or None for identity fields."""
-    for f in dataclasses.fields(GpuSnapshot):
-        if f.name == name:
-            tier = f.metadata.get("tier")
-            return tier if isinstance(tier, Tier) else None
-    raise KeyError(name)
+    """The tier a GpuSnapshot field is read in, or None for identity fields. KeyError for unknown names."""
+    return _tiers_by_field()[name]
 
 
 def fields_of_tier(tier: Tier) -> frozenset[str]:
