@@ -4,6 +4,7 @@ Import from tests.helpers; the ``start_daemon`` fixture is exported by tests/con
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -136,3 +137,39 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) 
         timeout=timeout,
         cwd=str(REPO),
     )
+
+
+class ServerProcess:
+    """A server binary (Prometheus, Alertmanager) started by a test on loopback."""
+
+    def __init__(self, url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+        self.url = url
+        self.proc = proc
+        self.log_path = log_path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+
+@contextlib.contextmanager
+def run_server(name: str, argv: list[str], port: int, log_path: Path) -> Iterator[ServerProcess]:
+    """Start ``argv``, wait until ``/-/ready`` answers 200 on ``port``, stop it afterwards."""
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    server = ServerProcess(f"http://127.0.0.1:{port}", proc, log_path)
+    try:
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"{name} exited with {proc.returncode}:\n{server.log()}")
+            return requests.get(f"{server.url}/-/ready", timeout=1).status_code == 200
+
+        wait_for(ready, 30, 0.1, f"{name} /-/ready")
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)

@@ -7,7 +7,6 @@ than sleeping (Prometheus 2.42 hands new targets to the scrape loop ~5 s after s
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 import requests
 import yaml
 
-from tests.helpers import free_port, wait_for
+from tests.helpers import ServerProcess, free_port, run_server, wait_for
 
 PROMETHEUS = shutil.which("prometheus")
 needs_prometheus = pytest.mark.skipif(
@@ -25,12 +24,7 @@ needs_prometheus = pytest.mark.skipif(
 )
 
 
-class PrometheusServer:
-    def __init__(self, url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
-        self.url = url
-        self.proc = proc
-        self.log_path = log_path
-
+class PrometheusServer(ServerProcess):
     def api(self, path: str, **params: Any) -> Any:
         response = requests.get(f"{self.url}/api/v1/{path}", params=params, timeout=10)
         body = response.json()
@@ -58,9 +52,6 @@ class PrometheusServer:
         found: list[Any] = wait_for(lambda: self.query(expr), timeout, 0.2, f"data for {expr}")
         return found
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
 
 @contextmanager
 def run_prometheus(
@@ -75,33 +66,12 @@ def run_prometheus(
     }
     config_path = tmp_path / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))
-    log_path = tmp_path / "prometheus.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                PROMETHEUS,
-                f"--config.file={config_path}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    server = PrometheusServer(f"http://127.0.0.1:{port}", proc, log_path)
-    try:
-
-        def ready() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"prometheus exited with {proc.returncode}:\n{server.log()}")
-            return requests.get(f"{server.url}/-/ready", timeout=1).status_code == 200
-
-        wait_for(ready, 30, 0.1, "prometheus /-/ready")
-        yield server
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    argv = [
+        PROMETHEUS,
+        f"--config.file={config_path}",
+        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+    ]
+    with run_server("prometheus", argv, port, tmp_path / "prometheus.log") as server:
+        yield PrometheusServer(server.url, server.proc, server.log_path)

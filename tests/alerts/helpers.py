@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +19,7 @@ import yaml
 
 from gpumon.alerts.config import AlertingConfig, parse
 from gpumon.snapshot import GpuSnapshot, Snapshot
-from tests.helpers import free_port, wait_for
+from tests.helpers import ServerProcess, free_port, run_server, wait_for
 
 UUID0 = "GPU-00000000-0000-4000-8000-000000000000"
 UUID1 = "GPU-11111111-1111-4000-8000-111111111111"
@@ -161,19 +160,11 @@ needs_alertmanager = pytest.mark.skipif(
 )
 
 
-class AlertmanagerServer:
-    def __init__(self, url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
-        self.url = url
-        self.proc = proc
-        self.log_path = log_path
-
+class AlertmanagerServer(ServerProcess):
     def alerts(self, **params: Any) -> list[dict[str, Any]]:
         response = requests.get(f"{self.url}/api/v2/alerts", params=params, timeout=5)
         response.raise_for_status()
         return list(response.json())
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
 
 
 @contextmanager
@@ -199,37 +190,16 @@ def run_alertmanager(
     directory = tmp_path / f"alertmanager-{port}"
     directory.mkdir()
     (directory / "alertmanager.yml").write_text(yaml.safe_dump(config))
-    log_path = directory / "alertmanager.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                ALERTMANAGER,
-                f"--config.file={directory / 'alertmanager.yml'}",
-                f"--storage.path={directory / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--cluster.listen-address=",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    server = AlertmanagerServer(f"http://127.0.0.1:{port}", proc, log_path)
-    try:
-
-        def ready() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"alertmanager exited with {proc.returncode}:\n{server.log()}")
-            return requests.get(f"{server.url}/-/ready", timeout=1).status_code == 200
-
-        wait_for(ready, 30, 0.1, "alertmanager /-/ready")
-        yield server
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    argv = [
+        ALERTMANAGER,
+        f"--config.file={directory / 'alertmanager.yml'}",
+        f"--storage.path={directory / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+        "--log.level=warn",
+    ]
+    with run_server("alertmanager", argv, port, directory / "alertmanager.log") as server:
+        yield AlertmanagerServer(server.url, server.proc, server.log_path)
 
 
 class FakeClock:

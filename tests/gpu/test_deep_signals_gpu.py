@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from prometheus_client import generate_latest
 from prometheus_client.core import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpumon.backends.base import NvmlUnavailableError
 from gpumon.backends.nvml import NvmlBackend
 from gpumon.events.catalog import XidCatalog
 from gpumon.events.kernel_log import normalize_bus_id, read_boot_xids
@@ -32,30 +30,9 @@ from gpumon.poller import Poller
 from gpumon.processes import ProcessEnricher, parse_cgroup_file
 from gpumon.snapshot import Snapshot, Tier
 from gpumon.store import SnapshotStore
+from tests.gpu.conftest import smi
 
 pytestmark = pytest.mark.gpu
-
-
-def smi(*args: str) -> str:
-    path = shutil.which("nvidia-smi")
-    if path is None:
-        pytest.skip("nvidia-smi not found: not a GPU host")
-    done = subprocess.run([path, *args], capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, f"nvidia-smi {' '.join(args)} failed: {done.stdout}{done.stderr}"
-    return done.stdout
-
-
-@pytest.fixture(scope="module")
-def backend() -> Iterator[NvmlBackend]:
-    if shutil.which("nvidia-smi") is None:
-        pytest.skip("nvidia-smi not found: not a GPU host")
-    b = NvmlBackend.from_system()
-    try:
-        b.init()
-    except NvmlUnavailableError as exc:
-        pytest.skip(f"NVML unavailable on this host: {exc}")
-    yield b
-    b.shutdown()
 
 
 def snapshot_of(backend: NvmlBackend, enricher: ProcessEnricher | None = None) -> Snapshot:

@@ -11,45 +11,22 @@ import importlib.util
 import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from gpumon.backends.base import NvmlUnavailableError
 from gpumon.backends.nvml import NvmlBackend
 from gpumon.snapshot import Tier, fields_of_tier
+from tests.gpu.conftest import smi
 
 pytestmark = pytest.mark.gpu
 
 MIB = 1024 * 1024
 TIERS = (Tier.STATIC, Tier.SLOW, Tier.FAST)
-
-
-def smi(*args: str) -> str:
-    path = shutil.which("nvidia-smi")
-    if path is None:
-        pytest.skip("nvidia-smi not found: not a GPU host")
-    done = subprocess.run([path, *args], capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, f"nvidia-smi {' '.join(args)} failed: {done.stdout}{done.stderr}"
-    return done.stdout
-
-
-@pytest.fixture(scope="module")
-def backend() -> Iterator[NvmlBackend]:
-    if shutil.which("nvidia-smi") is None:
-        pytest.skip("nvidia-smi not found: not a GPU host")
-    b = NvmlBackend.from_system()
-    try:
-        b.init()
-    except NvmlUnavailableError as exc:
-        pytest.skip(f"NVML unavailable on this host: {exc}")
-    yield b
-    b.shutdown()
 
 
 def read_all(backend: NvmlBackend, index: int) -> dict[str, Any]:
