@@ -76,6 +76,7 @@ _RULE_KEYS = {
     "actions",
     "exclude_actions",
     "codes",
+    "exclude_codes",
     "hold",
     "min_utilization",
 }
@@ -83,7 +84,7 @@ _KIND_KEYS: Mapping[str, frozenset[str]] = {
     "threshold": frozenset({"field", "op", "threshold", "clear_threshold"}),
     "nvml_down": frozenset(),
     "stale_snapshot": frozenset({"threshold"}),
-    "xid": frozenset({"actions", "exclude_actions", "codes", "hold"}),
+    "xid": frozenset({"actions", "exclude_actions", "codes", "exclude_codes", "hold"}),
     "ecc_uncorrectable": frozenset(),
     "nvlink_down": frozenset(),
     "pcie_degraded": frozenset({"min_utilization"}),
@@ -252,6 +253,18 @@ def normalize_action(action: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", action.strip().lower()).strip("_")
 
 
+def _xid_codes(raw: Mapping[str, Any], key: str, where: str, p: _Problems) -> frozenset[int]:
+    """A list of XID numbers under ``key`` (a single number is accepted too)."""
+    value = raw.get(key)
+    if value is None:
+        return frozenset()
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in items):
+        p.add(where, f"{key} must be a list of positive XID numbers")
+        return frozenset()
+    return frozenset(items)
+
+
 def parse_rule(raw: Any, where: str, p: _Problems, host_label: str, builtin: bool = False) -> Rule | None:
     """One rule mapping -> Rule, or None with its problems added."""
     if not isinstance(raw, dict):
@@ -327,13 +340,8 @@ def parse_rule(raw: Any, where: str, p: _Problems, host_label: str, builtin: boo
     if burn is not None and not isinstance(burn, bool):
         p.add(where, f"burn_hold_back must be true or false, got {burn!r}")
         burn = None
-    codes: frozenset[int] = frozenset()
-    if raw.get("codes") is not None:
-        codes_raw = raw["codes"] if isinstance(raw["codes"], list) else [raw["codes"]]
-        if not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in codes_raw):
-            p.add(where, "codes must be a list of positive XID numbers")
-        else:
-            codes = frozenset(codes_raw)
+    codes = _xid_codes(raw, "codes", where, p)
+    exclude_codes = _xid_codes(raw, "exclude_codes", where, p)
     min_util = 0.5
     if raw.get("min_utilization") is not None:
         value = _number(raw["min_utilization"])
@@ -368,6 +376,7 @@ def parse_rule(raw: Any, where: str, p: _Problems, host_label: str, builtin: boo
         actions=actions,
         exclude_actions=exclude_actions,
         codes=codes,
+        exclude_codes=exclude_codes,
         hold_seconds=hold,
         min_utilization_ratio=min_util,
         builtin=builtin,

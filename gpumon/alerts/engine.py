@@ -525,6 +525,8 @@ class AlertEngine:
 
 
 def _xid_matches(rule: Rule, code: int, action: str) -> bool:
+    if code in rule.exclude_codes:
+        return False
     if code in rule.codes:
         return True
     if action in rule.exclude_actions:

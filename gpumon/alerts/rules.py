@@ -164,6 +164,8 @@ class Rule:
     exclude_actions: frozenset[str] = frozenset()
     codes: frozenset[int] = frozenset()
     """xid rules: XID codes that match whatever their action."""
+    exclude_codes: frozenset[int] = frozenset()
+    """xid rules: XID codes that never match (another rule takes them)."""
     hold_seconds: float = 300.0
     """xid rules: how long an XID alert stays firing after the last event."""
     min_utilization_ratio: float = 0.5

@@ -168,3 +168,13 @@ def test_burn_holds_back_temperature_memory_and_idle_but_not_hardware_faults() -
     e.evaluate(snap(T0, hot), T0, burn)
     held = {a.alertname: a.held_back is not None for a in e.alerts()}
     assert held == {"GpuTemperatureNearSlowdown": True, "GpuMemoryHigh": True, "GpuRowRemapFailure": False}
+
+
+@pytest.mark.parametrize(
+    ("code", "alertname", "severity"), [(74, "GpuXidCritical", "critical"), (145, "GpuXidError", "warning")]
+)
+def test_nvlink_xids_page_by_severity_once(code: int, alertname: str, severity: str) -> None:
+    """XID 74 (NVLink error) is critical although its catalog action is check_nvlink; 145 is a warning."""
+    e = pack(xid_action=xid_action_from_catalog())
+    changes = e.on_xid(XidEvent(xid=code, timestamp_seconds=T0, source="nvml", gpu_index=0, uuid=UUID0), T0)
+    assert [(c.alert.alertname, c.alert.labels["severity"]) for c in changes] == [(alertname, severity)]
