@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Everything that needs a real GPU, in one go: gpu-marked tests, benchmarks, nvidia-smi for comparison.
-#   OUT=/tmp/out scripts/gpu-check.sh [nvml] [burn-tests] [burn-bench]   (default: all three)
+#   OUT=/tmp/out scripts/gpu-check.sh [nvml] [burn-tests] [burn-bench] [daemon]   (default: all four)
 # Logs go to $OUT. Wheels for packages the GPU image lacks may be in .whl/ (installed to /tmp/site).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpumon-gpu-check}
 mkdir -p "$OUT"
-parts=${*:-nvml burn-tests burn-bench}
+parts=${*:-nvml burn-tests burn-bench daemon}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -22,13 +22,17 @@ fi
 } > "$OUT/host.txt" 2>&1
 has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
 if has nvml; then
-  timeout 300 python3 -m pytest -m gpu tests/gpu tests/alerts/test_real_gpu_alerts.py -s -v -p no:cacheprovider > "$OUT/gpu-tests.log" 2>&1
+  timeout 300 python3 -m pytest -m gpu tests --ignore=tests/burn -s -v -p no:cacheprovider > "$OUT/gpu-tests.log" 2>&1
   echo "gpu tests rc=$?" | tee -a "$OUT/summary.txt"
   timeout 120 python3 benchmarks/bench_nvml_calls.py > "$OUT/bench-nvml.log" 2>&1
   echo "bench_nvml rc=$?" | tee -a "$OUT/summary.txt"
   timeout 120 python3 benchmarks/bench_daemon.py --backend nvml --seconds 20 > "$OUT/bench-daemon.log" 2>&1
   echo "bench_daemon rc=$?" | tee -a "$OUT/summary.txt"
   python3 -m gpumon once > "$OUT/once.txt" 2>&1; python3 -m gpumon once --json > "$OUT/once.json" 2>&1
+fi
+if has daemon; then
+  timeout 90 bash scripts/gpu-daemon-demo.sh > "$OUT/daemon-demo.txt" 2>&1
+  echo "daemon demo rc=$?" | tee -a "$OUT/summary.txt"
 fi
 if has burn-tests; then
   timeout 330 python3 -m pytest -m gpu tests/burn -s -v -p no:cacheprovider > "$OUT/burn-tests.log" 2>&1
