@@ -199,7 +199,7 @@ class GpumonCollector:
         duration = Family(
             "gpumon_poll_duration_seconds",
             "gauge",
-            "Time the last read of a tier took over all GPUs, seconds.",
+            "Time the last read of a tier took over all GPUs, seconds (a poll of the fast tier alone is timed whole).",
             ("tier",),
         )
         errors = Family(
