@@ -168,6 +168,9 @@ class Daemon:
         log.info("gpumon stopping")
         self.notifier.stopping()
         self.events.stop()
+        deadline = self._mono() + 0.5  # a normal poll ends within milliseconds; a hung one never does
+        while self.poller.poll_running and self._mono() < deadline:
+            time.sleep(0.01)
         stuck = self.poller.poll_running
         if stuck:
             # BackgroundScheduler.shutdown joins its thread, which is inside the hung call:
