@@ -167,7 +167,7 @@ class Daemon:
     def stop(self) -> None:
         log.info("gpumon stopping")
         self.notifier.stopping()
-        self.events.stop()
+        self.events.request_stop()  # its NVML wait ends within 0.5 s, while the rest stops
         deadline = self._mono() + 0.5  # a normal poll ends within milliseconds; a hung one never does
         while self.poller.poll_running and self._mono() < deadline:
             time.sleep(0.01)
@@ -179,7 +179,8 @@ class Daemon:
         else:
             self.scheduler.shutdown(wait=False)
         self.server.stop()
-        self.alerts.stop(timeout=1.0)
+        self.events.stop(timeout=0.5)
+        self.alerts.stop(timeout=0.5)
         if not stuck:
             try:
                 self.backend.shutdown()

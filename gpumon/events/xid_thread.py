@@ -24,7 +24,7 @@ class XidEventThread:
         backend: GpuBackend,
         on_event: Callable[[XidEvent], object],
         ready: Callable[[], bool],
-        wait_seconds: float = 1.0,
+        wait_seconds: float = 0.5,
     ) -> None:
         self._backend = backend
         self._on_event = on_event
@@ -37,9 +37,14 @@ class XidEventThread:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout: float = 1.5) -> None:
+    def request_stop(self) -> None:
+        """Ask the thread to end after its current wait (at most ``wait_seconds``)."""
         self._stop.set()
-        self._thread.join(timeout)
+
+    def stop(self, timeout: float = 1.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
 
     def _run(self) -> None:
         failures = 0
