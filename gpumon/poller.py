@@ -56,6 +56,8 @@ class _GpuState:
     cache: dict[Tier, Mapping[str, Any]] = field(default_factory=dict)
     base: dict[str, Any] | None = None
     """Static and slow values merged, rebuilt only when one of those tiers is read."""
+    read_at: dict[Tier, float] = field(default_factory=dict)
+    """When each slower tier of this GPU was last read (monotonic seconds)."""
     lost_reason: str | None = None
     reprobe_at: float = 0.0
     reprobe_backoff: float = 5.0
@@ -102,7 +104,6 @@ class Poller:
         self._host_figures_cache: HostSnapshot | None = None
         self._host_figures_at = 0.0
         self._gpus: list[_GpuState] = []
-        self._tier_read_at: dict[Tier, float] = {}
         self._tier_stats: dict[Tier, TierStats] = {}
         self._tier_errors: dict[Tier, int] = {t: 0 for t in _POLLED_TIERS}
         self._running_since: float | None = None
@@ -168,12 +169,15 @@ class Poller:
                 host=self._with_host_figures(),
                 tiers=self._stats_view(),
             )
-        due = [t for t in _POLLED_TIERS if t is Tier.FAST or self._due(t, start)]
+        plan = self._plan(start)
+        due = [t for t in _POLLED_TIERS if any(t in tiers for tiers in plan)]
         durations = {t: 0.0 for t in due}
         # A fast-only poll (most of them) is timed as a whole: clock reads cost µs on some VMs.
         timed = len(due) > 1
         try:
-            gpus = tuple(self._read_gpu(i, state, due, durations, start, timed) for i, state in enumerate(self._gpus))
+            gpus = tuple(
+                self._read_gpu(i, state, plan[i], durations, start, timed) for i, state in enumerate(self._gpus)
+            )
             if not timed:
                 durations[Tier.FAST] = self._mono() - start
         except NvmlUnavailableError as exc:
@@ -196,7 +200,6 @@ class Poller:
             )
         end_wall = self._wall()
         for tier in due:
-            self._tier_read_at[tier] = start
             self._tier_stats[tier] = TierStats(
                 duration_seconds=durations[tier],
                 errors_total=self._tier_errors[tier],
@@ -211,9 +214,34 @@ class Poller:
             tiers=self._stats_view(),
         )
 
-    def _due(self, tier: Tier, now: float) -> bool:
-        last = self._tier_read_at.get(tier)
-        return last is None or now - last >= self._intervals.of(tier) - 1e-3
+    def _plan(self, now: float) -> list[list[Tier]]:
+        """The tiers to read for each GPU in this poll.
+
+        Every GPU's fast tier, every poll. A slower tier is read for a GPU when its interval has
+        passed, but spread over polls: at most ceil(GPUs × fast / interval) GPUs a poll (the ones
+        waiting longest), so that one poll never carries the slow reads of every GPU (on H200
+        PCIe throughput and NVLink error counters take ~100 ms per GPU). A GPU never read yet
+        is read at once.
+        """
+        plan: list[list[Tier]] = [[] for _ in self._gpus]
+        count = len(self._gpus)
+        for tier in (Tier.STATIC, Tier.SLOW):
+            interval = self._intervals.of(tier)
+            budget = max(1, -(-count * self._intervals.fast_seconds // interval))
+            waiting = []
+            for i, state in enumerate(self._gpus):
+                if state.lost_reason is not None:
+                    continue  # re-probed with every tier when its backoff allows
+                last = state.read_at.get(tier)
+                if last is None:
+                    plan[i].append(tier)
+                elif now - last >= interval - 1e-3:
+                    waiting.append((last, i))
+            for _last, i in sorted(waiting)[: int(budget)]:
+                plan[i].append(tier)
+        for tiers in plan:
+            tiers.append(Tier.FAST)
+        return plan
 
     def _try_init(self, now: float) -> None:
         try:
@@ -251,7 +279,6 @@ class Poller:
         self._nvml_error = None
         self._init_backoff = 1.0
         self._gpus = gpus
-        self._tier_read_at.clear()
         if self.gpus_changed is not None:
             self.gpus_changed([(i, g.uuid) for i, g in enumerate(gpus)])
 
@@ -259,7 +286,7 @@ class Poller:
         self,
         index: int,
         state: _GpuState,
-        due: list[Tier],
+        planned: list[Tier],
         durations: dict[Tier, float],
         now: float,
         timed: bool = True,
@@ -267,7 +294,7 @@ class Poller:
         reprobing = state.lost_reason is not None
         if reprobing and now < state.reprobe_at:
             return self._lost_snapshot(index, state)
-        tiers = list(_POLLED_TIERS) if reprobing else due
+        tiers = list(_POLLED_TIERS) if reprobing else planned
         for tier in tiers:
             t0 = self._mono() if timed else 0.0
             try:
@@ -287,6 +314,7 @@ class Poller:
             state.cache[tier] = values
             if tier is not Tier.FAST:
                 state.base = None
+                state.read_at[tier] = now
         if reprobing:
             log.warning("GPU %d (%s) answers again", index, state.uuid)
             state.lost_reason = None

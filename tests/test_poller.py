@@ -172,3 +172,32 @@ def test_driver_going_away_mid_run_reinitialises() -> None:
     down = poll(poller, clock)
     assert down.nvml_up is False and "Driver Not Loaded" in (down.nvml_error or "")
     assert any(poll(poller, clock).nvml_up for _ in range(4))
+
+
+def test_slow_reads_are_spread_over_polls_not_all_gpus_at_once() -> None:
+    """With 4 GPUs, a 1 s poll and a 2 s slow interval, at most 2 GPUs read their slow tier per poll;
+    each GPU's slow tier is read every 2 s once the reads are spread (one gap of 3 s while spreading)."""
+    calls: list[tuple[int, Tier]] = []
+    backend = FakeBackend.from_mapping({"count": 4})
+    original = backend.read
+
+    def spy(index: int, tier: Tier) -> Any:
+        calls.append((index, tier))
+        return original(index, tier)
+
+    backend.read = spy  # type: ignore[method-assign]
+    clock = Clock()
+    poller = Poller(
+        backend, SnapshotStore(), PollIntervals(1, 2, 100), monotonic=clock, wall_clock=clock, host_figures=dict
+    )
+    per_poll = []
+    for _ in range(9):
+        calls.clear()
+        poll(poller, clock)
+        per_poll.append(sorted(i for i, t in calls if t is Tier.SLOW))
+    assert per_poll[0] == [0, 1, 2, 3], "the first poll reads everything"
+    assert all(len(p) <= 2 for p in per_poll[1:])
+    reads = {g: [n for n, p in enumerate(per_poll) if g in p] for g in range(4)}
+    for gpu, polls in reads.items():
+        gaps = [b - a for a, b in zip(polls, polls[1:])]
+        assert gaps and all(g in (2, 3) for g in gaps) and gaps[-1] == 2 and gaps.count(3) <= 1, (gpu, polls)
