@@ -19,12 +19,15 @@ setup: $(VENV)/.installed
 run: setup
 	$(VENV)/bin/gpumon run --backend $(BACKEND) --listen $(LISTEN) --state-dir .state
 
-# promtool, amtool, prometheus and alertmanager for the integration tests (Debian packages).
+# promtool, amtool, prometheus, alertmanager, systemd-analyze and openssl for the integration tests (Debian packages).
+TEST_TOOLS := promtool amtool prometheus prometheus-alertmanager systemd-analyze openssl
 test-deps:
-	@if command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null; then :; \
+	@missing=""; for t in $(TEST_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; \
-	else echo "NOTE: promtool/prometheus/alertmanager missing and not root: their tests will be skipped (with reasons)"; fi
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			prometheus prometheus-alertmanager systemd openssl >/dev/null; \
+	else echo "NOTE: missing$$missing and not root: the tests that need them will be skipped (with reasons)"; fi
 
 test: setup test-deps
 	$(PY) -m pytest -q
