@@ -431,7 +431,10 @@ def gpu_detail() -> dict[str, Any]:
             target(f"gpumon_pcie_link_generation{{{SEL}}}", lg("gen {{state}}")),
             target(f"gpumon_pcie_link_width{{{SEL}}}", lg("width {{state}}")),
         ], "none", dashed=".* max$", description="Idle GPUs lower the link generation on purpose."),
-        ts("PCIe throughput", f"gpumon_pcie_throughput_bytes_per_second{{{SEL}}}", "Bps", lg("{{direction}}")),
+        timeseries("PCIe throughput", [
+            target(f"gpumon_pcie_throughput_bytes_per_second{{{SEL}}}", lg("{{direction}} (20 ms sample)")),
+            target(f"rate(gpumon_pcie_bytes_total{{{SEL}}}[$__rate_interval])", lg("{{direction}} (counter rate)")),
+        ], "Bps"),
         ts("PCIe replays", f"increase(gpumon_pcie_replays_total{{{SEL}}}[$__rate_interval])", "short", w=12),
         row("ECC and memory health"),
         ts("ECC errors", f"gpumon_ecc_errors_total{{{SEL}}}", "short", lg("{{type}} {{scope}}")),

@@ -144,6 +144,9 @@ class GpuSnapshot:
     pcie_link_width: int | None = _f(Tier.SLOW, "Current PCIe lanes (pcie.link.width.current)")
     pcie_link_width_max: int | None = _f(Tier.STATIC, "Max PCIe lanes (pcie.link.width.max)")
     pcie_replays_total: int | None = _f(Tier.SLOW, "PCIe replay counter (nvidia-smi -q: Replays Since Reset)")
+    pcie_bytes_total: Mapping[str, int] | None = _m(
+        Tier.SLOW, "Bytes moved over PCIe since the driver loaded, by direction tx|rx (NVML_FI_DEV_PCIE_COUNT_*_BYTES)"
+    )
     pcie_throughput_bytes_per_second: Mapping[str, float] | None = _m(
         Tier.SLOW, "PCIe throughput by direction tx|rx over a 20 ms sample, bytes/s (nvidia-smi dmon -s t, KB/s × 1024)"
     )

@@ -58,6 +58,13 @@ class FakeGpu:
     temperature: int = 31
     memory_temperature: int | None = 36
     """None -> the field value reports NOT_SUPPORTED."""
+    pcie_bytes: dict[int, int] = field(
+        default_factory=lambda: {
+            _real.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: 5_000_000_000,
+            _real.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: 7_000_000_000,
+        }
+    )
+    """Field id -> bytes; a missing id reports NOT_SUPPORTED."""
     thresholds: dict[int, int] = field(default_factory=lambda: {0: 95, 1: 90, 2: 95, 3: 87})
     power_mw: int = 75_500
     power_limit_mw: int = 700_000
@@ -258,6 +265,15 @@ class FakeNvml:
                         nvmlReturn=0,
                         valueType=_real.NVML_VALUE_TYPE_UNSIGNED_INT,
                         value=SimpleNamespace(uiVal=g.memory_temperature),
+                    )
+                )
+            elif field_id in g.pcie_bytes:
+                out.append(
+                    SimpleNamespace(
+                        fieldId=field_id,
+                        nvmlReturn=0,
+                        valueType=_real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                        value=SimpleNamespace(ullVal=g.pcie_bytes[field_id]),
                     )
                 )
             else:

@@ -133,6 +133,7 @@ def test_slow_tier_in_base_units(fake: FakeNvml, backend: NvmlBackend) -> None:
         "energy_joules_total": 1_234_567.89,
         "throttle_seconds_total": {"power": 2.5, "thermal": 0.0},
         "pcie_replays_total": 3,
+        "pcie_bytes_total": {"tx": 5_000_000_000, "rx": 7_000_000_000},
         "pcie_throughput_bytes_per_second": {"tx": 1000 * 1024.0, "rx": 2000 * 1024.0},
         "ecc_mode_enabled": True,
         "ecc_errors_total": {
@@ -226,6 +227,7 @@ def test_uuid_and_count(backend: NvmlBackend) -> None:
 def test_not_supported_is_omitted_and_never_asked_again(fake: FakeNvml, backend: NvmlBackend) -> None:
     fake.fail("nvmlDeviceGetPowerUsage", pynvml.NVML_ERROR_NOT_SUPPORTED, gpu=0)
     fake.gpus[0].memory_temperature = None
+    fake.gpus[0].pcie_bytes = {}  # both PCIe byte counters NOT_SUPPORTED too
     for _ in range(4):
         fast0 = backend.read(0, Tier.FAST)
         slow0 = backend.read(0, Tier.SLOW)
@@ -235,7 +237,9 @@ def test_not_supported_is_omitted_and_never_asked_again(fake: FakeNvml, backend:
     assert "retired_pages" not in slow0
     # GPU 0 asked once, GPU 1 every time
     assert fake.calls["nvmlDeviceGetPowerUsage"] == 1 + 4
-    assert fake.calls["nvmlDeviceGetFieldValues"] == 1 + 4
+    assert "pcie_bytes_total" not in slow0
+    # memory temperature and PCIe bytes asked once on GPU 0; memory temperature on every read of GPU 1
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 2 + 4
     assert fake.calls["nvmlDeviceGetNumFans"] == 2  # no fans on SXM: once per GPU
     assert fake.calls["nvmlDeviceGetRetiredPages"] == 2  # both causes, once
     assert backend.take_errors() == {}

@@ -351,6 +351,7 @@ def _static_defaults(i: int, count: int) -> dict[str, Any]:
         "pcie_link_generation": 5,
         "pcie_link_width": 16,
         "pcie_replays_total": 0,
+        "pcie_bytes_total": {"tx": 123_456_789_012, "rx": 98_765_432_109},
         "ecc_mode_enabled": True,
         "ecc_errors_total": {
             "corrected_volatile": 0,

@@ -220,6 +220,7 @@ class NvmlBackend:
                 ("energy", self._read_energy),
                 ("violations", self._read_violations),
                 ("pcie_replays", self._read_pcie_replays),
+                ("pcie_bytes", self._read_pcie_bytes),
                 ("pcie_throughput", self._read_pcie_throughput),
                 ("ecc_mode", self._read_ecc_mode),
                 ("ecc_errors", self._read_ecc_errors),
@@ -740,6 +741,25 @@ class NvmlBackend:
     def _read_pcie_replays(self, g: _Gpu) -> dict[str, Any]:
         """nvmlDeviceGetPcieReplayCounter (nvidia-smi -q: Replays Since Reset)."""
         return {"pcie_replays_total": int(self._nv.nvmlDeviceGetPcieReplayCounter(self._handle(g)))}
+
+    def _read_pcie_bytes(self, g: _Gpu) -> dict[str, Any]:
+        """nvmlDeviceGetFieldValues(NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES): bytes moved over PCIe since
+        the driver loaded, one call for both (no nvidia-smi query field; DCGM_FI_PROF_PCIE_*_BYTES is a rate)."""
+        ids = {
+            "tx": int(getattr(self._nv, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", 197)),
+            "rx": int(getattr(self._nv, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", 198)),
+        }
+        values = self._nv.nvmlDeviceGetFieldValues(self._handle(g), list(ids.values()))
+        out = {}
+        for direction, value in zip(ids, values, strict=True):
+            code = int(value.nvmlReturn)
+            if code == NVML_SUCCESS:
+                out[direction] = int(_field_value(value))
+            elif code not in UNSUPPORTED_CODES:
+                raise _nvml_error(self._nv, code)
+        if not out:
+            raise _Unsupported
+        return {"pcie_bytes_total": out}
 
     def _read_pcie_throughput(self, g: _Gpu) -> dict[str, Any]:
         """nvmlDeviceGetPcieThroughput tx/rx: KB/s over ~20 ms -> bytes/s (blocks ~21 ms)."""

@@ -296,6 +296,14 @@ def gpu_rows() -> tuple[MetricRow, ...]:
             scalar("pcie_replays_total"),
         ),
         MetricRow(
+            "gpumon_pcie_bytes_total",
+            "counter",
+            "Bytes moved over PCIe since the driver was loaded, by direction tx|rx (NVML field values PCIE_COUNT_TX/RX_BYTES).",
+            S,
+            mapping("pcie_bytes_total"),
+            ("direction",),
+        ),
+        MetricRow(
             "gpumon_pcie_throughput_bytes_per_second",
             "gauge",
             "PCIe throughput by direction tx|rx over a 20 ms sample, bytes per second (NVML PCIe throughput).",
