@@ -133,6 +133,11 @@ def bare_groups(nv: Any, index: int, count: int) -> dict[str, list[Call]]:
         "energy": [lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h)],
         "violations": [lambda p=p: nv.nvmlDeviceGetViolationStatus(h, p) for p in PERF_POLICIES.values()],
         "pcie_replays": [lambda: nv.nvmlDeviceGetPcieReplayCounter(h)],
+        "pcie_bytes": [
+            lambda: nv.nvmlDeviceGetFieldValues(
+                h, [nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES]
+            )
+        ],
         "pcie_throughput": [lambda d=d: nv.nvmlDeviceGetPcieThroughput(h, d) for d in (0, 1)],
         "ecc_mode": [lambda: nv.nvmlDeviceGetEccMode(h)],
         "ecc_errors": [lambda e=e, c=c: nv.nvmlDeviceGetTotalEccErrors(h, e, c) for e in (0, 1) for c in (0, 1)],

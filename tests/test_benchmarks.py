@@ -1,0 +1,24 @@
+"""The benchmarks stay runnable: the bare pynvml reference covers every reader group of the backend."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from gpumon.backends.nvml import NvmlBackend
+from gpumon.snapshot import Tier
+from tests.fake_pynvml import FakeGpu, FakeNvml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+
+def test_bare_reference_has_a_group_for_every_backend_reader() -> None:
+    import bench_nvml_calls
+
+    nv = FakeNvml([FakeGpu(index=0), FakeGpu(index=1)])
+    backend = NvmlBackend(nv)
+    backend.init()
+    groups = bench_nvml_calls.bare_groups(nv, 0, 2)
+    readers = {name for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC) for name in backend.reader_names(tier)}
+    assert readers <= set(groups), f"bench_nvml_calls.bare_groups lacks {sorted(readers - set(groups))}"
+    backend.shutdown()
