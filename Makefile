@@ -29,17 +29,18 @@ test-deps:
 			prometheus prometheus-alertmanager systemd openssl >/dev/null; \
 	else echo "NOTE: missing$$missing and not root: the tests that need them will be skipped (with reasons)"; fi
 
-test: setup test-deps
+# The whole suite: ruff, mypy --strict on gpumon/, then pytest (real Prometheus/Alertmanager included).
+test: setup test-deps lint typecheck
 	$(PY) -m pytest -q
 
 lint: setup
-	$(VENV)/bin/ruff check gpumon tests benchmarks
+	$(VENV)/bin/ruff check gpumon tests benchmarks dashboards
 	$(VENV)/bin/ruff format --check gpumon
 
 typecheck: setup
 	$(VENV)/bin/mypy gpumon
 
-check: lint typecheck test
+check: test
 
 golden: setup
 	$(PY) -c "from tests.test_exporter import golden_exposition, GOLDEN; GOLDEN.write_text(golden_exposition())"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Any
 
@@ -21,7 +22,8 @@ class Clock:
         return self.now
 
 
-def make(scenario: dict[str, Any], intervals: PollIntervals = PollIntervals()) -> tuple[Poller, FakeBackend, Clock]:
+def make(scenario: dict[str, Any], intervals: PollIntervals | None = None) -> tuple[Poller, FakeBackend, Clock]:
+    intervals = intervals or PollIntervals()
     backend = FakeBackend.from_mapping(scenario)
     clock = Clock()
     poller = Poller(backend, SnapshotStore(), intervals, monotonic=clock, wall_clock=clock, host_figures=dict)
@@ -199,5 +201,5 @@ def test_slow_reads_are_spread_over_polls_not_all_gpus_at_once() -> None:
     assert all(len(p) <= 2 for p in per_poll[1:])
     reads = {g: [n for n, p in enumerate(per_poll) if g in p] for g in range(4)}
     for gpu, polls in reads.items():
-        gaps = [b - a for a, b in zip(polls, polls[1:])]
+        gaps = [b - a for a, b in itertools.pairwise(polls)]
         assert gaps and all(g in (2, 3) for g in gaps) and gaps[-1] == 2 and gaps.count(3) <= 1, (gpu, polls)
