@@ -154,7 +154,7 @@ class Daemon:
         )
         self.scheduler.start()
         self.events.start()
-        if self.config.kernel_log:
+        if self.config.kernel_log and self.backend.name != "fake":  # the host's log is not the simulated GPUs'
             threading.Thread(target=self._backfill_kernel_log, name="gpumon-kmsg", daemon=True).start()
         log.info(
             "gpumon listening on %s:%d (backend %s, every %gs)",
