@@ -14,25 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpumon.alerts.engine import BurnHoldBack
+from gpumon.burn.state import MARKER_NAME, burn_dir, pid_alive
 
 log = logging.getLogger(__name__)
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (also when it belongs to another user)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def marker_path(state_dir: Path) -> Path:
-    return Path(state_dir) / "burn" / "running.json"
+    return burn_dir(state_dir) / MARKER_NAME
 
 
 class BurnMarkerReader:

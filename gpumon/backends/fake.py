@@ -26,22 +26,13 @@ from typing import Any
 import yaml
 
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError
+from gpumon.backends.nvml import CLOCK_EVENT_BITS
 from gpumon.events.model import XidEvent
 from gpumon.snapshot import GpuSnapshot, HostSnapshot, P2pStatus, ProcessSnapshot, Tier, field_tier
 
 MIB = 1024 * 1024
 
-CLOCK_EVENT_REASONS = (
-    "gpu_idle",
-    "applications_clocks_setting",
-    "sw_power_cap",
-    "hw_slowdown",
-    "sync_boost",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-    "display_clock_setting",
-)
+CLOCK_EVENT_REASONS = tuple(CLOCK_EVENT_BITS)
 THROTTLE_REASONS = (
     "power",
     "thermal",

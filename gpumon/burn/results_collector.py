@@ -18,26 +18,13 @@ A missing or unreadable file yields no series; a scrape never fails because of i
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from gpumon.burn.state import LAST_NAME, MARKER_NAME, burn_dir
-
-
-def _pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+from gpumon.burn.state import LAST_NAME, MARKER_NAME, burn_dir, pid_alive
 
 
 class BurnResultsCollector:
@@ -69,7 +56,7 @@ class BurnResultsCollector:
             data = json.loads((self.dir / MARKER_NAME).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        return data if isinstance(data, dict) and _pid_alive(data.get("pid")) else None
+        return data if isinstance(data, dict) and pid_alive(data.get("pid")) else None
 
     def describe(self) -> list[Metric]:
         return []

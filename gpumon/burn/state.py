@@ -28,6 +28,22 @@ def burn_dir(state_dir: str | Path) -> Path:
     return Path(state_dir) / "burn"
 
 
+def pid_alive(pid: object) -> bool:
+    """Whether process ``pid`` exists (also when it belongs to another user); False for a non-pid.
+
+    A marker whose pid is gone was left by a burn killed with SIGKILL: it is stale.
+    """
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` via a temporary file and rename (readers never see half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 
+from gpumon.backends.nvml import CLOCK_EVENT_BITS
 from gpumon.events.catalog import XidCatalog
 from gpumon.snapshot import GpuSnapshot, Snapshot
 from gpumon.store import SnapshotStore
@@ -36,18 +37,7 @@ log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 
-CLOCK_EVENT_BITS: Mapping[str, int] = {
-    "gpu_idle": 0x1,
-    "applications_clocks_setting": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80,
-    "display_clock_setting": 0x100,
-}
-"""NVML's nvmlClocksEventReason* bit values, which DCGM_FI_DEV_CLOCKS_EVENT_REASONS reports as one mask."""
+# CLOCK_EVENT_BITS (NVML's nvmlClocksEventReason* values) come from the NVML backend: one table of them.
 
 Value = Callable[[GpuSnapshot], float | None]
 
