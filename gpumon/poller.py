@@ -107,6 +107,8 @@ class Poller:
         self._tier_stats: dict[Tier, TierStats] = {}
         self._tier_errors: dict[Tier, int] = {t: 0 for t in _POLLED_TIERS}
         self._running_since: float | None = None
+        self._next_slower_due = 0.0
+        """No slow or static read is due before this monotonic time (skips planning on most polls)."""
         self._skipped_done = 0
         self.gpus_changed: Callable[[list[tuple[int, str]]], None] | None = None
         """Called with [(index, uuid), ...] after each successful (re)initialisation."""
@@ -180,6 +182,7 @@ class Poller:
             )
             if not timed:
                 durations[Tier.FAST] = self._mono() - start
+            self._count_backend_errors()
         except NvmlUnavailableError as exc:
             # the driver went away under us (unloaded, upgraded): re-initialise with backoff
             log.error("NVML went away: %s; re-initialising with backoff", exc)
@@ -223,8 +226,11 @@ class Poller:
         PCIe throughput and NVLink error counters take ~100 ms per GPU). A GPU never read yet
         is read at once.
         """
+        if now < self._next_slower_due:
+            return [[Tier.FAST] for _ in self._gpus]
         plan: list[list[Tier]] = [[] for _ in self._gpus]
         count = len(self._gpus)
+        next_due = float("inf")
         for tier in (Tier.STATIC, Tier.SLOW):
             interval = self._intervals.of(tier)
             budget = max(1, -(-count * self._intervals.fast_seconds // interval))
@@ -235,10 +241,18 @@ class Poller:
                 last = state.read_at.get(tier)
                 if last is None:
                     plan[i].append(tier)
+                    next_due = min(next_due, now + interval - 1e-3)
                 elif now - last >= interval - 1e-3:
                     waiting.append((last, i))
-            for _last, i in sorted(waiting)[: int(budget)]:
+                else:
+                    next_due = min(next_due, last + interval - 1e-3)
+            waiting.sort()
+            for _last, i in waiting[: int(budget)]:
                 plan[i].append(tier)
+                next_due = min(next_due, now + interval - 1e-3)
+            if len(waiting) > budget:
+                next_due = now  # more GPUs wait: plan again next poll
+        self._next_slower_due = next_due
         for tiers in plan:
             tiers.append(Tier.FAST)
         return plan
@@ -279,6 +293,7 @@ class Poller:
         self._nvml_error = None
         self._init_backoff = 1.0
         self._gpus = gpus
+        self._next_slower_due = 0.0
         if self.gpus_changed is not None:
             self.gpus_changed([(i, g.uuid) for i, g in enumerate(gpus)])
 
@@ -323,12 +338,15 @@ class Poller:
                 state.uuid = self._backend.uuid(index)
             except Exception:
                 log.debug("could not re-read the UUID of GPU %d", index, exc_info=True)
+        return self._merge(index, state)
+
+    def _count_backend_errors(self) -> None:
+        """Errors the backend survived inside a read (one reader group failing), once per poll."""
         take_errors = getattr(self._backend, "take_errors", None)
         if callable(take_errors):
             for tier_name, count in take_errors().items():
                 tier = Tier(tier_name)
                 self._tier_errors[tier] = self._tier_errors.get(tier, 0) + count
-        return self._merge(index, state)
 
     def _mark_lost(self, index: int, state: _GpuState, reason: str, now: float) -> None:
         if state.lost_reason is None:
@@ -363,7 +381,7 @@ class Poller:
             counts, last = self._xid_counts(index)
             values["xid_errors_total"] = dict(counts)
             values["xid_last_timestamp_seconds"] = dict(last)
-        return GpuSnapshot(index=index, uuid=state.uuid, up=True, **values)
+        return GpuSnapshot.assemble(index, state.uuid, values)
 
     def _with_host_figures(self) -> HostSnapshot:
         """Driver facts plus psutil figures, re-read every slow interval (~50 µs a read)."""

@@ -216,6 +216,22 @@ class GpuSnapshot:
     xid_errors_total: Mapping[str, int] | None = _m(Tier.DAEMON, "XID events seen by XID code (DCGM_FI_DEV_XID_ERRORS)")
     xid_last_timestamp_seconds: Mapping[str, float] | None = _m(Tier.DAEMON, "Unix time of the last XID by code")
 
+    @classmethod
+    def assemble(cls, index: int, uuid: str, values: Mapping[str, Any]) -> GpuSnapshot:
+        """A live GPU's snapshot from field values, for the per-second path.
+
+        Equal to ``GpuSnapshot(index=index, uuid=uuid, **values)`` (tested), without running the
+        generated ``__init__`` field by field: ~1 µs instead of ~9 µs for its 70 fields.
+        ``values`` must hold only field names of this class; the poller checks that.
+        """
+        snapshot = object.__new__(cls)
+        fields_ = snapshot.__dict__
+        fields_.update(_defaults())
+        fields_.update(values)
+        fields_["index"] = index
+        fields_["uuid"] = uuid
+        return snapshot
+
 
 @dataclass(frozen=True)
 class HostSnapshot:
@@ -255,6 +271,11 @@ class Snapshot:
     host: HostSnapshot = field(default_factory=HostSnapshot)
     gpus: tuple[GpuSnapshot, ...] = ()
     tiers: Mapping[str, TierStats] = field(default_factory=dict)
+
+
+@functools.cache
+def _defaults() -> dict[str, Any]:
+    return {f.name: f.default for f in dataclasses.fields(GpuSnapshot) if f.default is not dataclasses.MISSING}
 
 
 @functools.cache

@@ -203,3 +203,19 @@ def test_slow_reads_are_spread_over_polls_not_all_gpus_at_once() -> None:
     for gpu, polls in reads.items():
         gaps = [b - a for a, b in itertools.pairwise(polls)]
         assert gaps and all(g in (2, 3) for g in gaps) and gaps[-1] == 2 and gaps.count(3) <= 1, (gpu, polls)
+
+
+def test_assembled_snapshots_equal_constructed_ones() -> None:
+    from gpumon.snapshot import GpuSnapshot
+
+    backend = FakeBackend.plausible(1)
+    backend.init()
+    values: dict[str, Any] = {}
+    for tier in (Tier.STATIC, Tier.SLOW, Tier.FAST):
+        values.update(backend.read(0, tier))
+    built = GpuSnapshot(index=0, uuid="GPU-x", **values)
+    assembled = GpuSnapshot.assemble(0, "GPU-x", values)
+    assert assembled == built
+    assert repr(assembled) == repr(built)
+    with pytest.raises(AttributeError):
+        assembled.temperature_celsius = 1.0  # type: ignore[misc]
