@@ -11,6 +11,7 @@ import json
 import multiprocessing
 import os
 import queue as queue_mod
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -93,13 +94,22 @@ class Agent:
 
         ctx = multiprocessing.get_context("spawn")
         q = ctx.Queue()
-        for spec in self.specs:
-            proc = ctx.Process(target=worker.main, args=(spec, q), name=f"gpumon-burn-rank{spec.rank}", daemon=True)
-            proc.start()
-            self._procs[spec.rank] = proc
-            self.states[spec.rank].last_progress = time.monotonic()
         next_beat = 0.0
         try:
+            # Ctrl-C / SIGTERM are held while the workers start: an interrupt in the middle of
+            # handing a worker its start-up data left it printing a traceback (EOFError).
+            # Workers unblock them first thing (worker.main); a held signal arrives right after.
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                for spec in self.specs:
+                    proc = ctx.Process(
+                        target=worker.main, args=(spec, q), name=f"gpumon-burn-rank{spec.rank}", daemon=True
+                    )
+                    proc.start()
+                    self._procs[spec.rank] = proc
+                    self.states[spec.rank].last_progress = time.monotonic()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
             while True:
                 self._drain(q, timeout=0.2)
                 self._reap()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import time
 import traceback
 from typing import Any
@@ -58,6 +59,7 @@ class Heartbeat:
 
 def main(spec: WorkerSpec, queue: Any) -> None:
     """Entry point of the spawned process."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # held by the agent while starting us
     for key, value in NO_MULTICAST_ENV.items():
         os.environ[key] = value
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
