@@ -110,8 +110,6 @@ class Poller:
         self._next_slower_due = 0.0
         """No slow or static read is due before this monotonic time (skips planning on most polls)."""
         self._skipped_done = 0
-        self.gpus_changed: Callable[[list[tuple[int, str]]], None] | None = None
-        """Called with [(index, uuid), ...] after each successful (re)initialisation."""
 
     def set_intervals(self, intervals: PollIntervals) -> None:
         """Use new tier intervals from the next poll on (SIGHUP)."""
@@ -294,8 +292,6 @@ class Poller:
         self._init_backoff = 1.0
         self._gpus = gpus
         self._next_slower_due = 0.0
-        if self.gpus_changed is not None:
-            self.gpus_changed([(i, g.uuid) for i, g in enumerate(gpus)])
 
     def _read_gpu(
         self,
@@ -399,7 +395,3 @@ class Poller:
     def _stats_view(self) -> dict[str, TierStats]:
         """Tier stats as of each tier's last read (errors are counted before the stats are made)."""
         return {t.value: s for t, s in self._tier_stats.items()}
-
-    def tier_errors(self) -> dict[str, int]:
-        """Errors per tier since start (for self-metrics)."""
-        return {t.value: n for t, n in self._tier_errors.items()}
