@@ -161,14 +161,7 @@ class Poller:
         if not self._nvml_up and start >= self._init_at:
             self._try_init(start)
         if not self._nvml_up:
-            return Snapshot(
-                timestamp_seconds=self._wall(),
-                monotonic_seconds=self._mono(),
-                nvml_up=False,
-                nvml_error=self._nvml_error,
-                host=self._with_host_figures(),
-                tiers=self._stats_view(),
-            )
+            return self._snapshot_without_gpus(False, self._nvml_error)
         plan = self._plan(start)
         due = [t for t in _POLLED_TIERS if any(t in tiers for tiers in plan)]
         durations = {t: 0.0 for t in due}
@@ -191,14 +184,7 @@ class Poller:
             self._nvml_up = False
             self._nvml_error = str(exc)
             self._init_at = start + self._init_backoff
-            return Snapshot(
-                timestamp_seconds=self._wall(),
-                monotonic_seconds=self._mono(),
-                nvml_up=False,
-                nvml_error=self._nvml_error,
-                host=self._with_host_figures(),
-                tiers=self._stats_view(),
-            )
+            return self._snapshot_without_gpus(False, self._nvml_error)
         end_wall = self._wall()
         for tier in due:
             self._tier_stats[tier] = TierStats(
@@ -391,6 +377,17 @@ class Poller:
                 return self._host
             self._host_figures_cache = dataclasses.replace(self._host, **figures)
         return self._host_figures_cache
+
+    def _snapshot_without_gpus(self, nvml_up: bool, error: str | None) -> Snapshot:
+        """A snapshot that carries no GPU readings: NVML down, or a poll that failed outright."""
+        return Snapshot(
+            timestamp_seconds=self._wall(),
+            monotonic_seconds=self._mono(),
+            nvml_up=nvml_up,
+            nvml_error=error,
+            host=self._with_host_figures(),
+            tiers=self._stats_view(),
+        )
 
     def _stats_view(self) -> dict[str, TierStats]:
         """Tier stats as of each tier's last read (errors are counted before the stats are made)."""
