@@ -166,7 +166,12 @@ class Agent:
         elif kind == "result":
             st.results[str(msg["test"])] = msg["data"]
         elif kind == "error":
-            st.errors.append({k: msg.get(k) for k in ("test", "kind", "message", "traceback")})
+            # A peer's agent may already have stopped the run (its abort is in the store before
+            # it kills its workers): then this error is fallout, not a finding of its own.
+            self._adopt_remote_abort()
+            err = {k: msg.get(k) for k in ("test", "kind", "message", "traceback")}
+            err["after_abort"] = self.abort is not None
+            st.errors.append(err)
             if msg.get("kind") == "cannot_run" and self.abort is None:
                 self.abort = Abort("cannot_run", str(msg.get("message")), (st.rank,))
                 self._publish_abort()
@@ -179,6 +184,8 @@ class Agent:
             st = self.states[rank]
             if st.exit_code is None and not proc.is_alive():
                 st.exit_code = proc.exitcode
+                if not st.done and self.abort is None:
+                    self._adopt_remote_abort()
                 if not st.done and self.abort is None:
                     code = proc.exitcode
                     how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
@@ -264,6 +271,17 @@ class Agent:
         except Exception as exc:  # the store (rank 0's host) went away
             if self.abort is None:
                 self.abort = Abort("dead", f"lost contact with the other nodes' agents: {exc}")
+
+    def _adopt_remote_abort(self) -> None:
+        """Take over another agent's abort, if one is in the store (multi-node runs only)."""
+        if self.agent_count <= 1 or self.abort is not None:
+            return
+        try:
+            if self.store.check(["abort"]):
+                data = json.loads(self.store.get("abort"))
+                self.abort = Abort(data["kind"], data["message"], tuple(data["ranks"]))
+        except Exception:
+            pass  # the store is gone; the next beat exchange says so
 
     def _publish_abort(self) -> None:
         if self.agent_count <= 1 or self.abort is None:

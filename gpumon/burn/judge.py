@@ -91,22 +91,11 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
             }
             for test, data in r["results"].items():
                 results.setdefault(test, {})[key] = data
-    seen_aborts: set[str] = set()
     for node in nodes:
         _judge_sw(j, node)
-        for r in node["ranks"]:
-            for err in r["errors"]:
-                if err.get("kind") == "cannot_run":
-                    j.cannot_run.append(str(err.get("message")))
-                else:
-                    j.add(
-                        str(err.get("test")),
-                        (node["node"], r["gpu"]),
-                        "error",
-                        False,
-                        str(err.get("message")),
-                        fault=str(err.get("message")),
-                    )
+    # The watchdog's finding first: it names the cause, the workers' errors after it are fallout.
+    seen_aborts: set[str] = set()
+    for node in nodes:
         abort = node.get("abort")
         if abort and abort["kind"] in ("hang", "dead") and abort["message"] not in seen_aborts:
             seen_aborts.add(abort["message"])
@@ -124,6 +113,17 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
                 )
         if abort and abort["kind"] == "cannot_run":
             j.cannot_run.append(abort["message"])
+    for node in nodes:
+        for r in node["ranks"]:
+            for err in r["errors"]:
+                message = str(err.get("message"))
+                if err.get("kind") == "cannot_run":
+                    j.cannot_run.append(message)
+                elif err.get("after_abort"):
+                    # raised because the run was being stopped (a peer killed, a link closed)
+                    j.add(str(err.get("test")), (node["node"], r["gpu"]), "error", None, "after the stop: " + message)
+                else:
+                    j.add(str(err.get("test")), (node["node"], r["gpu"]), "error", False, message, fault=message)
     if "matmul" in tests:
         _judge_matmul(j, results.get("matmul", {}), thresholds)
     if "memory" in tests:

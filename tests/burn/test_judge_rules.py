@@ -231,3 +231,57 @@ def test_watchdog_gives_start_up_its_own_limit():
     assert decide([_v(0, "start", "init_process_group", 100, ready=False)], 20, 180) is None
     hang = decide([_v(0, "start", "init_process_group", 200, ready=False)], 20, 180)
     assert hang is not None and "starting up" in hang.message
+
+
+def test_errors_raised_while_a_hung_run_is_stopped_are_not_faults_and_the_hang_comes_first():
+    hung = _node({0: {}, 1: {}}, node=0)
+    hung["ranks"][0]["errors"] = [
+        {
+            "test": "allreduce",
+            "kind": "error",
+            "message": "RuntimeError: Connection closed by peer",
+            "after_abort": True,
+        }
+    ]
+    hung["ranks"][1]["errors"] = [{"test": "matmul", "kind": "error", "message": "CUDA error: boom"}]
+    hung["abort"] = {"kind": "hang", "message": "rank 1 (GPU 1) hung in matmul: no progress for 5 s", "ranks": [1]}
+    j = judge([hung], TH, ("matmul", "allreduce"))
+    assert j.faults == ["rank 1 (GPU 1) hung in matmul: no progress for 5 s", "CUDA error: boom"]
+    fallout = [c for c in j.checks if c["gpu"] == 0 and c["check"] == "error"]
+    assert fallout and fallout[0]["passed"] is None and "after the stop" in fallout[0]["detail"]
+    assert j.gpus[(0, 0)]["tests"]["allreduce"] is not False
+    assert exit_code(j) == 1
+
+
+class _DictStore:
+    """The three TCPStore calls the agent makes, on a dict."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, str] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.data[key] = value
+
+    def get(self, key: str) -> bytes:
+        return self.data[key].encode()
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.data for k in keys)
+
+
+def test_an_error_that_follows_another_nodes_abort_is_marked_as_fallout():
+    from gpumon.burn.agent import Agent
+
+    store = _DictStore()
+    agent = Agent(
+        [], node=0, agent_index=0, agent_count=2, store=store, heartbeat_timeout_seconds=4, startup_timeout_seconds=60
+    )
+    from gpumon.burn.agent import RankState
+
+    agent.states[0] = RankState(rank=0, gpu=0, node=0)
+    agent.states[0].ready = True
+    # node 1's agent found the hang, wrote the abort, then killed its workers: our rank 0 lost its peer
+    store.set("abort", '{"kind": "hang", "message": "rank 3 (node 1 GPU 1) hung in matmul", "ranks": [3]}')
+    agent._handle({"rank": 0, "type": "error", "test": "allreduce", "kind": "error", "message": "Connection closed"})
+    assert agent.abort is not None and agent.abort.message == "rank 3 (node 1 GPU 1) hung in matmul"
+    assert agent.states[0].errors[0]["after_abort"] is True
