@@ -104,7 +104,8 @@ class Poller:
         self._host_figures_cache: HostSnapshot | None = None
         self._host_figures_at = 0.0
         self._gpus: list[_GpuState] = []
-        self._tier_stats: dict[Tier, TierStats] = {}
+        self._tier_stats: dict[str, TierStats] = {}
+        """Per tier (by its value, as in Snapshot.tiers), as of the tier's last read."""
         self._tier_errors: dict[Tier, int] = {t: 0 for t in _POLLED_TIERS}
         self._running_since: float | None = None
         self._next_slower_due = 0.0
@@ -128,9 +129,9 @@ class Poller:
         except Exception as exc:  # a bug must not stop polling
             log.exception("poll failed unexpectedly")
             self._tier_errors[Tier.FAST] += 1
-            fast = self._tier_stats.get(Tier.FAST)
+            fast = self._tier_stats.get(Tier.FAST.value)
             if fast is not None:
-                self._tier_stats[Tier.FAST] = dataclasses.replace(fast, errors_total=self._tier_errors[Tier.FAST])
+                self._tier_stats[Tier.FAST.value] = dataclasses.replace(fast, errors_total=self._tier_errors[Tier.FAST])
             snapshot = Snapshot(
                 timestamp_seconds=self._wall(),
                 monotonic_seconds=self._mono(),
@@ -163,7 +164,8 @@ class Poller:
         if not self._nvml_up:
             return self._snapshot_without_gpus(False, self._nvml_error)
         plan = self._plan(start)
-        due = [t for t in _POLLED_TIERS if any(t in tiers for tiers in plan)]
+        planned = set().union(*plan)
+        due = [t for t in _POLLED_TIERS if t in planned]
         durations = {t: 0.0 for t in due}
         # A fast-only poll (most of them) is timed as a whole: clock reads cost µs on some VMs.
         timed = len(due) > 1
@@ -187,7 +189,7 @@ class Poller:
             return self._snapshot_without_gpus(False, self._nvml_error)
         end_wall = self._wall()
         for tier in due:
-            self._tier_stats[tier] = TierStats(
+            self._tier_stats[tier.value] = TierStats(
                 duration_seconds=durations[tier],
                 errors_total=self._tier_errors[tier],
                 last_timestamp_seconds=end_wall,
@@ -351,8 +353,9 @@ class Poller:
                 base.update(state.cache.get(tier, {}))
             state.base = base
         values = {**state.base, **state.cache.get(Tier.FAST, {})}
-        for key in values.keys() - _SETTABLE_FIELDS:
-            del values[key]
+        if not values.keys() <= _SETTABLE_FIELDS:  # a backend bug or a scenario typo: drop, don't crash
+            for key in values.keys() - _SETTABLE_FIELDS:
+                del values[key]
         processes = values.get("processes")
         if processes and self._enrich is not None:
             try:
@@ -391,4 +394,4 @@ class Poller:
 
     def _stats_view(self) -> dict[str, TierStats]:
         """Tier stats as of each tier's last read (errors are counted before the stats are made)."""
-        return {t.value: s for t, s in self._tier_stats.items()}
+        return dict(self._tier_stats)

@@ -118,6 +118,8 @@ TOPOLOGY_LEVELS = {0: "internal", 10: "single", 20: "multiple", 30: "hostbridge"
 _PSTATE_UNKNOWN = 32
 _NVLINK_MAX_LINKS_DEFAULT = 18
 _FI_DEV_MEMORY_TEMP = 82  # NVML_FI_DEV_MEMORY_TEMP
+_FIELD_VALUE_ATTRIBUTES = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+"""c_nvmlFieldValue_t.value member by valueType (NVML_VALUE_TYPE_DOUBLE, _UNSIGNED_INT, ...)."""
 _VALUE_NOT_AVAILABLE = 2**64 - 1
 
 EVENT_XID = 0x8  # nvmlEventTypeXidCriticalError
@@ -127,7 +129,7 @@ _EVENT_EXTRA = {  # other types registered where supported; logged, not returned
 }
 _MAX_EVENTS_PER_WAIT = 64
 
-Reader = Callable[["_Gpu"], dict[str, Any]]
+Reader = Callable[["_Gpu", Any], dict[str, Any]]
 
 
 class _Unsupported(Exception):
@@ -153,7 +155,12 @@ class _Gpu:
     warned: set[str] = field(default_factory=set)
     nvlink_count: int | None = None
     fan_count: int | None = None
-    clock_events_supported: int | None = None
+    clock_event_bits: tuple[tuple[str, int], ...] | None = None
+    """The clock-event reasons this GPU supports (name, bit), from the first read."""
+    clock_events_current: Callable[..., Any] = lambda _h: 0
+    """The binding's nvmlDeviceGetCurrentClocksEventReasons (or the older Throttle spelling)."""
+    clock_events_last: tuple[int, Mapping[str, bool]] = (-1, {})
+    """The last reasons bitmask read and its decoded form (shared by snapshots: never mutated)."""
     memory_v1: bool = False
     process_util_timestamp: int = 0
 
@@ -162,7 +169,8 @@ class _Gpu:
         self.warned = set()
         self.nvlink_count = None
         self.fan_count = None
-        self.clock_events_supported = None
+        self.clock_event_bits = None
+        self.clock_events_last = (-1, {})
         self.memory_v1 = False
         self.process_util_timestamp = 0
 
@@ -184,6 +192,7 @@ class NvmlBackend:
         self._gpus: dict[int, _Gpu] = {}
         self._errors: Counter[str] = Counter()
         self._gpm = GpmSampler(pynvml)
+        self._memory_temp_field = int(getattr(pynvml, "NVML_FI_DEV_MEMORY_TEMP", _FI_DEV_MEMORY_TEMP))
         self._stop = threading.Event()
         # event thread state, guarded by _event_lock
         self._event_lock = threading.Lock()
@@ -344,8 +353,15 @@ class NvmlBackend:
         """
         g = self._gpu_for_read(index)
         out: dict[str, Any] = {}
+        unsupported = g.unsupported
+        h = g.handle  # one handle for the whole read: if the GPU is lost meanwhile, NVML says so
         for name, reader in self._readers.get(tier, ()):
-            self._run_reader(g, tier, name, reader, out)
+            if name in unsupported:
+                continue
+            try:
+                out.update(reader(g, h))
+            except Exception as exc:
+                self._reader_failed(g, tier, name, exc)
         if not g.confirmed:
             with self._lock:
                 g.confirmed = True
@@ -359,6 +375,8 @@ class NvmlBackend:
         fields out of the read (its message is logged: warning the first time per GPU and
         reader, debug after); the poller adds these counts to its per-tier poll errors.
         """
+        if not self._errors:  # the usual case, every poll: no lock, no new Counter
+            return {}
         with self._lock:
             errors, self._errors = self._errors, Counter()
         return dict(errors)
@@ -377,9 +395,13 @@ class NvmlBackend:
         for tier, readers in self._readers.items():
             for reader_name, reader in readers:
                 if reader_name == name:
-                    out: dict[str, Any] = {}
-                    self._run_reader(g, tier, name, reader, out)
-                    return out
+                    if name in g.unsupported:
+                        return {}
+                    try:
+                        return reader(g, g.handle)
+                    except Exception as exc:
+                        self._reader_failed(g, tier, name, exc)
+                        return {}
         raise KeyError(name)
 
     # ---- events -----------------------------------------------------------
@@ -473,30 +495,27 @@ class NvmlBackend:
         if was_up:
             log.warning("GPU %d (%s) lost: %s", g.index, g.uuid, reason)
 
-    def _run_reader(self, g: _Gpu, tier: Tier, name: str, reader: Reader, out: dict[str, Any]) -> None:
-        if name in g.unsupported:
-            return
-        try:
-            out.update(reader(g))
-        except _Unsupported:
+    def _reader_failed(self, g: _Gpu, tier: Tier, name: str, exc: Exception) -> None:
+        """Sort a reader's exception: unsupported (remember), lost / NVML gone (raise), else count it."""
+        if isinstance(exc, _Unsupported):
             g.unsupported.add(name)
             log.debug("GPU %d: %s not supported; not asked again", g.index, name)
-        except Exception as exc:
-            code = _code(exc)
-            if code in LOST_CODES:
-                self._mark_lost(g, str(exc))
-                raise GpuLostError(g.index, str(exc)) from exc
-            if code in NVML_GONE_CODES:
-                raise NvmlUnavailableError(f"NVML went away: {exc}") from exc
-            if code in UNSUPPORTED_CODES:
-                g.unsupported.add(name)
-                log.debug("GPU %d: %s not supported (%s); not asked again", g.index, name, exc)
-                return
-            if _missing_in_binding(exc, self._nv):
-                g.unsupported.add(name)
-                log.info("GPU %d: %s omitted: this nvidia-ml-py has no %s", g.index, name, getattr(exc, "name", "?"))
-                return
-            self._record_error(g, tier, name, exc)
+            return
+        code = _code(exc)
+        if code in LOST_CODES:
+            self._mark_lost(g, str(exc))
+            raise GpuLostError(g.index, str(exc)) from exc
+        if code in NVML_GONE_CODES:
+            raise NvmlUnavailableError(f"NVML went away: {exc}") from exc
+        if code in UNSUPPORTED_CODES:
+            g.unsupported.add(name)
+            log.debug("GPU %d: %s not supported (%s); not asked again", g.index, name, exc)
+            return
+        if _missing_in_binding(exc, self._nv):
+            g.unsupported.add(name)
+            log.info("GPU %d: %s omitted: this nvidia-ml-py has no %s", g.index, name, getattr(exc, "name", "?"))
+            return
+        self._record_error(g, tier, name, exc)
 
     def _record_error(self, g: _Gpu, tier: Tier, name: str, exc: Exception) -> None:
         """Keep a reader's error for take_errors(); warn the first time per GPU and reader."""
@@ -528,14 +547,14 @@ class NvmlBackend:
         return handle
 
     # ---- FAST readers ----------------------------------------------------
-    def _read_utilization(self, g: _Gpu) -> dict[str, Any]:
+    def _read_utilization(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetUtilizationRates: utilization.gpu / utilization.memory (%) -> 0-1."""
-        u = self._nv.nvmlDeviceGetUtilizationRates(self._handle(g))
+        u = self._nv.nvmlDeviceGetUtilizationRates(h)
         return {"utilization_ratio": u.gpu / 100.0, "memory_bandwidth_utilization_ratio": u.memory / 100.0}
 
-    def _read_memory(self, g: _Gpu) -> dict[str, Any]:
+    def _read_memory(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetMemoryInfo (v2 for reserved, else v1): memory.used/free/total/reserved, bytes."""
-        nv, h = self._nv, self._handle(g)
+        nv = self._nv
         version = getattr(nv, "nvmlMemory_v2", None)
         if not g.memory_v1 and version is not None:
             try:
@@ -555,14 +574,13 @@ class NvmlBackend:
         m = nv.nvmlDeviceGetMemoryInfo(h)
         return {"memory_used_bytes": int(m.used), "memory_free_bytes": int(m.free), "memory_total_bytes": int(m.total)}
 
-    def _read_temperature(self, g: _Gpu) -> dict[str, Any]:
+    def _read_temperature(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetTemperature(GPU): temperature.gpu, °C."""
-        return {"temperature_celsius": float(self._nv.nvmlDeviceGetTemperature(self._handle(g), _TEMPERATURE_GPU))}
+        return {"temperature_celsius": float(self._nv.nvmlDeviceGetTemperature(h, _TEMPERATURE_GPU))}
 
-    def _read_memory_temperature(self, g: _Gpu) -> dict[str, Any]:
+    def _read_memory_temperature(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP): temperature.memory, °C; 0 means absent."""
-        field_id = int(getattr(self._nv, "NVML_FI_DEV_MEMORY_TEMP", _FI_DEV_MEMORY_TEMP))
-        value = self._nv.nvmlDeviceGetFieldValues(self._handle(g), [field_id])[0]
+        value = self._nv.nvmlDeviceGetFieldValues(h, [self._memory_temp_field])[0]
         code = int(value.nvmlReturn)
         if code in UNSUPPORTED_CODES:
             raise _Unsupported
@@ -571,51 +589,56 @@ class NvmlBackend:
         celsius = _field_value(value)
         return {"memory_temperature_celsius": float(celsius)} if celsius else {}
 
-    def _read_power(self, g: _Gpu) -> dict[str, Any]:
+    def _read_power(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetPowerUsage: power.draw, mW -> W."""
-        return {"power_watts": self._nv.nvmlDeviceGetPowerUsage(self._handle(g)) / 1000.0}
+        return {"power_watts": self._nv.nvmlDeviceGetPowerUsage(h) / 1000.0}
 
-    def _read_clocks(self, g: _Gpu) -> dict[str, Any]:
+    def _read_clocks(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetClockInfo per domain: clocks.sm / clocks.mem / clocks.gr, MHz -> Hz."""
-        h = self._handle(g)
+        clock_info = self._nv.nvmlDeviceGetClockInfo
+        unsupported = g.unsupported
         clocks = {}
         for domain, clock_type in _CLOCK_DOMAINS.items():
-            mhz = self._opt(g, f"clock.{domain}", self._nv.nvmlDeviceGetClockInfo, h, clock_type)
-            if mhz is not None:
-                clocks[domain] = float(mhz) * 1e6
+            key = "clock." + domain
+            if key in unsupported:
+                continue
+            try:
+                clocks[domain] = clock_info(h, clock_type) * 1e6
+            except Exception as exc:
+                if _code(exc) not in UNSUPPORTED_CODES:
+                    raise
+                unsupported.add(key)
         if not clocks:
             raise _Unsupported
         return {"clocks_hertz": clocks}
 
-    def _read_performance_state(self, g: _Gpu) -> dict[str, Any]:
+    def _read_performance_state(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetPerformanceState: pstate 0-15 (32 = unknown, omitted)."""
-        pstate = int(self._nv.nvmlDeviceGetPerformanceState(self._handle(g)))
+        pstate = int(self._nv.nvmlDeviceGetPerformanceState(h))
         return {"performance_state": pstate} if pstate != _PSTATE_UNKNOWN else {}
 
-    def _read_clock_events(self, g: _Gpu) -> dict[str, Any]:
+    def _read_clock_events(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetCurrentClocksEventReasons, limited to the reasons the GPU supports."""
-        nv, h = self._nv, self._handle(g)
-        supported_fn = _function(
-            nv, "nvmlDeviceGetSupportedClocksEventReasons", "nvmlDeviceGetSupportedClocksThrottleReasons"
-        )
-        current_fn = _function(
-            nv, "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"
-        )
-        if g.clock_events_supported is None:
-            g.clock_events_supported = int(supported_fn(h))
-        supported = g.clock_events_supported
-        if not supported & sum(CLOCK_EVENT_BITS.values()):
+        nv = self._nv
+        if g.clock_event_bits is None:
+            supported_fn = _function(
+                nv, "nvmlDeviceGetSupportedClocksEventReasons", "nvmlDeviceGetSupportedClocksThrottleReasons"
+            )
+            supported = int(supported_fn(h))
+            g.clock_event_bits = tuple((name, bit) for name, bit in CLOCK_EVENT_BITS.items() if supported & bit)
+            g.clock_events_current = _function(
+                nv, "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"
+            )
+        if not g.clock_event_bits:
             raise _Unsupported
-        current = int(current_fn(h))
-        return {
-            "clock_events_active": {
-                name: bool(current & bit) for name, bit in CLOCK_EVENT_BITS.items() if supported & bit
-            }
-        }
+        current = int(g.clock_events_current(h))
+        if current != g.clock_events_last[0]:  # usually unchanged from one second to the next
+            g.clock_events_last = (current, {name: bool(current & bit) for name, bit in g.clock_event_bits})
+        return {"clock_events_active": g.clock_events_last[1]}
 
-    def _read_fans(self, g: _Gpu) -> dict[str, Any]:
+    def _read_fans(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetNumFans, then nvmlDeviceGetFanSpeed_v2 per fan: fan.speed % -> 0-1."""
-        nv, h = self._nv, self._handle(g)
+        nv = self._nv
         if g.fan_count is None:
             g.fan_count = int(nv.nvmlDeviceGetNumFans(h))
         if g.fan_count <= 0:
@@ -629,9 +652,9 @@ class NvmlBackend:
             raise _Unsupported
         return {"fan_speed_ratios": fans}
 
-    def _read_pcie_link(self, g: _Gpu) -> dict[str, Any]:
+    def _read_pcie_link(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetCurrPcieLinkGeneration / Width: pcie.link.gen.current, pcie.link.width.current."""
-        nv, h = self._nv, self._handle(g)
+        nv = self._nv
         out = {}
         gen = self._opt(g, "pcie.gen", nv.nvmlDeviceGetCurrPcieLinkGeneration, h)
         if gen is not None:
@@ -659,21 +682,20 @@ class NvmlBackend:
             g.nvlink_count = count
         return g.nvlink_count
 
-    def _read_nvlink_state(self, g: _Gpu) -> dict[str, Any]:
+    def _read_nvlink_state(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetNvLinkState per link (nvidia-smi nvlink --status): up or not."""
         count = self._nvlink_count(g)
         if count == 0:
             raise _Unsupported
-        h = self._handle(g)
         return {"nvlink_up": {str(link): bool(self._nv.nvmlDeviceGetNvLinkState(h, link)) for link in range(count)}}
 
-    def _read_processes(self, g: _Gpu) -> dict[str, Any]:
+    def _read_processes(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetComputeRunningProcesses (pid, used_memory bytes) plus per-process SM share.
 
         The SM share comes from nvmlDeviceGetProcessUtilization (samples newer than the last
         seen timestamp; NOT_FOUND = no new samples). Name, user and cgroup are added elsewhere.
         """
-        nv, h = self._nv, self._handle(g)
+        nv = self._nv
         procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
         sm_share: dict[int, float] = {}
         if procs:
@@ -713,22 +735,22 @@ class NvmlBackend:
             g.process_util_timestamp = max(g.process_util_timestamp, stamp)
         return {pid: share for pid, (_, share) in latest.items()}
 
-    def _read_gpm(self, g: _Gpu) -> dict[str, Any]:
+    def _read_gpm(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """NVML GPM (Hopper+): SM/tensor/DRAM/FP activity and NVLink/PCIe throughput."""
-        return self._gpm.read(g.index, self._handle(g))
+        return self._gpm.read(g.index, h)
 
     # ---- SLOW readers -----------------------------------------------------
-    def _read_power_limit(self, g: _Gpu) -> dict[str, Any]:
+    def _read_power_limit(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetEnforcedPowerLimit: enforced.power.limit, mW -> W."""
-        return {"power_limit_watts": self._nv.nvmlDeviceGetEnforcedPowerLimit(self._handle(g)) / 1000.0}
+        return {"power_limit_watts": self._nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0}
 
-    def _read_energy(self, g: _Gpu) -> dict[str, Any]:
+    def _read_energy(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetTotalEnergyConsumption: energy since driver load, mJ -> J (~3 ms)."""
-        return {"energy_joules_total": self._nv.nvmlDeviceGetTotalEnergyConsumption(self._handle(g)) / 1000.0}
+        return {"energy_joules_total": self._nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0}
 
-    def _read_violations(self, g: _Gpu) -> dict[str, Any]:
+    def _read_violations(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetViolationStatus per NVML_PERF_POLICY_*: violationTime ns -> s (~0.7 ms each)."""
-        nv, h = self._nv, self._handle(g)
+        nv = self._nv
         seconds = {}
         for name, policy in PERF_POLICIES.items():
             v = self._opt(g, f"violation.{name}", nv.nvmlDeviceGetViolationStatus, h, policy)
@@ -738,18 +760,18 @@ class NvmlBackend:
             raise _Unsupported
         return {"throttle_seconds_total": seconds}
 
-    def _read_pcie_replays(self, g: _Gpu) -> dict[str, Any]:
+    def _read_pcie_replays(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetPcieReplayCounter (nvidia-smi -q: Replays Since Reset)."""
-        return {"pcie_replays_total": int(self._nv.nvmlDeviceGetPcieReplayCounter(self._handle(g)))}
+        return {"pcie_replays_total": int(self._nv.nvmlDeviceGetPcieReplayCounter(h))}
 
-    def _read_pcie_bytes(self, g: _Gpu) -> dict[str, Any]:
+    def _read_pcie_bytes(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetFieldValues(NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES): bytes moved over PCIe since
         the driver loaded, one call for both (no nvidia-smi query field; DCGM_FI_PROF_PCIE_*_BYTES is a rate)."""
         ids = {
             "tx": int(getattr(self._nv, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", 197)),
             "rx": int(getattr(self._nv, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", 198)),
         }
-        values = self._nv.nvmlDeviceGetFieldValues(self._handle(g), list(ids.values()))
+        values = self._nv.nvmlDeviceGetFieldValues(h, list(ids.values()))
         out = {}
         for direction, value in zip(ids, values, strict=True):
             code = int(value.nvmlReturn)
@@ -761,9 +783,9 @@ class NvmlBackend:
             raise _Unsupported
         return {"pcie_bytes_total": out}
 
-    def _read_pcie_throughput(self, g: _Gpu) -> dict[str, Any]:
+    def _read_pcie_throughput(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetPcieThroughput tx/rx: KB/s over ~20 ms -> bytes/s (blocks ~21 ms)."""
-        nv, h = self._nv, self._handle(g)
+        nv = self._nv
         out = {}
         for direction, counter in _PCIE_UTIL.items():
             kb = self._opt(g, f"pcie_throughput.{direction}", nv.nvmlDeviceGetPcieThroughput, h, counter)
@@ -773,14 +795,14 @@ class NvmlBackend:
             raise _Unsupported
         return {"pcie_throughput_bytes_per_second": out}
 
-    def _read_ecc_mode(self, g: _Gpu) -> dict[str, Any]:
+    def _read_ecc_mode(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetEccMode: ecc.mode.current."""
-        current, _pending = self._nv.nvmlDeviceGetEccMode(self._handle(g))
+        current, _pending = self._nv.nvmlDeviceGetEccMode(h)
         return {"ecc_mode_enabled": bool(current)}
 
-    def _read_ecc_errors(self, g: _Gpu) -> dict[str, Any]:
+    def _read_ecc_errors(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetTotalEccErrors: ecc.errors.{corrected,uncorrected}.{volatile,aggregate}.total."""
-        nv, h = self._nv, self._handle(g)
+        nv = self._nv
         counts = {}
         for key, (error_type, counter_type) in _ECC_COUNTERS.items():
             n = self._opt(g, f"ecc.{key}", nv.nvmlDeviceGetTotalEccErrors, h, error_type, counter_type)
@@ -790,18 +812,18 @@ class NvmlBackend:
             raise _Unsupported
         return {"ecc_errors_total": counts}
 
-    def _read_remapped_rows(self, g: _Gpu) -> dict[str, Any]:
+    def _read_remapped_rows(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetRemappedRows: remapped_rows.correctable/.uncorrectable/.pending/.failure."""
-        correctable, uncorrectable, pending, failure = self._nv.nvmlDeviceGetRemappedRows(self._handle(g))
+        correctable, uncorrectable, pending, failure = self._nv.nvmlDeviceGetRemappedRows(h)
         return {
             "remapped_rows": {"correctable": int(correctable), "uncorrectable": int(uncorrectable)},
             "row_remap_pending": bool(pending),
             "row_remap_failure": bool(failure),
         }
 
-    def _read_retired_pages(self, g: _Gpu) -> dict[str, Any]:
+    def _read_retired_pages(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetRetiredPages per cause and ...PendingStatus (pre-Ampere; NOT_SUPPORTED on Hopper)."""
-        nv, h = self._nv, self._handle(g)
+        nv = self._nv
         pages = {}
         for name, cause in _RETIREMENT_CAUSES.items():
             addresses = self._opt(g, f"retired.{name}", nv.nvmlDeviceGetRetiredPages, h, cause)
@@ -815,26 +837,26 @@ class NvmlBackend:
             raise _Unsupported
         return out
 
-    def _read_persistence_mode(self, g: _Gpu) -> dict[str, Any]:
+    def _read_persistence_mode(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetPersistenceMode: persistence_mode."""
-        return {"persistence_mode_enabled": bool(self._nv.nvmlDeviceGetPersistenceMode(self._handle(g)))}
+        return {"persistence_mode_enabled": bool(self._nv.nvmlDeviceGetPersistenceMode(h))}
 
-    def _read_mig_mode(self, g: _Gpu) -> dict[str, Any]:
+    def _read_mig_mode(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetMigMode: mig.mode.current."""
-        current, _pending = self._nv.nvmlDeviceGetMigMode(self._handle(g))
+        current, _pending = self._nv.nvmlDeviceGetMigMode(h)
         return {"mig_mode_enabled": bool(current)}
 
-    def _read_compute_mode(self, g: _Gpu) -> dict[str, Any]:
+    def _read_compute_mode(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetComputeMode: compute_mode default|exclusive_process|prohibited."""
-        mode = int(self._nv.nvmlDeviceGetComputeMode(self._handle(g)))
+        mode = int(self._nv.nvmlDeviceGetComputeMode(h))
         return {"compute_mode": _COMPUTE_MODES.get(mode, f"mode_{mode}")}
 
-    def _read_nvlink_errors(self, g: _Gpu) -> dict[str, Any]:
+    def _read_nvlink_errors(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetNvLinkErrorCounter per link and type (nvidia-smi nvlink -e)."""
         count = self._nvlink_count(g)
         if count == 0:
             raise _Unsupported
-        nv, h = self._nv, self._handle(g)
+        nv = self._nv
         links: dict[str, dict[str, int]] = {}
         for link in range(count):
             counters = {}
@@ -849,9 +871,9 @@ class NvmlBackend:
         return {"nvlink_errors_total": links}
 
     # ---- STATIC readers ---------------------------------------------------
-    def _read_identity(self, g: _Gpu) -> dict[str, Any]:
+    def _read_identity(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """name, pci.bus_id (00000000:BB:DD.F), serial, vbios_version, compute_cap, minor number."""
-        nv, h = self._nv, self._handle(g)
+        nv = self._nv
         out: dict[str, Any] = {"name": _text(nv.nvmlDeviceGetName(h))}
         pci = self._opt(g, "identity.pci", nv.nvmlDeviceGetPciInfo, h)
         if pci is not None:
@@ -871,9 +893,9 @@ class NvmlBackend:
             out["minor_number"] = int(minor)
         return out
 
-    def _read_thresholds(self, g: _Gpu) -> dict[str, Any]:
+    def _read_thresholds(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetTemperatureThreshold: slowdown, shutdown, GPU max, memory max, °C."""
-        nv, h = self._nv, self._handle(g)
+        nv = self._nv
         out = {}
         for name, threshold in _THRESHOLDS.items():
             celsius = self._opt(g, f"threshold.{name}", nv.nvmlDeviceGetTemperatureThreshold, h, threshold)
@@ -883,9 +905,9 @@ class NvmlBackend:
             raise _Unsupported
         return out
 
-    def _read_max_clocks(self, g: _Gpu) -> dict[str, Any]:
+    def _read_max_clocks(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetMaxClockInfo: clocks.max.sm / .mem / .gr, MHz -> Hz."""
-        nv, h = self._nv, self._handle(g)
+        nv = self._nv
         clocks = {}
         for domain, clock_type in _CLOCK_DOMAINS.items():
             mhz = self._opt(g, f"max_clock.{domain}", nv.nvmlDeviceGetMaxClockInfo, h, clock_type)
@@ -895,9 +917,9 @@ class NvmlBackend:
             raise _Unsupported
         return {"clocks_max_hertz": clocks}
 
-    def _read_pcie_max(self, g: _Gpu) -> dict[str, Any]:
+    def _read_pcie_max(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetMaxPcieLinkGeneration / Width: pcie.link.gen.max, pcie.link.width.max."""
-        nv, h = self._nv, self._handle(g)
+        nv = self._nv
         out = {}
         gen = self._opt(g, "pcie.gen_max", nv.nvmlDeviceGetMaxPcieLinkGeneration, h)
         if gen is not None:
@@ -934,9 +956,8 @@ class NvmlBackend:
             log.debug("nvmlDeviceGetP2PStatus(capability %d) failed: %s", capability, exc)
             return None
 
-    def _read_p2p(self, g: _Gpu) -> dict[str, Any]:
+    def _read_p2p(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetP2PStatus per peer and capability read|write|nvlink|atomics (topo -p2p)."""
-        h = self._handle(g)
         peers = self._peers(g)
         if not peers:
             return {}
@@ -948,14 +969,14 @@ class NvmlBackend:
                     statuses.append(P2pStatus(peer_index=peer.index, capability=name, ok=ok))
         return {"p2p_status": tuple(statuses)} if statuses else {}
 
-    def _read_topology(self, g: _Gpu) -> dict[str, Any]:
+    def _read_topology(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetTopologyCommonAncestor per peer (nvidia-smi topo -m), "nvlink" when linked.
 
         A peer counts as reached through NVLink when one of this GPU's links ends at the
         peer's PCI bus id (nvmlDeviceGetNvLinkRemotePciInfo: direct links) or when NVML
         reports P2P over NVLink to it (NVSwitch systems, where links end at switches).
         """
-        nv, h = self._nv, self._handle(g)
+        nv = self._nv
         peers = self._peers(g)
         if not peers:
             return {}
@@ -1170,10 +1191,7 @@ def _cuda_version(value: int) -> str:
 
 def _field_value(value: Any) -> float:
     """The number in a c_nvmlFieldValue_t, by its valueType (NVML_VALUE_TYPE_*)."""
-    attribute = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}.get(
-        int(value.valueType), "uiVal"
-    )
-    return float(getattr(value.value, attribute))
+    return float(getattr(value.value, _FIELD_VALUE_ATTRIBUTES.get(int(value.valueType), "uiVal")))
 
 
 def _function(nv: Any, *names: str) -> Callable[..., Any]:
