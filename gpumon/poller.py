@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 _IDENTITY_FIELDS = ("name", "pci_bus_id", "serial", "vbios_version", "compute_capability", "minor_number")
 _POLLED_TIERS = (Tier.STATIC, Tier.SLOW, Tier.FAST)
+_FAST_ONLY = (Tier.FAST,)
 _SETTABLE_FIELDS = frozenset(f.name for f in dataclasses.fields(GpuSnapshot)) - {"index", "uuid", "up", "lost_reason"}
 
 ProcessEnricher = Callable[[tuple[ProcessSnapshot, ...]], tuple[ProcessSnapshot, ...]]
@@ -55,12 +56,19 @@ class _GpuState:
     uuid: str
     cache: dict[Tier, Mapping[str, Any]] = field(default_factory=dict)
     base: dict[str, Any] | None = None
-    """Static and slow values merged, rebuilt only when one of those tiers is read."""
+    """Every field's default overlaid with the static and slow values; rebuilt when one of those is read."""
     read_at: dict[Tier, float] = field(default_factory=dict)
     """When each slower tier of this GPU was last read (monotonic seconds)."""
     lost_reason: str | None = None
     reprobe_at: float = 0.0
     reprobe_backoff: float = 5.0
+
+
+def _settable(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``values`` without keys that are no GpuSnapshot field (a backend bug or a scenario typo: drop, don't crash)."""
+    if values.keys() <= _SETTABLE_FIELDS:
+        return values
+    return {k: v for k, v in values.items() if k in _SETTABLE_FIELDS}
 
 
 def read_host_figures() -> dict[str, Any]:
@@ -163,10 +171,8 @@ class Poller:
             self._try_init(start)
         if not self._nvml_up:
             return self._snapshot_without_gpus(False, self._nvml_error)
-        plan = self._plan(start)
-        planned = set().union(*plan)
-        due = [t for t in _POLLED_TIERS if t in planned]
-        durations = {t: 0.0 for t in due}
+        plan, due = self._plan(start)
+        durations = dict.fromkeys(due, 0.0)
         # A fast-only poll (most of them) is timed as a whole: clock reads cost µs on some VMs.
         timed = len(due) > 1
         try:
@@ -203,8 +209,8 @@ class Poller:
             tiers=self._stats_view(),
         )
 
-    def _plan(self, now: float) -> list[list[Tier]]:
-        """The tiers to read for each GPU in this poll.
+    def _plan(self, now: float) -> tuple[Sequence[Sequence[Tier]], tuple[Tier, ...]]:
+        """The tiers to read for each GPU in this poll, and all the tiers read in it.
 
         Every GPU's fast tier, every poll. A slower tier is read for a GPU when its interval has
         passed, but spread over polls: at most ceil(GPUs × fast / interval) GPUs a poll (the ones
@@ -212,8 +218,8 @@ class Poller:
         PCIe throughput and NVLink error counters take ~100 ms per GPU). A GPU never read yet
         is read at once.
         """
-        if now < self._next_slower_due:
-            return [[Tier.FAST] for _ in self._gpus]
+        if now < self._next_slower_due:  # most polls: nothing slower is due for any GPU
+            return [_FAST_ONLY] * len(self._gpus), _FAST_ONLY
         plan: list[list[Tier]] = [[] for _ in self._gpus]
         count = len(self._gpus)
         next_due = float("inf")
@@ -241,7 +247,8 @@ class Poller:
         self._next_slower_due = next_due
         for tiers in plan:
             tiers.append(Tier.FAST)
-        return plan
+        planned = set().union(*plan)
+        return plan, tuple(t for t in _POLLED_TIERS if t in planned)
 
     def _try_init(self, now: float) -> None:
         try:
@@ -285,7 +292,7 @@ class Poller:
         self,
         index: int,
         state: _GpuState,
-        planned: list[Tier],
+        planned: Sequence[Tier],
         durations: dict[Tier, float],
         now: float,
         timed: bool = True,
@@ -348,25 +355,25 @@ class Poller:
 
     def _merge(self, index: int, state: _GpuState) -> GpuSnapshot:
         if state.base is None:
-            base: dict[str, Any] = {}
+            slower: dict[str, Any] = {}
             for tier in (Tier.STATIC, Tier.SLOW):
-                base.update(state.cache.get(tier, {}))
-            state.base = base
-        values = {**state.base, **state.cache.get(Tier.FAST, {})}
-        if not values.keys() <= _SETTABLE_FIELDS:  # a backend bug or a scenario typo: drop, don't crash
-            for key in values.keys() - _SETTABLE_FIELDS:
-                del values[key]
+                slower.update(_settable(state.cache.get(tier, {})))
+            state.base = GpuSnapshot.base_fields(slower)
+        values = _settable(state.cache.get(Tier.FAST, {}))
+        extra: dict[str, Any] = {}
         processes = values.get("processes")
         if processes and self._enrich is not None:
             try:
-                values["processes"] = self._enrich(processes)
+                extra["processes"] = self._enrich(processes)
             except Exception:
                 log.exception("process attribution failed")
         if self._xid_counts is not None:
             counts, last = self._xid_counts(index)
-            values["xid_errors_total"] = dict(counts)
-            values["xid_last_timestamp_seconds"] = dict(last)
-        return GpuSnapshot.assemble(index, state.uuid, values)
+            extra["xid_errors_total"] = dict(counts)
+            extra["xid_last_timestamp_seconds"] = dict(last)
+        if extra:
+            values = {**values, **extra}  # the cached read stays as the backend returned it
+        return GpuSnapshot.assemble(index, state.uuid, values, state.base)
 
     def _with_host_figures(self) -> HostSnapshot:
         """Driver facts plus psutil figures, re-read every slow interval (~50 µs a read)."""

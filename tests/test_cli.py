@@ -51,9 +51,6 @@ def test_once_without_nvml_is_one_line_and_exit_1() -> None:
 
 
 def test_the_daemon_never_loads_torch() -> None:
-    code = (
-        "import sys, gpumon.cli, gpumon.daemon; gpumon.cli.build_parser(); "
-        "print('torch' in sys.modules)"
-    )
+    code = "import sys, gpumon.cli, gpumon.daemon; gpumon.cli.build_parser(); print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr

@@ -206,7 +206,7 @@ def test_slow_reads_are_spread_over_polls_not_all_gpus_at_once() -> None:
 
 
 def test_assembled_snapshots_equal_constructed_ones() -> None:
-    from gpumon.snapshot import GpuSnapshot
+    from gpumon.snapshot import GpuSnapshot, field_tier
 
     backend = FakeBackend.plausible(1)
     backend.init()
@@ -217,5 +217,9 @@ def test_assembled_snapshots_equal_constructed_ones() -> None:
     assembled = GpuSnapshot.assemble(0, "GPU-x", values)
     assert assembled == built
     assert repr(assembled) == repr(built)
+    slower = {k: v for k, v in values.items() if field_tier(k) is not Tier.FAST}
+    fast = {k: v for k, v in values.items() if field_tier(k) is Tier.FAST}
+    on_base = GpuSnapshot.assemble(0, "GPU-x", fast, GpuSnapshot.base_fields(slower))
+    assert on_base == built and repr(on_base) == repr(built)
     with pytest.raises(AttributeError):
         assembled.temperature_celsius = 1.0  # type: ignore[misc]

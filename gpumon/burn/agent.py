@@ -11,7 +11,6 @@ import json
 import multiprocessing
 import os
 import queue as queue_mod
-import signal
 import socket
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon.burn import watchdog
+from gpumon.burn.interrupts import signals_deferred
 from gpumon.burn.protocol import NO_MULTICAST_ENV, WorkerSpec
 
 BEAT_PUBLISH_SECONDS = 1.0
@@ -96,11 +96,9 @@ class Agent:
         q = ctx.Queue()
         next_beat = 0.0
         try:
-            # Ctrl-C / SIGTERM are held while the workers start: an interrupt in the middle of
-            # handing a worker its start-up data left it printing a traceback (EOFError).
-            # Workers unblock them first thing (worker.main); a held signal arrives right after.
-            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-            try:
+            # Ctrl-C / SIGTERM wait until every worker has its start-up data: an interrupt in the
+            # middle of that handover left a worker printing a traceback (EOFError).
+            with signals_deferred():
                 for spec in self.specs:
                     proc = ctx.Process(
                         target=worker.main, args=(spec, q), name=f"gpumon-burn-rank{spec.rank}", daemon=True
@@ -108,8 +106,6 @@ class Agent:
                     proc.start()
                     self._procs[spec.rank] = proc
                     self.states[spec.rank].last_progress = time.monotonic()
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, held)
             while True:
                 self._drain(q, timeout=0.2)
                 self._reap()

@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from gpumon.burn.agent import RankState
+from gpumon.burn.interrupts import signals_deferred
 from gpumon.burn.watcher import Watcher
 
 PLAIN_EVERY_SECONDS = 5.0
@@ -34,8 +35,10 @@ class LiveView:
 
     def __enter__(self) -> LiveView:
         if self.enabled and self.tty:
-            self._live = Live(Table(), console=self.console, refresh_per_second=4, transient=True)
-            self._live.__enter__()
+            live = Live(Table(), console=self.console, refresh_per_second=4, transient=True)
+            with signals_deferred():  # a Ctrl-C inside Thread.start leaves a thread that cannot be joined
+                live.__enter__()
+                self._live = live
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon.backends.base import GpuBackend, GpuLostError
+from gpumon.burn.interrupts import signals_deferred
 from gpumon.snapshot import Tier
 
 SLOWDOWN_FAULT_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown")
@@ -90,12 +91,14 @@ class Watcher:
             slow = self._read_tier(g, Tier.SLOW)
             self.telemetry[g].first_slow = slow
             self.telemetry[g].last_slow = slow
-        self._thread = threading.Thread(target=self._loop, name="gpumon-burn-watcher", daemon=True)
-        self._thread.start()
+        with signals_deferred():  # a Ctrl-C inside Thread.start leaves a thread that cannot be joined
+            thread = threading.Thread(target=self._loop, name="gpumon-burn-watcher", daemon=True)
+            thread.start()
+            self._thread = thread
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
+        if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout=10)
         for g in self.gpus:
             if self.telemetry[g].lost_reason is None:
