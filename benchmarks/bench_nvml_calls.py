@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import shutil
 import statistics
 import subprocess
@@ -88,6 +89,7 @@ def bare_groups(nv: Any, index: int, count: int) -> dict[str, list[Call]]:
     except nv.NVMLError:
         fans = []
     samples = [nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()]
+    fabric_info = nv.c_nvmlGpuFabricInfo_t()
     state = {"current": 0, "taken": 0}
 
     def gpm() -> None:
@@ -147,6 +149,7 @@ def bare_groups(nv: Any, index: int, count: int) -> dict[str, list[Call]]:
         "persistence_mode": [lambda: nv.nvmlDeviceGetPersistenceMode(h)],
         "mig_mode": [lambda: nv.nvmlDeviceGetMigMode(h)],
         "compute_mode": [lambda: nv.nvmlDeviceGetComputeMode(h)],
+        "fabric": [lambda: nv.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(fabric_info))],
         "nvlink_errors": [
             lambda link=link, c=c: nv.nvmlDeviceGetNvLinkErrorCounter(h, link, c)
             for link in links

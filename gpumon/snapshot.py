@@ -172,6 +172,12 @@ class GpuSnapshot:
     persistence_mode_enabled: bool | None = _f(Tier.SLOW, "Persistence mode (persistence_mode)")
     mig_mode_enabled: bool | None = _f(Tier.SLOW, "MIG mode current (mig.mode.current)")
     compute_mode: str | None = _f(Tier.SLOW, "Compute mode default|exclusive_process|prohibited (compute_mode)")
+    fabric_state: str | None = _f(
+        Tier.SLOW, "NVSwitch fabric registration not_started|in_progress|completed (nvidia-smi -q Fabric State)"
+    )
+    fabric_status_ok: bool | None = _f(
+        Tier.SLOW, "The fabric registration's status is success (nvidia-smi -q Fabric Status: Success)"
+    )
 
     # NVLink
     nvlink_up: Mapping[str, bool] | None = _m(Tier.FAST, "NVLink state by link index (nvidia-smi nvlink --status)")

@@ -91,6 +91,9 @@ class FakeGpu:
     persistence: int = 1
     mig_mode: tuple[int, int] = (0, 0)
     compute_mode: int = 0
+    fabric_state: int = 3
+    """NVML_GPU_FABRIC_STATE_*: 3 completed (an HGX board's NVSwitch fabric), 0 not supported."""
+    fabric_status: int = 0
     nvlink_states: list[int] = field(default_factory=list)
     nvlink_remote_bus_ids: list[str] = field(default_factory=list)
     nvlink_errors: dict[int, int] = field(default_factory=lambda: {0: 0, 1: 0, 2: 4, 3: 1})
@@ -142,6 +145,7 @@ class FakeNvml:
             if name.startswith(("NVML_", "nvmlClocks", "nvmlEventType", "nvmlMemory_v")):
                 setattr(self, name, getattr(_real, name))
         self.NVMLError = _real.NVMLError
+        self.c_nvmlGpuFabricInfo_t = _real.c_nvmlGpuFabricInfo_t
         for name in dir(_real):
             if name.startswith("NVMLError_"):
                 setattr(self, name, getattr(_real, name))
@@ -401,6 +405,13 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeMode(self, h: FakeHandle) -> int:
         return self._gpu("nvmlDeviceGetComputeMode", h).compute_mode
+
+    def nvmlDeviceGetGpuFabricInfo(self, h: FakeHandle, info_ref: Any) -> int:
+        gpu = self._gpu("nvmlDeviceGetGpuFabricInfo", h)
+        info = info_ref._obj  # ctypes.byref(c_nvmlGpuFabricInfo_t())
+        info.state = gpu.fabric_state
+        info.status = gpu.fabric_status
+        return 0
 
     # ---- topology -------------------------------------------------------
     def nvmlDeviceGetP2PStatus(self, h1: FakeHandle, h2: FakeHandle, capability: int) -> int:

@@ -148,10 +148,30 @@ def test_slow_tier_in_base_units(fake: FakeNvml, backend: NvmlBackend) -> None:
         "persistence_mode_enabled": True,
         "mig_mode_enabled": False,
         "compute_mode": "default",
+        "fabric_state": "completed",
+        "fabric_status_ok": True,
         "nvlink_errors_total": {
             str(link): {"replay": 0, "recovery": 0, "crc_flit": 4, "crc_data": 1} for link in range(2)
         },
     }
+
+
+def test_fabric_state_is_omitted_outside_an_nvswitch_fabric_and_read_on_one(
+    fake: FakeNvml, backend: NvmlBackend
+) -> None:
+    fake.gpus[0].fabric_state = 0  # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED: a PCIe card, a 2-GPU NVLink bridge
+    fake.gpus[1].fabric_state, fake.gpus[1].fabric_status = 2, 21  # in progress, NVML_ERROR_IN_USE
+    assert "fabric_state" not in backend.read(0, Tier.SLOW)
+    got = backend.read(1, Tier.SLOW)
+    assert (got["fabric_state"], got["fabric_status_ok"]) == ("in_progress", False)
+    fake.gpus[1].fabric_state, fake.gpus[1].fabric_status = 3, 0  # the fabric manager finished
+    got = backend.read(1, Tier.SLOW)
+    assert (got["fabric_state"], got["fabric_status_ok"]) == ("completed", True)
+    fake.gpus[0].fabric_state = 3
+    assert "fabric_state" not in backend.read(0, Tier.SLOW)  # not supported is remembered, not asked again
+    fake.fail("nvmlDeviceGetGpuFabricInfo", 13)  # FUNCTION_NOT_FOUND: a driver older than 525
+    assert "fabric_state" not in backend.read(1, Tier.SLOW)
+    assert backend.take_errors() == {}
 
 
 def test_static_tier(fake: FakeNvml, backend: NvmlBackend) -> None:

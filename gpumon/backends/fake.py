@@ -356,6 +356,8 @@ def _static_defaults(i: int, count: int) -> dict[str, Any]:
         "persistence_mode_enabled": True,
         "mig_mode_enabled": False,
         "compute_mode": "default",
+        "fabric_state": "completed",
+        "fabric_status_ok": True,
         "nvlink_up": {str(link): True for link in range(18)},
         "nvlink_errors_total": {
             str(link): {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0} for link in range(18)

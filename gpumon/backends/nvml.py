@@ -116,6 +116,7 @@ P2P_CAPABILITIES = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}  # NVML_P2
 _P2P_STATUS_OK = 0
 TOPOLOGY_LEVELS = {0: "internal", 10: "single", 20: "multiple", 30: "hostbridge", 40: "node", 50: "system"}
 _PSTATE_UNKNOWN = 32
+_FABRIC_STATES = {1: "not_started", 2: "in_progress", 3: "completed"}  # NVML_GPU_FABRIC_STATE_*; 0 = not supported
 _NVLINK_MAX_LINKS_DEFAULT = 18
 _FI_DEV_MEMORY_TEMP = 82  # NVML_FI_DEV_MEMORY_TEMP
 _FIELD_VALUE_ATTRIBUTES = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
@@ -238,6 +239,7 @@ class NvmlBackend:
                 ("persistence_mode", self._read_persistence_mode),
                 ("mig_mode", self._read_mig_mode),
                 ("compute_mode", self._read_compute_mode),
+                ("fabric", self._read_fabric),
                 ("nvlink_errors", self._read_nvlink_errors),
             ),
             Tier.STATIC: (
@@ -850,6 +852,21 @@ class NvmlBackend:
         """nvmlDeviceGetComputeMode: compute_mode default|exclusive_process|prohibited."""
         mode = int(self._nv.nvmlDeviceGetComputeMode(h))
         return {"compute_mode": _COMPUTE_MODES.get(mode, f"mode_{mode}")}
+
+    def _read_fabric(self, g: _Gpu, h: Any) -> dict[str, Any]:
+        """nvmlDeviceGetGpuFabricInfo: NVSwitch fabric state and status (nvidia-smi -q Fabric).
+
+        GPUs outside an NVSwitch fabric say NVML_GPU_FABRIC_STATE_NOT_SUPPORTED: omitted.
+        On an NVSwitch system CUDA cannot start until the state is completed with success
+        (nvidia-fabricmanager, or the NVLink switch's fabric manager, registers the GPU).
+        """
+        nv = self._nv
+        info = nv.c_nvmlGpuFabricInfo_t()
+        nv.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
+        state = int(info.state)
+        if state not in _FABRIC_STATES:
+            raise _Unsupported
+        return {"fabric_state": _FABRIC_STATES[state], "fabric_status_ok": int(info.status) == NVML_SUCCESS}
 
     def _read_nvlink_errors(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetNvLinkErrorCounter per link and type (nvidia-smi nvlink -e)."""

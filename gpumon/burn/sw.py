@@ -135,6 +135,15 @@ def check_gpu(gpu: int, values: Mapping[str, Any], own_pids: Sequence[int] = ())
     if values.get("mig_mode_enabled"):
         add("mig_mode", "cannot_run", "MIG mode is on: the burn needs whole GPUs")
 
+    fabric = values.get("fabric_state")  # only on GPUs in an NVSwitch fabric
+    if fabric is not None and fabric != "completed":
+        state = fabric.replace("_", " ")
+        add("fabric", "cannot_run", f"NVSwitch fabric registration {state}: CUDA waits for nvidia-fabricmanager")
+    elif fabric is not None and values.get("fabric_status_ok") is False:
+        add("fabric", "fault", "NVSwitch fabric registration failed (nvidia-smi -q: Fabric Status)")
+    elif fabric is not None:
+        add("fabric", "ok", "registered with the NVSwitch fabric")
+
     procs = [p for p in (values.get("processes") or ()) if getattr(p, "pid", None) not in own_pids]
     if procs:
         names = ", ".join(f"{p.pid} ({p.name or '?'})" for p in procs[:5])

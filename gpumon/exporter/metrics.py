@@ -139,6 +139,10 @@ def _compute_mode(gpu: GpuSnapshot) -> Iterable[Sample]:
     return [] if gpu.compute_mode is None else [((gpu.compute_mode,), 1.0)]
 
 
+def _fabric_state(gpu: GpuSnapshot) -> Iterable[Sample]:
+    return [] if gpu.fabric_state is None else [((gpu.fabric_state,), 1.0)]
+
+
 def gpu_rows() -> tuple[MetricRow, ...]:
     """Every per-GPU metric except gpumon_gpu_info and gpumon_gpu_up (built by the collector)."""
     F, S, T = Tier.FAST, Tier.SLOW, Tier.STATIC
@@ -384,6 +388,21 @@ def gpu_rows() -> tuple[MetricRow, ...]:
             S,
             _compute_mode,
             ("mode",),
+        ),
+        MetricRow(
+            "gpumon_fabric_state_info",
+            "gauge",
+            "NVSwitch fabric registration state not_started|in_progress|completed as a label, on GPUs in a fabric (nvidia-smi -q Fabric State).",
+            S,
+            _fabric_state,
+            ("state",),
+        ),
+        MetricRow(
+            "gpumon_fabric_status_ok",
+            "gauge",
+            "1 when the fabric registration succeeded, 0 when it failed or is not done; on GPUs in a fabric (nvidia-smi -q Fabric Status).",
+            S,
+            scalar("fabric_status_ok"),
         ),
         MetricRow(
             "gpumon_nvlink_link_up",

@@ -40,6 +40,7 @@ CASES = [
     ("GpuEccUncorrectable", 0, {"ecc_errors_total": {"uncorrected_volatile": 1, "uncorrected_aggregate": 3}}),
     ("GpuRowRemapPending", 0, {"row_remap_pending": True}),
     ("GpuRowRemapFailure", 0, {"row_remap_failure": True}),
+    ("GpuFabricNotReady", 60, {"fabric_state": "in_progress", "fabric_status_ok": False}),
     ("GpuTemperatureNearSlowdown", 60, {"temperature_celsius": 86.0}),
     ("GpuHwSlowdown", 60, {"clock_events_active": {"hw_slowdown": True}}),
     ("GpuHwThermalSlowdown", 60, {"clock_events_active": {"hw_thermal_slowdown": True}}),

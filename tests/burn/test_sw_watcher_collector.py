@@ -60,6 +60,21 @@ def test_other_processes_make_the_gpu_busy_and_mig_stops_the_run():
     assert by_name["mig_mode"].severity == "cannot_run"
 
 
+def test_nvswitch_fabric_not_registered_cannot_run_and_a_failed_registration_is_a_fault():
+    def fabric(**values):
+        (check,) = [c for c in check_gpu(0, _values(**values)) if c.name == "fabric"]
+        return check.severity, check.detail
+
+    assert fabric(fabric_state="in_progress", fabric_status_ok=False) == (
+        "cannot_run",
+        "NVSwitch fabric registration in progress: CUDA waits for nvidia-fabricmanager",
+    )
+    assert fabric(fabric_state="completed", fabric_status_ok=False)[0] == "fault"
+    assert fabric(fabric_state="completed", fabric_status_ok=True)[0] == "ok"
+    pcie_card = {k: v for k, v in _values().items() if not k.startswith("fabric_")}
+    assert not [c for c in check_gpu(0, pcie_card) if c.name == "fabric"]  # outside a fabric: nothing to say
+
+
 def test_torch_cuda_newer_than_the_driver_cannot_run():
     host = HostSnapshot(driver_version="535.1", cuda_driver_version="12.2")
     (check,) = check_host(host, "12.8", "cuda")

@@ -160,3 +160,33 @@ def test_dcgm_names_match_nvidia_smi_in_dcgm_units(backend: NvmlBackend) -> None
         (temp_sample,) = [s for s in families["DCGM_FI_DEV_GPU_TEMP"].samples if s.labels["gpu"] == index]
         assert temp_sample.labels["pci_bus_id"] == normalize_bus_id(bus)
         assert temp_sample.labels["device"] == f"nvidia{index}"
+
+
+def _smi_fabric_sections(text: str) -> list[tuple[str | None, str | None]]:
+    """(State, Status) of each GPU's ``Fabric`` block in ``nvidia-smi -q``, in GPU order."""
+    out: list[tuple[str | None, str | None]] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() != "Fabric":
+            continue
+        fields: dict[str, str] = {}
+        for follow in lines[i + 1 : i + 8]:
+            key, _, value = follow.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+        out.append((fields.get("State"), fields.get("Status")))
+    return out
+
+
+def test_fabric_state_matches_nvidia_smi(backend: NvmlBackend) -> None:
+    smi_states = {"Completed": "completed", "In Progress": "in_progress", "Not Started": "not_started", "N/A": None}
+    sections = _smi_fabric_sections(smi("-q"))
+    assert len(sections) == backend.device_count(), sections
+    for index, (state, status) in enumerate(sections):
+        slow = backend.read(index, Tier.SLOW)
+        print(
+            f"\nGPU {index}: nvidia-smi Fabric State {state!r} Status {status!r}; gpumon {slow.get('fabric_state')!r}"
+            f" ok={slow.get('fabric_status_ok')!r}"
+        )
+        assert slow.get("fabric_state") == smi_states[state or "N/A"]
+        if slow.get("fabric_state") is not None:
+            assert slow.get("fabric_status_ok") == (status == "Success")
