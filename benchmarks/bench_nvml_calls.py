@@ -89,7 +89,7 @@ def bare_groups(nv: Any, index: int, count: int) -> dict[str, list[Call]]:
     except nv.NVMLError:
         fans = []
     samples = [nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()]
-    fabric_info = nv.c_nvmlGpuFabricInfo_t()
+    fabric_info = (ctypes.c_ubyte * 32)()  # room for nvmlGpuFabricInfo_t (v1, 28 bytes)
     state = {"current": 0, "taken": 0}
 
     def gpm() -> None:

@@ -145,7 +145,6 @@ class FakeNvml:
             if name.startswith(("NVML_", "nvmlClocks", "nvmlEventType", "nvmlMemory_v")):
                 setattr(self, name, getattr(_real, name))
         self.NVMLError = _real.NVMLError
-        self.c_nvmlGpuFabricInfo_t = _real.c_nvmlGpuFabricInfo_t
         for name in dir(_real):
             if name.startswith("NVMLError_"):
                 setattr(self, name, getattr(_real, name))
@@ -408,7 +407,7 @@ class FakeNvml:
 
     def nvmlDeviceGetGpuFabricInfo(self, h: FakeHandle, info_ref: Any) -> int:
         gpu = self._gpu("nvmlDeviceGetGpuFabricInfo", h)
-        info = info_ref._obj  # ctypes.byref(c_nvmlGpuFabricInfo_t())
+        info = info_ref._obj  # ctypes.byref(a struct with the C layout of nvmlGpuFabricInfo_t)
         info.state = gpu.fabric_state
         info.status = gpu.fabric_status
         return 0

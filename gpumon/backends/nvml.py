@@ -133,6 +133,17 @@ _MAX_EVENTS_PER_WAIT = 64
 Reader = Callable[["_Gpu", Any], dict[str, Any]]
 
 
+class _GpuFabricInfoV1(ctypes.Structure):
+    """nvml.h's nvmlGpuFabricInfo_t (v1): uuid[16], nvmlReturn_t status, cliqueId, unsigned char state."""
+
+    _fields_ = [
+        ("clusterUuid", ctypes.c_ubyte * 16),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_ubyte),
+    ]
+
+
 class _Unsupported(Exception):
     """Raised by a reader whose fields this GPU does not have (remember, omit)."""
 
@@ -860,9 +871,8 @@ class NvmlBackend:
         On an NVSwitch system CUDA cannot start until the state is completed with success
         (nvidia-fabricmanager, or the NVLink switch's fabric manager, registers the GPU).
         """
-        nv = self._nv
-        info = nv.c_nvmlGpuFabricInfo_t()
-        nv.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
+        info = _GpuFabricInfoV1()  # not the binding's struct: its layout differs between nvidia-ml-py versions
+        self._nv.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
         state = int(info.state)
         if state not in _FABRIC_STATES:
             raise _Unsupported
