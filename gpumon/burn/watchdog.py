@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+HUNG_TOGETHER_FRACTION = 0.75
+"""Once one rank is hung, others computing without progress for this share of the limit are named too."""
+
 
 @dataclass(frozen=True)
 class RankView:
@@ -49,6 +52,17 @@ def decide(views: list[RankView], heartbeat_timeout: float, startup_timeout: flo
         if (not v.ready and v.age_seconds > startup_timeout)
         or (v.ready and v.collective is None and v.age_seconds > heartbeat_timeout)
     ]
+    if culprits:
+        # Ranks that stopped together (one fault on two nodes, a shared PCIe switch) pass the limit
+        # a beat apart: name every computing rank well past three quarters of it, not only the first.
+        culprits += [
+            v
+            for v in running
+            if v not in culprits
+            and v.ready
+            and v.collective is None
+            and v.age_seconds > HUNG_TOGETHER_FRACTION * heartbeat_timeout
+        ]
     if culprits:
         waiting = [v for v in running if v not in culprits and v.collective is not None]
         parts = []

@@ -218,6 +218,12 @@ def test_watchdog_names_the_computing_rank_not_the_ones_waiting_for_it():
     assert hang.message.startswith("rank 1 (GPU 1) hung in matmul: no progress for 25 s")
 
 
+def test_watchdog_names_ranks_that_stopped_together_not_only_the_first_past_the_limit():
+    views = [_v(0, "matmul", None, 21), _v(1, "matmul", None, 19), _v(2, "matmul", None, 0.4)]
+    hang = decide(views, 20, 180)
+    assert hang is not None and hang.ranks == (0, 1)
+
+
 def test_watchdog_waits_while_a_peer_still_makes_progress():
     assert decide([_v(0, "allreduce", "barrier", 60), _v(1, "matmul", None, 0.3)], 20, 180) is None
 
