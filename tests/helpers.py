@@ -142,27 +142,37 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) 
 class ServerProcess:
     """A server binary (Prometheus, Alertmanager) started by a test on loopback."""
 
-    def __init__(self, url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    def __init__(
+        self, url: str, proc: subprocess.Popen[bytes], log_path: Path, client: dict[str, Any] | None = None
+    ) -> None:
         self.url = url
         self.proc = proc
         self.log_path = log_path
+        self.client: dict[str, Any] = client or {}
+        """requests keyword arguments for talking to it (verify, auth) when it serves TLS or auth."""
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
 
 
 @contextlib.contextmanager
-def run_server(name: str, argv: list[str], port: int, log_path: Path) -> Iterator[ServerProcess]:
-    """Start ``argv``, wait until ``/-/ready`` answers 200 on ``port``, stop it afterwards."""
+def run_server(
+    name: str, argv: list[str], port: int, log_path: Path, client: dict[str, Any] | None = None
+) -> Iterator[ServerProcess]:
+    """Start ``argv``, wait until ``/-/ready`` answers 200 on ``port``, stop it afterwards.
+
+    ``client``: requests keyword arguments (``verify``, ``auth``) for a server on TLS, which is
+    then reached over https."""
     with log_path.open("wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    server = ServerProcess(f"http://127.0.0.1:{port}", proc, log_path)
+    scheme = "https" if client and "verify" in client else "http"
+    server = ServerProcess(f"{scheme}://127.0.0.1:{port}", proc, log_path, client)
     try:
 
         def ready() -> bool:
             if proc.poll() is not None:
                 raise AssertionError(f"{name} exited with {proc.returncode}:\n{server.log()}")
-            return requests.get(f"{server.url}/-/ready", timeout=1).status_code == 200
+            return requests.get(f"{server.url}/-/ready", timeout=1, **server.client).status_code == 200
 
         wait_for(ready, 30, 0.1, f"{name} /-/ready")
         yield server

@@ -22,7 +22,13 @@ every problem found, one line each, so ``gpumon check-config`` lists them all at
           labels: {team: ml}
           annotations: {summary: "GPU {{ gpu }} on {{ host }} is at {{ value }} °C"}
       alertmanagers: [http://alertmanager-1:9093, http://alertmanager-2:9093]
-      webhooks: [http://hooks.example/gpumon]
+      webhooks:
+        - http://hooks.example/gpumon
+        - url: https://hooks.internal/gpu          # a mapping for TLS and auth options:
+          ca_file: /etc/gpumon/hooks-ca.pem         #   CA bundle that signed the receiver's certificate
+          cert_file: /etc/gpumon/client.pem         #   client certificate and key (mutual TLS)
+          key_file: /etc/gpumon/client.key
+          bearer_token_file: /etc/gpumon/hooks.token  # "Authorization: Bearer ...", re-read every send
       resend_interval: 1m            # 30s - 3m
       host_label: host
       host: gpu-node-17              # default: this machine's name
@@ -35,6 +41,7 @@ every problem found, one line each, so ``gpumon check-config`` lists them all at
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -121,6 +128,22 @@ class RetryConfig:
 
 
 @dataclass(frozen=True)
+class ReceiverHttp:
+    """TLS and auth options of one receiver (basic auth goes in the URL: https://user:pass@host)."""
+
+    ca_file: str | None = None
+    """PEM bundle the receiver's certificate must chain to; None: the system's CAs."""
+    cert_file: str | None = None
+    """Client certificate (PEM) for mutual TLS, with ``key_file``."""
+    key_file: str | None = None
+    bearer_token_file: str | None = None
+    """File holding a token sent as ``Authorization: Bearer <token>``; re-read on every send."""
+
+
+_RECEIVER_KEYS = ("url", "ca_file", "cert_file", "key_file", "bearer_token_file")
+
+
+@dataclass(frozen=True)
 class AlertingConfig:
     """The validated ``alerting:`` section."""
 
@@ -133,6 +156,8 @@ class AlertingConfig:
     """Alertmanager base URLs; alerts go to ``<url>/api/v2/alerts``."""
     webhooks: tuple[str, ...] = ()
     """Generic webhook URLs; they receive Alertmanager's webhook body (version "4")."""
+    receiver_http: Mapping[str, ReceiverHttp] = field(default_factory=dict)
+    """TLS and auth options by receiver URL, for the receivers given as a mapping."""
     resend_interval_seconds: float = 60.0
     """Firing alerts are re-sent to Alertmanagers this often (30 s - 3 min)."""
     host_label: str = "host"
@@ -411,15 +436,21 @@ def _merge_override(base: dict[str, Any], override: Any, where: str, p: _Problem
     return merged
 
 
-def _urls(raw: Any, key: str, p: _Problems) -> tuple[str, ...]:
+def _urls(raw: Any, key: str, p: _Problems, http: dict[str, ReceiverHttp]) -> tuple[str, ...]:
+    """Receiver URLs, each a string or a mapping with ``url`` and TLS/auth options (into ``http``)."""
     if raw is None:
         return ()
-    items = [raw] if isinstance(raw, str) else raw
+    items = [raw] if isinstance(raw, (str, dict)) else raw
     if not isinstance(items, list):
         p.add("", f"{key} must be a list of URLs")
         return ()
     out = []
-    for i, url in enumerate(items):
+    for i, item in enumerate(items):
+        options = None
+        url = item
+        if isinstance(item, dict):
+            url = item.get("url")
+            options = _receiver_http(item, url, f"{key}[{i}]", p)
         problem = url_problem(url)
         if problem:
             p.add(f"{key}[{i}]", problem)
@@ -427,7 +458,34 @@ def _urls(raw: Any, key: str, p: _Problems) -> tuple[str, ...]:
             p.add(f"{key}[{i}]", f"{url!r} is listed twice")
         else:
             out.append(url)
+            if options is not None:
+                http[url] = options
     return tuple(out)
+
+
+def _receiver_http(item: Mapping[str, Any], url: Any, where: str, p: _Problems) -> ReceiverHttp | None:
+    for k in item:
+        if k not in _RECEIVER_KEYS:
+            p.add(where, f"unknown key {k!r} (known: {', '.join(_RECEIVER_KEYS)})")
+    files: dict[str, str | None] = {}
+    for k in _RECEIVER_KEYS[1:]:
+        value = item.get(k)
+        if value is None:
+            files[k] = None
+        elif not isinstance(value, str) or not value:
+            p.add(where, f"{k} must be a file path, got {value!r}")
+            files[k] = None
+        elif not os.path.isfile(value) or not os.access(value, os.R_OK):
+            p.add(where, f"{k} {value!r} is not a readable file")
+            files[k] = None
+        else:
+            files[k] = value
+    if (item.get("cert_file") is None) != (item.get("key_file") is None):
+        p.add(where, "cert_file and key_file go together (a client certificate and its key)")
+    uses_tls = any(item.get(k) is not None for k in ("ca_file", "cert_file", "key_file"))
+    if uses_tls and isinstance(url, str) and not url.startswith("https://"):
+        p.add(where, "ca_file, cert_file and key_file need an https:// URL")
+    return ReceiverHttp(**files)
 
 
 def parse(raw: Any) -> tuple[AlertingConfig | None, list[str]]:
@@ -490,8 +548,9 @@ def parse(raw: Any) -> tuple[AlertingConfig | None, list[str]]:
         seen.add(rule.name)
         rules.append(rule)
 
-    alertmanagers = _urls(raw.get("alertmanagers"), "alertmanagers", p)
-    webhooks = _urls(raw.get("webhooks"), "webhooks", p)
+    receiver_http: dict[str, ReceiverHttp] = {}
+    alertmanagers = _urls(raw.get("alertmanagers"), "alertmanagers", p, receiver_http)
+    webhooks = _urls(raw.get("webhooks"), "webhooks", p, receiver_http)
     resend = _duration(raw, "resend_interval", 60.0, "resend_interval", p)
     if not MIN_RESEND_SECONDS <= resend <= MAX_RESEND_SECONDS:
         p.add(
@@ -539,6 +598,7 @@ def parse(raw: Any) -> tuple[AlertingConfig | None, list[str]]:
             builtin_rules=builtin_on,
             alertmanagers=alertmanagers,
             webhooks=webhooks,
+            receiver_http=receiver_http,
             resend_interval_seconds=resend,
             host_label=host_label,
             host=host,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import email.utils
 import logging
 import random
+import ssl
 import threading
 import time
 from collections import OrderedDict
@@ -33,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
-from gpumon.alerts.config import RetryConfig
+from gpumon.alerts.config import ReceiverHttp, RetryConfig
 
 log = logging.getLogger(__name__)
 
@@ -174,15 +175,35 @@ def retry_after_seconds(header: str | None, now: float) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
-def post_json(session: requests.Session, url: str, body: Any, timeout_seconds: float, now: float) -> SendResult:
-    """POST ``body`` as JSON and classify the answer."""
+def post_json(
+    session: requests.Session,
+    url: str,
+    body: Any,
+    timeout_seconds: float,
+    now: float,
+    http: ReceiverHttp | None = None,
+) -> SendResult:
+    """POST ``body`` as JSON with the receiver's TLS and auth options, and classify the answer."""
+    http = http or ReceiverHttp()
+    headers = {"User-Agent": USER_AGENT}
+    if http.bearer_token_file:
+        try:
+            with open(http.bearer_token_file, encoding="utf-8") as f:
+                headers["Authorization"] = "Bearer " + f.read().strip()
+        except OSError as exc:
+            return SendResult("retry", f"cannot read bearer_token_file {http.bearer_token_file}: {exc.strerror or exc}")
+    cert = (http.cert_file, http.key_file) if http.cert_file and http.key_file else None
     try:
-        response = session.post(url, json=body, timeout=timeout_seconds, headers={"User-Agent": USER_AGENT})
+        response = session.post(
+            url, json=body, timeout=timeout_seconds, headers=headers, verify=http.ca_file or True, cert=cert
+        )
     except requests.Timeout:
         return SendResult("retry", f"timed out after {timeout_seconds:g} s")
+    except requests.exceptions.SSLError as exc:
+        return SendResult("retry", f"TLS failed: {_tls_reason(exc)}")
     except requests.ConnectionError as exc:
         return SendResult("retry", f"connection failed: {_short(exc)}")
-    except requests.RequestException as exc:
+    except (requests.RequestException, OSError) as exc:  # OSError: an unreadable CA or client key file
         return SendResult("retry", f"request failed: {_short(exc)}")
     code = response.status_code
     text = response.text[:200].strip()
@@ -192,6 +213,24 @@ def post_json(session: requests.Session, url: str, body: Any, timeout_seconds: f
     if code == 429 or code >= 500:
         return SendResult("retry", f"HTTP {code} {text}", retry_after_seconds(response.headers.get("Retry-After"), now))
     return SendResult("dropped", f"HTTP {code} {text}")
+
+
+def _tls_reason(exc: BaseException) -> str:
+    """The ssl module's own words from inside requests' wrapping (urllib3 MaxRetryError, ...)."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return f"certificate verify failed: {e.verify_message} (a private CA? set ca_file)"
+        if isinstance(e, ssl.SSLError):
+            return f"{e.reason or 'SSL error'}: {_short(e)}"
+        todo += [a for a in e.args if isinstance(a, BaseException)]
+        todo += [x for x in (getattr(e, "reason", None), e.__cause__, e.__context__) if isinstance(x, BaseException)]
+    return _short(exc)
 
 
 def _short(exc: BaseException) -> str:
@@ -238,6 +277,7 @@ class Receiver:
         clock: Callable[[], float] = time.time,
         rng: Callable[[], float] = random.random,
         session_factory: Callable[[], requests.Session] = requests.Session,
+        http: ReceiverHttp | None = None,
     ) -> None:
         if kind not in ("alertmanager", "webhook"):
             raise ValueError(f"unknown receiver kind {kind!r}")
@@ -251,6 +291,8 @@ class Receiver:
         self.capacity = capacity
         self.valid_for_seconds = valid_for_seconds
         self.external_url = external_url
+        self.http = http or ReceiverHttp()
+        """TLS and auth options; replaced on reload like ``retry``."""
         self.stats = ReceiverStats()
         self._on_change = on_change
         self._clock = clock
@@ -353,7 +395,7 @@ class Receiver:
                         [i.notification for i in batch], now, self.valid_for_seconds, "gpumon", self.external_url
                     )
                 try:
-                    result = post_json(session, self.endpoint, body, self.retry.timeout_seconds, now)
+                    result = post_json(session, self.endpoint, body, self.retry.timeout_seconds, now, self.http)
                 except Exception as exc:
                     result = SendResult("retry", f"unexpected error: {exc!r}")
                 self._settle(batch, result)

@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from gpumon.alerts.builtin import xid_action_from_catalog
 from gpumon.alerts.burn_marker import BurnMarkerReader
-from gpumon.alerts.config import AlertingConfig
+from gpumon.alerts.config import AlertingConfig, ReceiverHttp
 from gpumon.alerts.engine import Alert, AlertEngine, BurnHoldBack
 from gpumon.alerts.notify import Notification, Receiver, replace_status
 from gpumon.alerts.spool import Spool
@@ -145,6 +145,7 @@ class AlertService:
                 receiver.capacity = config.queue_capacity
                 receiver.valid_for_seconds = 4 * config.resend_interval_seconds
                 receiver.external_url = config.external_url
+                receiver.http = config.receiver_http.get(url, ReceiverHttp())
             self._config = config
             self._deliver(now)
             self._mark_dirty()
@@ -255,6 +256,7 @@ class AlertService:
             capacity=config.queue_capacity,
             valid_for_seconds=4 * config.resend_interval_seconds,
             external_url=config.external_url,
+            http=config.receiver_http.get(url, ReceiverHttp()),
             on_change=self._mark_dirty,
             clock=self._clock,
             **extra,

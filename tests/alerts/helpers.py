@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -94,7 +95,8 @@ class TestReceiver:
     _server: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def start(self, port: int = 0) -> TestReceiver:
+    def start(self, port: int = 0, tls: ssl.SSLContext | None = None) -> TestReceiver:
+        """Listen on 127.0.0.1 (``port`` 0: any free port), over TLS when ``tls`` is given."""
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -129,7 +131,10 @@ class TestReceiver:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+        scheme = "https" if tls is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
@@ -162,16 +167,23 @@ needs_alertmanager = pytest.mark.skipif(
 
 class AlertmanagerServer(ServerProcess):
     def alerts(self, **params: Any) -> list[dict[str, Any]]:
-        response = requests.get(f"{self.url}/api/v2/alerts", params=params, timeout=5)
+        response = requests.get(f"{self.url}/api/v2/alerts", params=params, timeout=5, **self.client)
         response.raise_for_status()
         return list(response.json())
 
 
 @contextmanager
 def run_alertmanager(
-    tmp_path: Path, webhook_url: str | None = None, port: int | None = None
+    tmp_path: Path,
+    webhook_url: str | None = None,
+    port: int | None = None,
+    web_config: dict[str, Any] | None = None,
+    client: dict[str, Any] | None = None,
 ) -> Iterator[AlertmanagerServer]:
-    """A real Alertmanager on a (free) loopback port, clustering off, optionally notifying ``webhook_url``."""
+    """A real Alertmanager on a (free) loopback port, clustering off, optionally notifying ``webhook_url``.
+
+    ``web_config``: an exporter-toolkit web config (TLS, basic auth) it serves with; ``client``:
+    how the test reaches it then (requests' ``verify``, ``auth``)."""
     assert ALERTMANAGER is not None
     port = port or free_port()
     receiver: dict[str, Any] = {"name": "default"}
@@ -198,8 +210,11 @@ def run_alertmanager(
         "--cluster.listen-address=",
         "--log.level=warn",
     ]
-    with run_server("alertmanager", argv, port, directory / "alertmanager.log") as server:
-        yield AlertmanagerServer(server.url, server.proc, server.log_path)
+    if web_config is not None:
+        (directory / "web-config.yml").write_text(yaml.safe_dump(web_config))
+        argv.append(f"--web.config.file={directory / 'web-config.yml'}")
+    with run_server("alertmanager", argv, port, directory / "alertmanager.log", client) as server:
+        yield AlertmanagerServer(server.url, server.proc, server.log_path, server.client)
 
 
 class FakeClock:

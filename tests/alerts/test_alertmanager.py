@@ -17,6 +17,7 @@ from gpumon.backends.fake import FakeBackend
 from gpumon.poller import Poller
 from gpumon.store import SnapshotStore
 from tests.alerts.helpers import TestReceiver, alerting, free_port, needs_alertmanager, run_alertmanager, wait_for
+from tests.pki import Pki
 
 pytestmark = [needs_alertmanager, pytest.mark.integration]
 
@@ -42,7 +43,7 @@ def scenario(temperatures: list[list[float]]) -> FakeBackend:
 def service_factory(tmp_path: Path) -> Iterator[Any]:
     made: list[AlertService] = []
 
-    def make(alertmanager_url: str, backend: FakeBackend, **raw: Any) -> tuple[AlertService, Poller]:
+    def make(alertmanager_url: str | dict[str, str], backend: FakeBackend, **raw: Any) -> tuple[AlertService, Poller]:
         config = alerting(
             {
                 "builtin_rules": False,
@@ -127,3 +128,23 @@ def test_alertmanager_down_for_a_while_gets_every_alert_once_it_is_up(tmp_path: 
             assert service.receivers()[0]["queue_length"] == 0
     finally:
         hook.stop()
+
+
+def test_alertmanager_behind_tls_and_basic_auth_gets_the_alert(tmp_path: Path, service_factory: Any, pki: Pki) -> None:
+    import bcrypt
+
+    web_config = {
+        "tls_server_config": {"cert_file": str(pki.server_cert), "key_file": str(pki.server_key)},
+        "basic_auth_users": {"gpumon": bcrypt.hashpw(b"pager-pass", bcrypt.gensalt(4)).decode()},
+    }
+    client = {"verify": str(pki.ca), "auth": ("gpumon", "pager-pass")}
+    with run_alertmanager(tmp_path, web_config=web_config, client=client) as am:
+        assert am.url.startswith("https://")
+        receiver = {"url": am.url.replace("https://", "https://gpumon:pager-pass@"), "ca_file": str(pki.ca)}
+        service, poller = service_factory(receiver, scenario([[60, 95]]))
+        poller.poll()
+        poller.poll()
+        [alert] = wait_for(am.alerts, 10, what="the alert in Alertmanager over TLS with basic auth")
+        assert alert["labels"]["alertname"] == "GpuHot"
+        [r] = service.receivers()
+        assert r["name"] == am.url.replace("https://", "https://gpumon:***@") and not r["last_error"]

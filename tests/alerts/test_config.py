@@ -236,3 +236,42 @@ def test_parse_never_raises_and_gives_a_config_or_problems(raw: dict[str, Any]) 
     config, problems = parse(raw)
     assert (config is None) == bool(problems)
     assert all(isinstance(p, str) and p.startswith("alerting") for p in problems)
+
+
+def test_receivers_take_tls_and_auth_options_as_a_mapping(tmp_path: Path) -> None:
+    ca, token = tmp_path / "ca.pem", tmp_path / "token"
+    ca.write_text("x")
+    token.write_text("t")
+    cfg, problems = parse(
+        {
+            "alertmanagers": [{"url": "https://am:9093", "ca_file": str(ca), "bearer_token_file": str(token)}],
+            "webhooks": ["http://hooks/plain"],
+        }
+    )
+    assert problems == [] and cfg is not None
+    assert cfg.alertmanagers == ("https://am:9093",) and cfg.webhooks == ("http://hooks/plain",)
+    options = cfg.receiver_http["https://am:9093"]
+    assert (options.ca_file, options.bearer_token_file, options.cert_file) == (str(ca), str(token), None)
+    assert "http://hooks/plain" not in cfg.receiver_http
+
+
+def test_receiver_option_problems_are_all_listed(tmp_path: Path) -> None:
+    cert = tmp_path / "client.pem"
+    cert.write_text("x")
+    cfg, problems = parse(
+        {
+            "webhooks": [
+                {"url": "http://hooks/a", "ca_file": str(tmp_path / "missing.pem"), "proxy": "x"},
+                {"url": "https://hooks/b", "cert_file": str(cert)},
+                {"ca_file": str(cert)},
+            ]
+        }
+    )
+    assert cfg is None
+    assert problems == [
+        "alerting.webhooks[0]: unknown key 'proxy' (known: url, ca_file, cert_file, key_file, bearer_token_file)",
+        f"alerting.webhooks[0]: ca_file '{tmp_path / 'missing.pem'}' is not a readable file",
+        "alerting.webhooks[0]: ca_file, cert_file and key_file need an https:// URL",
+        "alerting.webhooks[1]: cert_file and key_file go together (a client certificate and its key)",
+        "alerting.webhooks[2]: URL must be a string, got None",
+    ]

@@ -4,6 +4,7 @@ A local http.server on 127.0.0.1 plays the receiver; waits poll a condition with
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from gpumon.alerts.config import AlertingConfig
 from gpumon.alerts.service import AlertService
 from tests.alerts.helpers import UUID0, FakeClock, TestReceiver, alerting, free_port, gpu, snap, wait_for
+from tests.pki import Pki
 
 FAST_RETRY = {"initial_backoff": "50ms", "max_backoff": "200ms", "timeout": "500ms"}
 HOT = {"name": "GpuHot", "field": "temperature_celsius", "op": ">", "threshold": 85, "for": 0}
@@ -216,3 +218,47 @@ def test_webhook_gets_alertmanagers_webhook_body(
     wait_for(lambda: len(receiver.received) == 2, 5, what="the resolved webhook")
     assert receiver.received[1].body["status"] == "resolved"
     assert receiver.received[1].body["alerts"][0]["status"] == "resolved"
+
+
+@pytest.fixture
+def tls_receiver(pki: Pki) -> Iterator[TestReceiver]:
+    """A webhook receiver on HTTPS with a certificate from the test CA, asking for client certificates."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki.server_cert, pki.server_key)
+    context.load_verify_locations(pki.ca)
+    context.verify_mode = ssl.CERT_OPTIONAL
+    r = TestReceiver().start(tls=context)
+    yield r
+    r.stop()
+
+
+def test_https_webhook_with_private_ca_client_certificate_and_bearer_token(
+    tls_receiver: TestReceiver, pki: Pki, tmp_path: Path, services: list[AlertService]
+) -> None:
+    token = tmp_path / "hooks.token"
+    token.write_text("s3cret-token\n")
+    hook = {
+        "url": tls_receiver.url + "/hook",
+        "ca_file": str(pki.ca),
+        "cert_file": str(pki.client_cert),
+        "key_file": str(pki.client_key),
+        "bearer_token_file": str(token),
+    }
+    service = start(services, config(webhooks=[hook]), tmp_path)
+    fire(service)
+    wait_for(lambda: tls_receiver.received, 5, what="the alert over HTTPS")
+    got = tls_receiver.received[0]
+    assert got.path == "/hook" and got.body["alerts"][0]["labels"]["alertname"] == "GpuHot"
+    assert got.headers["Authorization"] == "Bearer s3cret-token"
+
+
+def test_https_webhook_whose_certificate_is_not_trusted_is_retried_with_the_reason(
+    tls_receiver: TestReceiver, tmp_path: Path, services: list[AlertService]
+) -> None:
+    service = start(services, config(webhooks=[tls_receiver.url + "/hook"]), tmp_path)  # no ca_file
+    fire(service)
+    wait_for(lambda: (service.receivers()[0]["last_error"] or "").startswith("TLS failed"), 5, what="a TLS error")
+    [r] = service.receivers()
+    assert r["last_error"].startswith("TLS failed: certificate verify failed: ") and "set ca_file" in r["last_error"]
+    assert r["queue_length"] == 1
+    assert not tls_receiver.received
