@@ -107,10 +107,35 @@ def poll_cost(backend_spec: str, fake_gpus: int, rounds: int) -> None:
         f"{'gpumon Poller.poll() (fast tier)':<40}{p * 1e6:>10.1f}{pct(polls, 0.99) * 1e6:>10.1f}{p * 1e6 / count:>9.1f}"
     )
     print(f"ratio poll / backend reads: {p / r:.2f}")
+    alert_cost(poller, p)
     if bare_line:
         print(
             f"ratio poll / bare pynvml loop: {p / b:.2f} (goal <= 1.5), {p * 1e6 / count:.1f} µs per GPU (goal <= 100)"
         )
+
+
+def alert_cost(poller: Poller, poll_seconds: float, rounds: int = 2000) -> None:
+    """The built-in alert pack evaluated on each snapshot (what the polling thread does after a poll)."""
+    import tempfile
+
+    from gpumon.alerts.config import parse
+    from gpumon.alerts.service import AlertService
+
+    config, problems = parse({})
+    assert config is not None, problems
+    with tempfile.TemporaryDirectory() as state:
+        service = AlertService(config, Path(state), host="bench")
+        snapshots = [poller.poll() for _ in range(5)]
+        times = []
+        for n in range(rounds):
+            t0 = time.perf_counter()
+            service.on_snapshot(snapshots[n % len(snapshots)])
+            times.append(time.perf_counter() - t0)
+    a = statistics.median(times)
+    print(
+        f"built-in alert pack on one snapshot: p50 {a * 1e6:.1f} µs, p99 {pct(times, 0.99) * 1e6:.1f} µs "
+        f"= {a / poll_seconds:.2f} x the poll (reference)"
+    )
 
 
 def daemon_cost(backend_spec: str, fake_gpus: int, seconds: float) -> None:

@@ -433,7 +433,7 @@ class AlertEngine:
             elif rule.kind == "ecc_uncorrectable":
                 out.extend(self._ecc(gpu))
             elif rule.kind == "nvlink_down":
-                out.extend(self._nvlink(gpu))
+                out.extend(self._nvlink(rule, gpu))
             elif rule.kind == "pcie_degraded":
                 out.extend(self._pcie(rule, gpu))
             elif rule.kind == "idle_with_memory":
@@ -456,13 +456,16 @@ class AlertEngine:
             return []
         compare = OPS[rule.op]
         fire = compare(value, rule.threshold)
+        target = _gpu_target(gpu)
+        if not fire and (rule.name, target) not in self._active:
+            return []  # nothing to start and nothing to keep or resolve: the usual case, every poll
         keep = compare(value, rule.clear_threshold) if rule.clear_threshold is not None else fire
         context = _gpu_context(gpu)
         if rule.field == "up" and not gpu.up:
             context["detail"] = gpu.lost_reason or "GPU is lost"
         else:
             context["detail"] = f"{rule.field} = {format_value(value, rule.field)}"
-        return [_Obs(_gpu_target(gpu), value, fire, keep, context)]
+        return [_Obs(target, value, fire, keep, context)]
 
     def _ecc(self, gpu: GpuSnapshot) -> list[_Obs]:
         counts = gpu.ecc_errors_total
@@ -484,7 +487,7 @@ class AlertEngine:
         context = {**_gpu_context(gpu), "detail": detail}
         return [_Obs(_gpu_target(gpu), float(max(volatile or 0, grown)), fire, fire, context)]
 
-    def _nvlink(self, gpu: GpuSnapshot) -> list[_Obs]:
+    def _nvlink(self, rule: Rule, gpu: GpuSnapshot) -> list[_Obs]:
         links = gpu.nvlink_up
         if not gpu.up or links is None:
             return []
@@ -494,9 +497,13 @@ class AlertEngine:
             if up and link not in seen:
                 seen.add(link)
                 self.revision += 1
-            if link in seen:
-                context = {**_gpu_context(gpu), "link": link, "detail": f"NVLink {link} {'up' if up else 'down'}"}
-                out.append(_Obs(_gpu_target(gpu, ("link", link)), 1.0 if up else 0.0, not up, not up, context))
+            if link not in seen:
+                continue
+            target = _gpu_target(gpu, ("link", link))
+            if up and (rule.name, target) not in self._active:
+                continue  # up, and no alert to resolve
+            context = {**_gpu_context(gpu), "link": link, "detail": f"NVLink {link} {'up' if up else 'down'}"}
+            out.append(_Obs(target, 1.0 if up else 0.0, not up, not up, context))
         return out
 
     def _pcie(self, rule: Rule, gpu: GpuSnapshot) -> list[_Obs]:

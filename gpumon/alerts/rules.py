@@ -25,6 +25,7 @@ Nothing here keeps state; the engine (``engine.py``) does.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import operator
 import re
@@ -263,9 +264,10 @@ def format_value(value: float | None, field_name: str | None = None) -> str:
 
 def _is_bool_field(name: str) -> bool:
     base = name.partition(".")[0]
-    if base in ("clock_events_active", "nvlink_up"):
-        return True
-    for f in dataclasses.fields(GpuSnapshot):
-        if f.name == name:
-            return f.type in ("bool", "bool | None")
-    return False
+    return base in ("clock_events_active", "nvlink_up") or name in _bool_fields()
+
+
+@functools.cache
+def _bool_fields() -> frozenset[str]:
+    """GpuSnapshot's boolean fields (asked on every evaluation: dataclasses.fields costs ~8 µs)."""
+    return frozenset(f.name for f in dataclasses.fields(GpuSnapshot) if f.type in ("bool", "bool | None"))
