@@ -283,6 +283,9 @@ def fleet() -> dict[str, Any]:
              count(f"count by (instance, gpu) (gpumon_nvlink_link_up{{{SEL}}} == 0 "
                    f"and max_over_time(gpumon_nvlink_link_up{{{SEL}}}[1h]) == 1)"),
              description="A link that was up in the last hour is down now."),
+        stat("GPUs not registered in the NVSwitch fabric", count(f"gpumon_fabric_status_ok{{{SEL}}} == 0"),
+             description="HGX/NVSwitch systems only: CUDA cannot start on these GPUs until nvidia-fabricmanager "
+             "registers them."),
         stat("GPUs near slowdown temperature",
              count(f'gpumon_temperature_threshold_celsius{{kind="slowdown", {SEL}}} '
                    f'- ignoring (kind, sensor) gpumon_temperature_celsius{{sensor="gpu", {SEL}}} <= 5'),
