@@ -275,3 +275,23 @@ def test_receiver_option_problems_are_all_listed(tmp_path: Path) -> None:
         "alerting.webhooks[1]: cert_file and key_file go together (a client certificate and its key)",
         "alerting.webhooks[2]: URL must be a string, got None",
     ]
+
+
+_yaml_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=12))
+_receiver_items = st.one_of(
+    _yaml_scalars,
+    st.dictionaries(
+        st.sampled_from(["url", "ca_file", "cert_file", "key_file", "bearer_token_file", "other"]),
+        st.one_of(_yaml_scalars, st.sampled_from(["https://am:9093", "/etc/hostname", "/nonexistent"])),
+        max_size=6,
+    ),
+)
+
+
+@settings(max_examples=200)
+@given(st.one_of(_yaml_scalars, st.lists(_receiver_items, max_size=4)))
+def test_receiver_lists_of_any_shape_give_problems_never_exceptions(receivers: Any) -> None:
+    cfg, problems = parse({"alertmanagers": receivers, "webhooks": receivers})
+    assert (cfg is None) == bool(problems)
+    if cfg is not None:
+        assert set(cfg.receiver_http) <= set(cfg.alertmanagers) | set(cfg.webhooks)
