@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -365,16 +365,7 @@ class NvmlBackend:
         errors leave a partial result and an entry for ``take_errors()``.
         """
         g = self._gpu_for_read(index)
-        out: dict[str, Any] = {}
-        unsupported = g.unsupported
-        h = g.handle  # one handle for the whole read: if the GPU is lost meanwhile, NVML says so
-        for name, reader in self._readers.get(tier, ()):
-            if name in unsupported:
-                continue
-            try:
-                out.update(reader(g, h))
-            except Exception as exc:
-                self._reader_failed(g, tier, name, exc)
+        out = self._run_readers(g, tier, self._readers.get(tier, ()))
         if not g.confirmed:
             with self._lock:
                 g.confirmed = True
@@ -408,13 +399,7 @@ class NvmlBackend:
         for tier, readers in self._readers.items():
             for reader_name, reader in readers:
                 if reader_name == name:
-                    if name in g.unsupported:
-                        return {}
-                    try:
-                        return reader(g, g.handle)
-                    except Exception as exc:
-                        self._reader_failed(g, tier, name, exc)
-                        return {}
+                    return self._run_readers(g, tier, ((name, reader),))
         raise KeyError(name)
 
     # ---- events -----------------------------------------------------------
@@ -507,6 +492,20 @@ class NvmlBackend:
             self._gpm.forget(g.index)
         if was_up:
             log.warning("GPU %d (%s) lost: %s", g.index, g.uuid, reason)
+
+    def _run_readers(self, g: _Gpu, tier: Tier, readers: Iterable[tuple[str, Reader]]) -> dict[str, Any]:
+        """Run ``readers`` on ``g``, skipping the unsupported ones; each failure is sorted by _reader_failed."""
+        out: dict[str, Any] = {}
+        unsupported = g.unsupported
+        h = g.handle  # one handle for the whole read: if the GPU is lost meanwhile, NVML says so
+        for name, reader in readers:
+            if name in unsupported:
+                continue
+            try:
+                out.update(reader(g, h))
+            except Exception as exc:
+                self._reader_failed(g, tier, name, exc)
+        return out
 
     def _reader_failed(self, g: _Gpu, tier: Tier, name: str, exc: Exception) -> None:
         """Sort a reader's exception: unsupported (remember), lost / NVML gone (raise), else count it."""
@@ -608,6 +607,7 @@ class NvmlBackend:
 
     def _read_clocks(self, g: _Gpu, h: Any) -> dict[str, Any]:
         """nvmlDeviceGetClockInfo per domain: clocks.sm / clocks.mem / clocks.gr, MHz -> Hz."""
+        # _opt's rule, written out: this runs every second for every GPU (0.5 µs a GPU less than _opt)
         clock_info = self._nv.nvmlDeviceGetClockInfo
         unsupported = g.unsupported
         clocks = {}

@@ -7,6 +7,7 @@ run, and the first agent to find a hang or a dead rank tells the others to stop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -261,23 +262,25 @@ class Agent:
                 old = self._remote.get(agent)
                 if old is None or old[0] != data["seq"]:
                     self._remote[agent] = (data["seq"], now, data["ranks"])
-            if self.abort is None and self.store.check(["abort"]):
-                data = json.loads(self.store.get("abort"))
-                self.abort = Abort(data["kind"], data["message"], tuple(data["ranks"]))
+            if self.abort is None:
+                self.abort = self._stored_abort()
         except Exception as exc:  # the store (rank 0's host) went away
             if self.abort is None:
                 self.abort = Abort("dead", f"lost contact with the other nodes' agents: {exc}")
+
+    def _stored_abort(self) -> Abort | None:
+        """The abort another agent put in the store, if any; raises when the store is unreachable."""
+        if not self.store.check(["abort"]):
+            return None
+        data = json.loads(self.store.get("abort"))
+        return Abort(data["kind"], data["message"], tuple(data["ranks"]))
 
     def _adopt_remote_abort(self) -> None:
         """Take over another agent's abort, if one is in the store (multi-node runs only)."""
         if self.agent_count <= 1 or self.abort is not None:
             return
-        try:
-            if self.store.check(["abort"]):
-                data = json.loads(self.store.get("abort"))
-                self.abort = Abort(data["kind"], data["message"], tuple(data["ranks"]))
-        except Exception:
-            pass  # the store is gone; the next beat exchange says so
+        with contextlib.suppress(Exception):  # the store is gone; the next beat exchange says so
+            self.abort = self._stored_abort()
 
     def _publish_abort(self) -> None:
         if self.agent_count <= 1 or self.abort is None:
