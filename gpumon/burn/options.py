@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -180,8 +179,3 @@ def launch_from(
 
 def default_duration(device: str, quick: bool) -> float:
     return DEFAULT_DURATION_SECONDS[(device, quick)]
-
-
-def torchrun_local_world_size(env: Mapping[str, str] | None = None) -> int:
-    env = os.environ if env is None else env
-    return int(env.get("LOCAL_WORLD_SIZE", "1"))

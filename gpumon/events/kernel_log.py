@@ -23,7 +23,7 @@ import logging
 import os
 import re
 import subprocess
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -340,13 +340,3 @@ def _reason(exc: OSError) -> str:
     if exc.errno == errno.ENOENT:
         return "does not exist"
     return (exc.strerror or str(exc)).lower()
-
-
-def xids_in_text(lines: Iterable[str], boot_time_seconds: float, now_seconds: float) -> list[XidEvent]:
-    """Every XID in lines of kernel log text (kmsg, dmesg, short-iso or bare forms)."""
-    out = []
-    for line in lines:
-        event = parse_log_line(line, boot_time_seconds, now_seconds)
-        if event is not None:
-            out.append(event)
-    return out

@@ -609,10 +609,6 @@ class WebConfigWatcher:
         """Headers to add to every response (http_server_config.headers)."""
         return dict(self.current().headers)
 
-    def auth_required(self) -> bool:
-        """True when basic_auth_users is not empty."""
-        return bool(self.current().basic_auth_users)
-
     def check_basic_auth(self, authorization: str | None) -> bool:
         """True when the ``Authorization`` header value lets the request in.
 
