@@ -1,22 +1,30 @@
 # gpumon developer tasks.
-#   make run    set up a venv and run the daemon (real GPUs when the NVIDIA driver is there, simulated otherwise)
-#   make test   set up everything the tests need (venv, and as root Debian's prometheus + alertmanager) and run them
+#   make run    set up a venv with the daemon's dependencies only and run it (real GPUs when the NVIDIA
+#               driver is there, simulated otherwise)
+#   make test   add the test extras and torch (pinned CPU build) to that venv, as root install Debian's
+#               prometheus + alertmanager, then run ruff, mypy and the whole suite
 VENV ?= .venv
 PY := $(VENV)/bin/python
 LISTEN ?= 127.0.0.1:10480
 BACKEND ?= $(shell (ldconfig -p 2>/dev/null | grep -q libnvidia-ml.so) && echo nvml || echo fake)
 
-.PHONY: setup run test test-deps lint typecheck check golden
+.PHONY: setup run-setup run test test-deps lint typecheck check golden
 
-$(VENV)/.installed: pyproject.toml
+# Two stamps: the daemon's own dependencies (make run), then the test extras and torch (make test).
+# torch stays pinned: an unpinned torch would pull a multi-GB CUDA build.
+$(VENV)/.run-installed: pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.test-installed: $(VENV)/.run-installed
 	$(PY) -m pip install -q -e '.[test]' 'torch==2.13.0'
 	touch $@
 
-setup: $(VENV)/.installed
+run-setup: $(VENV)/.run-installed
+setup: $(VENV)/.test-installed
 
-run: setup
+run: run-setup
 	$(VENV)/bin/gpumon run --backend $(BACKEND) --listen $(LISTEN) --state-dir .state
 
 # promtool, amtool, prometheus, alertmanager, systemd-analyze and openssl for the integration tests (Debian packages).

@@ -40,7 +40,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True, text=True, timeout=300, cwd=out,
     )  # fmt: skip
     assert build.returncode == 0, build.stdout + build.stderr
-    wheels = list(out.glob("gpumon-*.whl"))
+    wheels = list(out.glob("gpumon_exporter-*.whl"))
     assert len(wheels) == 1, wheels
     return wheels[0]
 
