@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -13,6 +12,7 @@ from typing import Any
 
 from gpumon import __version__
 from gpumon.config import DEFAULT_PORT, DEFAULT_STATE_DIR, Config, ConfigError, load
+from gpumon.jsonout import add_json_option, emit_json, to_stdout
 
 EXIT_OK = 0
 EXIT_FAULT = 1
@@ -25,7 +25,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="YAML config file (default /etc/gpumon/gpumon.yaml if it exists)")
     parser.add_argument(
         "--backend",
-        help="nvml (real GPUs, the default), fake (simulated GPUs), fake:PATH (a scenario file)",
+        help="nvml (real GPUs, the default), fake (simulated GPUs), fake:NAME (a named scenario: gpumon scenarios), "
+        "fake:PATH (a scenario file)",
     )
     parser.add_argument("--fake-gpus", type=int, dest="fake_gpus", help="number of simulated GPUs for --backend fake")
     parser.add_argument(
@@ -53,18 +54,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     once = sub.add_parser("once", help="poll once and print a table (or JSON), then exit")
     _add_common(once)
-    once.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_json_option(once, "the snapshot")
     once.set_defaults(func=cmd_once)
 
     check = sub.add_parser("check-config", help="validate a config file; print every problem")
     check.add_argument("file", type=Path)
     check.set_defaults(func=cmd_check_config)
 
+    scen = sub.add_parser("scenarios", help="list the named fake-backend scenarios (--backend fake:NAME)")
+    scen.set_defaults(func=cmd_scenarios)
+
+    from gpumon import hash_password
     from gpumon.alerts import cli as alerts_cli
     from gpumon.burn import cli as burn_cli  # registers options only; torch is imported when a burn runs
 
     alerts_cli.add_parser(sub)
     burn_cli.add_parser(sub)
+    hash_password.add_parser(sub)
     return parser
 
 
@@ -132,7 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         backend = make_backend(config.backend, config.fake_gpus)
     except ScenarioError as exc:
-        print(f"gpumon: bad scenario file:\n{exc}", file=sys.stderr)
+        print(f"gpumon: bad scenario:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
     from gpumon.exporter.webconfig import WebConfigError
 
@@ -163,7 +169,7 @@ def cmd_once(args: argparse.Namespace) -> int:
     try:
         backend = make_backend(config.backend, config.fake_gpus)
     except ScenarioError as exc:
-        print(f"gpumon: bad scenario file:\n{exc}", file=sys.stderr)
+        print(f"gpumon: bad scenario:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
     from gpumon.processes import enrich
 
@@ -172,12 +178,27 @@ def cmd_once(args: argparse.Namespace) -> int:
     if not snapshot.nvml_up:
         print(f"gpumon: NVML unavailable: {snapshot.nvml_error}", file=sys.stderr)
         return EXIT_FAULT
-    if args.json:
-        print(json.dumps(to_jsonable(snapshot), indent=2, sort_keys=True))
-    else:
+    if args.json is not None:
+        try:
+            emit_json(to_jsonable(snapshot), args.json)
+        except OSError as exc:
+            print(f"gpumon: cannot write --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_USAGE
+    if not to_stdout(args.json):
         from gpumon.table import print_snapshot
 
         print_snapshot(snapshot)
+    return EXIT_OK
+
+
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    from gpumon.backends import scenarios
+
+    names = scenarios.names()
+    width = max(len(n) for n in names)
+    for name in names:
+        print(f"{name:<{width}}  {scenarios.description(name)}")
+    print("\nplay one: gpumon run --backend fake:NAME (or gpumon once --backend fake:NAME); see docs/scenarios.md")
     return EXIT_OK
 
 

@@ -54,7 +54,7 @@ class Config:
 
     listen: str = f"0.0.0.0:{DEFAULT_PORT}"
     backend: str = "nvml"
-    """``nvml``, ``fake`` (with fake_gpus) or ``fake:PATH`` (a scenario file)."""
+    """``nvml``, ``fake`` (with fake_gpus), ``fake:NAME`` (a named scenario) or ``fake:PATH`` (a scenario file)."""
     fake_gpus: int = 2
     interval_seconds: float = 1.0
     """Fast tier: utilization, memory, temperature, power, clocks, processes."""
@@ -141,11 +141,16 @@ def _validate_backend(value: str, problems: list[str], where: str) -> None:
     if value in ("nvml", "fake"):
         return
     if value.startswith("fake:") and len(value) > 5:
-        path = Path(value[5:])
-        if not path.is_file():
-            problems.append(f"{where}: backend scenario file {str(path)!r} does not exist")
+        from gpumon.backends import scenarios
+
+        target = value[5:]
+        if scenarios.path_of(target) is None and not Path(target).is_file():
+            problems.append(
+                f"{where}: backend {value!r}: no scenario file {target!r} and no named scenario of that name "
+                f"({', '.join(scenarios.names())}; gpumon scenarios describes them)"
+            )
         return
-    problems.append(f"{where}: backend must be nvml, fake or fake:PATH, got {value!r}")
+    problems.append(f"{where}: backend must be nvml, fake, fake:NAME or fake:PATH, got {value!r}")
 
 
 def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig:

@@ -71,14 +71,37 @@ def _settable(values: Mapping[str, Any]) -> Mapping[str, Any]:
     return {k: v for k, v in values.items() if k in _SETTABLE_FIELDS}
 
 
-def read_host_figures() -> dict[str, Any]:
-    """CPU share since the last call and memory in use, from psutil (a few µs)."""
-    vm = psutil.virtual_memory()
-    return {
-        "cpu_utilization_ratio": psutil.cpu_percent(interval=None) / 100.0,
-        "memory_used_bytes": int(vm.total - vm.available),
-        "memory_total_bytes": int(vm.total),
-    }
+MIN_CPU_SECONDS = 0.5
+"""The least CPU time (all CPUs together) between two reads that gives a host CPU share."""
+
+
+class HostFigureReader:
+    """Host CPU busy share since the previous call, and memory in use, from psutil (a few µs a call).
+
+    The first call has no previous one to measure from, so it gives no CPU share (the series
+    is omitted until there is a real value, never a made-up 0).
+    """
+
+    def __init__(self) -> None:
+        self._last_cpu: tuple[float, float] | None = None
+        """(busy seconds, total seconds) of all CPUs at the previous call."""
+
+    def __call__(self) -> dict[str, Any]:
+        vm = psutil.virtual_memory()
+        out: dict[str, Any] = {
+            "memory_used_bytes": int(vm.total - vm.available),
+            "memory_total_bytes": int(vm.total),
+        }
+        times = psutil.cpu_times()
+        total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)  # guest is in user
+        busy = total - times.idle - getattr(times, "iowait", 0.0)
+        if self._last_cpu is None:
+            self._last_cpu = (busy, total)
+        elif total - self._last_cpu[1] >= MIN_CPU_SECONDS:  # shorter: too few clock ticks to mean anything
+            share = (busy - self._last_cpu[0]) / (total - self._last_cpu[1])
+            out["cpu_utilization_ratio"] = round(min(1.0, max(0.0, share)), 4)
+            self._last_cpu = (busy, total)
+        return out
 
 
 class Poller:
@@ -92,7 +115,7 @@ class Poller:
         *,
         wall_clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
-        host_figures: Callable[[], Mapping[str, Any]] = read_host_figures,
+        host_figures: Callable[[], Mapping[str, Any]] | None = None,
         enrich_processes: ProcessEnricher | None = None,
         xid_counts: XidCounts | None = None,
     ) -> None:
@@ -101,7 +124,7 @@ class Poller:
         self._intervals = intervals
         self._wall = wall_clock
         self._mono = monotonic
-        self._host_figures = host_figures
+        self._host_figures = host_figures if host_figures is not None else HostFigureReader()
         self._enrich = enrich_processes
         self._xid_counts = xid_counts
         self._nvml_up = False
@@ -280,6 +303,8 @@ class Poller:
             return
         if self._nvml_error is not None:
             log.warning("NVML is back: %d GPU(s)", len(gpus))
+        elif self._backend.name == "fake":
+            log.info("fake backend: %d simulated GPU(s), no NVML in use", len(gpus))
         else:
             log.info("NVML initialised: %d GPU(s), driver %s", len(gpus), self._host.driver_version)
         self._nvml_up = True

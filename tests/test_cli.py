@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import bcrypt
+import pytest
 
 from gpumon import __version__
-from tests.helpers import run_cli
+from tests.helpers import DaemonProcess, run_cli
 
 
 def test_version_and_help() -> None:
@@ -54,3 +64,165 @@ def test_the_daemon_never_loads_torch() -> None:
     code = "import sys, gpumon.cli, gpumon.daemon; gpumon.cli.build_parser(); print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
+
+
+# --- one --json convention: --json / --json - print to stdout, --json PATH writes a file -----------
+
+
+def test_once_json_dash_is_stdout_and_json_path_writes_a_file(tmp_path: Path) -> None:
+    dash = run_cli("once", "--backend", "fake", "--fake-gpus", "1", "--json", "-")
+    assert dash.returncode == 0, dash.stderr
+    assert json.loads(dash.stdout)["nvml_up"] is True
+    report = tmp_path / "once.json"
+    to_file = run_cli("once", "--backend", "fake", "--fake-gpus", "1", "--json", str(report))
+    assert to_file.returncode == 0, to_file.stderr
+    assert "NVIDIA H200" in to_file.stdout, "with a PATH the table is printed as usual"
+    assert [g["index"] for g in json.loads(report.read_text())["gpus"]] == [0]
+
+
+def test_once_json_into_a_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
+    result = run_cli("once", "--backend", "fake", "--fake-gpus", "1", "--json", str(tmp_path / "no" / "x.json"))
+    assert result.returncode == 2
+    assert result.stderr.startswith("gpumon: cannot write --json") and "Traceback" not in result.stderr
+
+
+def test_alerts_json_follows_the_same_convention(start_daemon: Callable[..., DaemonProcess], tmp_path: Path) -> None:
+    daemon = start_daemon("--backend", "fake", "--fake-gpus", "1")
+    for flag in (["--json"], ["--json", "-"]):
+        result = run_cli("alerts", "--url", daemon.url, *flag)
+        assert result.returncode == 0, result.stderr
+        assert "alerts" in json.loads(result.stdout)
+    report = tmp_path / "alerts.json"
+    result = run_cli("alerts", "--url", daemon.url, "--json", str(report))
+    assert result.returncode == 0, result.stderr
+    assert "alerts" in json.loads(report.read_text()) and "No active alerts" in result.stdout
+
+
+@pytest.mark.slow
+def test_burn_json_dash_prints_the_report_on_stdout_not_a_file_named_dash(tmp_path: Path) -> None:
+    args = ["burn", "--device", "cpu", "--backend", "fake", "--tests", "sw", "--gpus", "0", "--json", "-"]
+    result = subprocess.run(
+        [sys.executable, "-m", "gpumon", *args, "--state-dir", str(tmp_path / "state")],
+        capture_output=True, text=True, timeout=150, cwd=tmp_path,
+    )  # fmt: skip
+    assert not (tmp_path / "-").exists(), "--json - must not write a file named -"
+    report = json.loads(result.stdout)  # stdout holds the JSON only; the human report went to stderr
+    assert report["exit_code"] == result.returncode
+    assert "verdict" in report and "verdict" in result.stderr.lower()
+
+
+# --- gpumon hash-password ----------------------------------------------------------------------
+
+
+def test_hash_password_from_stdin_prints_a_bcrypt_hash_that_verifies() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "gpumon", "hash-password", "--stdin"],
+        input="s3cret pass\n", capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    hashed = result.stdout.strip()
+    assert result.stdout.count("\n") == 1 and hashed.startswith("$2")
+    assert bcrypt.checkpw(b"s3cret pass", hashed.encode())
+    assert not bcrypt.checkpw(b"s3cret pass\n", hashed.encode()), "the line's newline is not part of the password"
+    assert "s3cret" not in result.stdout + result.stderr
+
+
+def test_hash_password_is_accepted_by_the_web_config(tmp_path: Path) -> None:
+    hashed = subprocess.run(
+        [sys.executable, "-m", "gpumon", "hash-password", "--stdin"], input="pw\n", capture_output=True, text=True
+    ).stdout.strip()
+    web = tmp_path / "web-config.yml"
+    web.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    config = tmp_path / "gpumon.yaml"
+    config.write_text(f"web_config_file: {web}\n")
+    result = run_cli("check-config", str(config))
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("stdin", "why"), [("\n", "empty"), ("", "no password"), ("x" * 73 + "\n", "72 bytes")], ids=["empty", "eof", "long"]
+)
+def test_hash_password_refuses_unusable_passwords(stdin: str, why: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "gpumon", "hash-password", "--stdin"], input=stdin, capture_output=True, text=True
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert why in result.stderr and "Traceback" not in result.stderr
+
+
+def test_hash_password_without_a_terminal_asks_for_stdin() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "gpumon", "hash-password"], input="pw\n", capture_output=True, text=True
+    )
+    assert result.returncode == 2 and "--stdin" in result.stderr and result.stdout == ""
+
+
+def _run_on_a_terminal(args: list[str], answers: list[str]) -> tuple[int, str]:
+    """Run ``python -m gpumon ARGS`` with a pseudo-terminal as its controlling terminal; answer each prompt."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: stdin/stdout/stderr and /dev/tty are the terminal
+        os.execv(sys.executable, [sys.executable, "-m", "gpumon", *args])
+    seen = b""
+    answered = 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+        # answer each prompt once it is complete (getpass discards what was typed before its prompt)
+        if answered < len(answers) and seen.count(b"Password") > answered and seen.endswith(b": "):
+            os.write(fd, (answers[answered] + "\n").encode())
+            answered += 1
+    else:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), seen.decode(errors="replace")
+
+
+def test_hash_password_on_a_terminal_asks_twice_and_never_echoes() -> None:
+    code, screen = _run_on_a_terminal(["hash-password"], ["tty-secret", "tty-secret"])
+    assert code == 0, screen
+    assert "Password:" in screen and "Password again:" in screen
+    assert "tty-secret" not in screen, "the password must not be echoed"
+    hashed = screen.strip().splitlines()[-1].strip()
+    assert bcrypt.checkpw(b"tty-secret", hashed.encode())
+
+
+def test_hash_password_on_a_terminal_refuses_two_different_answers() -> None:
+    code, screen = _run_on_a_terminal(["hash-password"], ["one", "two"])
+    assert code == 2 and "do not match" in screen and "$2" not in screen
+
+
+# --- named scenarios ---------------------------------------------------------------------------
+
+NAMED = ["gpu-lost", "healthy", "nvlink-degraded", "nvml-missing", "overheating", "straggler", "xid-storm"]
+
+
+def test_scenarios_lists_every_named_scenario_with_a_description() -> None:
+    result = run_cli("scenarios")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line and line.split()[0] in NAMED]
+    assert [line.split()[0] for line in lines] == NAMED
+    assert all(len(line.split(None, 1)[1]) > 20 for line in lines), "each has a one-line description"
+    assert "--backend fake:NAME" in result.stdout
+
+
+def test_once_plays_a_named_scenario() -> None:
+    result = run_cli("once", "--backend", "fake:straggler", "--json")
+    assert result.returncode == 0, result.stderr
+    gpus = json.loads(result.stdout)["gpus"]
+    assert len(gpus) == 4 and gpus[2]["clock_events_active"]["hw_slowdown"] is True
+
+
+def test_an_unknown_scenario_name_is_a_usage_error_that_lists_the_names() -> None:
+    result = run_cli("once", "--backend", "fake:gpu-lots")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "gpu-lost" in result.stderr and "gpumon scenarios" in result.stderr

@@ -152,20 +152,39 @@ def unit_settings() -> dict[str, list[str]]:
     return settings
 
 
+INSTALL_DOCS = (UNIT.parent.parent / "docs" / "install.md", UNIT.parent.parent / "README.md")
+GUIDE_VENV = "/opt/gpumon"
+"""The virtual environment the install guide creates (``python3 -m venv /opt/gpumon``)."""
+
+
 @pytest.fixture
 def unit_with_stub_binary(tmp_path: Path) -> Path:
-    """The unit with ExecStart pointing at a stub: systemd-analyze verify wants the binary to exist.
+    """The unit as shipped, on a host that followed the install guide: /opt/gpumon/bin/gpumon exists.
 
-    The command line after the binary is left as it is.
+    systemd-analyze verify wants the binary to exist, and this machine has no /opt/gpumon: the
+    guide's venv is played by a stub at the same place under tmp_path. Nothing else changes.
     """
-    stub = tmp_path / "bin" / "gpumon"
-    stub.parent.mkdir()
+    stub = tmp_path / GUIDE_VENV.lstrip("/") / "bin" / "gpumon"
+    stub.parent.mkdir(parents=True)
     stub.write_text("#!/bin/sh\nexit 0\n")
     stub.chmod(0o755)
     unit = tmp_path / "gpumon.service"
-    unit.write_text(UNIT.read_text().replace("ExecStart=/usr/bin/gpumon ", f"ExecStart={stub} "))
-    assert str(stub) in unit.read_text()
+    shipped = UNIT.read_text()
+    unit.write_text(shipped.replace(f"ExecStart={GUIDE_VENV}/bin/gpumon ", f"ExecStart={stub} "))
+    assert unit.read_text().count(str(stub)) == 1, "the unit must start the guide's /opt/gpumon/bin/gpumon"
     return unit
+
+
+def test_execstart_is_the_binary_the_install_guide_creates() -> None:
+    """The shipped unit starts what the documented steps install: no drop-in needed to make it run."""
+    [exec_start] = unit_settings()["ExecStart"]
+    binary = exec_start.split()[0]
+    for doc in INSTALL_DOCS:
+        text = doc.read_text()
+        venvs = set(re.findall(r"python3 -m venv (/\S+)", text))
+        assert venvs == {GUIDE_VENV}, f"{doc.name} creates {venvs}"
+        assert f"{GUIDE_VENV}/bin/pip install" in text, doc.name
+    assert binary == f"{GUIDE_VENV}/bin/gpumon"
 
 
 def test_unit_is_notify_with_watchdog_reload_and_config_from_etc() -> None:
@@ -173,7 +192,7 @@ def test_unit_is_notify_with_watchdog_reload_and_config_from_etc() -> None:
     assert s["Type"] == ["notify"]
     assert s["NotifyAccess"] == ["main"]
     assert s["WatchdogSec"] == ["30s"]
-    assert s["ExecStart"] == ["/usr/bin/gpumon run --config /etc/gpumon/gpumon.yaml"]
+    assert s["ExecStart"] == ["/opt/gpumon/bin/gpumon run --config /etc/gpumon/gpumon.yaml"]
     assert s["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
     assert s["ConfigurationDirectory"] == ["gpumon"]
     assert s["StateDirectory"] == ["gpumon"]

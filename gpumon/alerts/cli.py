@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -12,6 +11,8 @@ from typing import Any
 import requests
 from rich.console import Console
 from rich.table import Table
+
+from gpumon.jsonout import add_json_option, emit_json, to_stdout
 
 DEFAULT_URL = "http://127.0.0.1:10480"
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -33,7 +34,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--config", type=Path, help="gpumon config whose listen address gives the URL (default /etc/gpumon/gpumon.yaml)"
     )
-    parser.add_argument("--json", action="store_true", help="print the raw JSON answer")
+    add_json_option(parser, "the daemon's answer")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the daemon (default 5)")
     parser.set_defaults(func=run)
     return parser
@@ -72,9 +73,14 @@ def run(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"gpumon alerts: {url} did not answer JSON (is it a gpumon daemon?)", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(data, indent=2))
-        return 0
+    if args.json is not None:
+        try:
+            emit_json(data, args.json)
+        except OSError as exc:
+            print(f"gpumon alerts: cannot write --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        if to_stdout(args.json):
+            return 0
     print_table(console, data)
     return 0
 

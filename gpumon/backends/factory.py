@@ -1,6 +1,8 @@
-"""Turn a backend spec (``nvml``, ``fake``, ``fake:PATH``) into a GpuBackend."""
+"""Turn a backend spec (``nvml``, ``fake``, ``fake:NAME``, ``fake:PATH``) into a GpuBackend."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from gpumon.backends.base import GpuBackend
 
@@ -8,18 +10,30 @@ from gpumon.backends.base import GpuBackend
 def make_backend(spec: str, fake_gpus: int = 2) -> GpuBackend:
     """Build the backend a user asked for. The fake one is only ever used when named.
 
-    Raises gpumon.backends.fake.ScenarioError for a bad scenario file.
+    ``fake:NAME`` plays a named scenario shipped with gpumon (``gpumon scenarios`` lists them);
+    anything else after ``fake:`` is a scenario file. Raises gpumon.backends.fake.ScenarioError
+    for a bad scenario file or a name that is neither.
     """
     if spec == "fake":
         from gpumon.backends.fake import FakeBackend
 
         return FakeBackend.plausible(fake_gpus)
     if spec.startswith("fake:"):
-        from gpumon.backends.fake import FakeBackend
+        from gpumon.backends import scenarios
+        from gpumon.backends.fake import FakeBackend, ScenarioError
 
-        return FakeBackend.from_file(spec[len("fake:") :])
+        target = spec[len("fake:") :]
+        named = scenarios.path_of(target)
+        if named is not None:
+            return FakeBackend.from_file(named)
+        if not Path(target).exists() and "/" not in target and not target.endswith((".yaml", ".yml")):
+            raise ScenarioError(
+                f"{target!r} is neither a scenario file nor a named scenario "
+                f"({', '.join(scenarios.names())}; gpumon scenarios describes them)"
+            )
+        return FakeBackend.from_file(target)
     if spec == "nvml":
         from gpumon.backends.nvml import NvmlBackend
 
         return NvmlBackend.from_system()
-    raise ValueError(f"unknown backend {spec!r} (nvml, fake, fake:PATH)")
+    raise ValueError(f"unknown backend {spec!r} (nvml, fake, fake:NAME, fake:PATH)")

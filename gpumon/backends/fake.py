@@ -1,4 +1,4 @@
-"""Simulated GPUs, used only when asked for (``--backend fake`` / ``fake:PATH``).
+"""Simulated GPUs, used only when asked for (``--backend fake`` / ``fake:NAME`` / ``fake:PATH``).
 
 Two sources of data:
 
@@ -384,6 +384,11 @@ def _static_defaults(i: int, count: int) -> dict[str, Any]:
     }
 
 
+def _whole_mhz(hertz: float) -> float:
+    """Clocks come from NVML in whole MHz: round a computed clock to that, in Hz."""
+    return float(round(hertz / 1e6) * 1_000_000)
+
+
 def _plausible_script(i: int, count: int, clock: Callable[[], float] | None) -> FakeGpuScript:
     """Values that follow a slow sine per GPU: a job ramps up and down every few minutes."""
     import time
@@ -412,9 +417,9 @@ def _plausible_script(i: int, count: int, clock: Callable[[], float] | None) -> 
             "power_watts": lambda _t: round(75 + 600 * load(), 1),
             "energy_joules_total": lambda _t: round(1_000_000 + (now() - start) * 400.0, 3),
             "clocks_hertz": lambda _t: {
-                "sm": 345e6 + load() * (1980e6 - 345e6),
+                "sm": _whole_mhz(345e6 + load() * (1980e6 - 345e6)),
                 "memory": 3201e6,
-                "graphics": 345e6 + load() * (1980e6 - 345e6),
+                "graphics": _whole_mhz(345e6 + load() * (1980e6 - 345e6)),
             },
             "clock_events_active": lambda _t: {
                 r: (r == "gpu_idle" and load() < 0.05) or (r == "sw_power_cap" and load() > 0.95)
@@ -425,6 +430,20 @@ def _plausible_script(i: int, count: int, clock: Callable[[], float] | None) -> 
                 if load() > 0.05
                 else ()
             ),
+            # GPM profiling, as a Hopper GPU reports it (so the profiling and DCGM tensor panels show data)
+            "sm_active_ratio": lambda _t: round(0.95 * load(), 3),
+            "sm_occupancy_ratio": lambda _t: round(0.45 * load(), 3),
+            "tensor_active_ratio": lambda _t: round(0.7 * load(), 3),
+            "dram_active_ratio": lambda _t: round(0.55 * load(), 3),
+            "fp16_active_ratio": lambda _t: round(0.6 * load(), 3),
+            "fp32_active_ratio": lambda _t: round(0.08 * load(), 3),
+            "fp64_active_ratio": lambda _t: 0.0,
+            "gpm_throughput_bytes_per_second": lambda _t: {
+                "nvlink_tx": round(120e9 * load()),
+                "nvlink_rx": round(118e9 * load()),
+                "pcie_tx": round(2e9 * load()),
+                "pcie_rx": round(6e9 * load()),
+            },
         }
     )
     return FakeGpuScript(uuid=_uuid(i), values=values)

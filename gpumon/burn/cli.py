@@ -29,6 +29,7 @@ from gpumon.burn.options import (
     parse_gpus,
     parse_tests,
 )
+from gpumon.jsonout import add_json_option, to_stdout
 
 DESCRIPTION = (
     "Burn-in and fault triage: load the GPUs (matmul, memory, p2p, all-reduce), check every result, "
@@ -50,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dtype", default="auto", help=f"matmul dtype: {'|'.join(DTYPES)} (auto: bf16 on sm80+, fp16 before)"
     )
-    p.add_argument("--json", dest="json_path", default=None, metavar="PATH", help="also write the JSON report here")
+    add_json_option(p, "the report")
     p.add_argument("--force", action="store_true", help="burn even if other compute processes use the GPUs")
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (CPU tensors + gloo, for CI)")
     p.add_argument(
@@ -172,7 +173,7 @@ def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOp
         duration_seconds=args.duration if args.duration is not None else default_duration(device, args.quick),
         quick=args.quick,
         dtype=args.dtype,
-        json_path=args.json_path,
+        json_path=args.json,
         force=args.force,
         device=device,
         backend_spec=spec,
@@ -205,7 +206,8 @@ def run(args: argparse.Namespace) -> int:
 
         injection, _ = inject.parse(env.get(inject.ENV_VAR))
         th, _ = thresholds.for_device(opts.device, env.get(thresholds.FLOORS_ENV_VAR))
-        console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+        out = sys.stderr if to_stdout(opts.json_path) else sys.stdout  # stdout carries only the JSON then
+        console = Console(file=out, highlight=False, width=None if out.isatty() else 160)
         return run_burn(opts, backend, injection, th, console, warn=lambda line: print(line, file=sys.stderr))
     except BurnUsageError as exc:
         for line in exc.problems:

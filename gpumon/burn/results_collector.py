@@ -8,8 +8,8 @@ Reads ``<state_dir>/burn/last.json`` (re-read only when its mtime changes) and
 * ``gpumon_burn_passed{gpu,uuid,test}`` — 1 passed, 0 failed (tests not run are absent)
 * ``gpumon_burn_tflops{gpu,uuid,dtype}`` — sustained (median) matmul TFLOP/s
 * ``gpumon_burn_bandwidth_bytes_per_second{gpu,uuid,test,peer_gpu}`` — memory (device copy,
-  read+write), p2p (to ``peer_gpu``), allreduce (busbw at the largest size); ``peer_gpu`` is
-  empty except for p2p
+  read+write), p2p (to ``peer_gpu``), allreduce (busbw at the largest size); only p2p
+  series carry ``peer_gpu`` (no empty label on the others)
 * ``gpumon_burn_running{gpu,uuid}`` — 1 while a burn runs on the GPU (from the marker)
 
 A missing or unreadable file yields no series; a scrape never fails because of it.
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.samples import Sample
 
 from gpumon.burn.state import LAST_NAME, MARKER_NAME, burn_dir, pid_alive
 
@@ -105,7 +106,6 @@ class BurnResultsCollector:
             "gpumon_burn_bandwidth_bytes_per_second",
             "Bandwidth in the last gpumon burn: memory (device copy, read+write), p2p (to peer_gpu), "
             "allreduce (busbw at the largest size).",
-            labels=["gpu", "uuid", "test", "peer_gpu"],
         )
         for g in gpus:
             gpu, uuid = str(g.get("gpu")), str(g.get("uuid") or "")
@@ -117,13 +117,18 @@ class BurnResultsCollector:
                 tflops.add_metric([gpu, uuid, str(mm.get("dtype"))], float(mm["tflops"]))
             mem = (g.get("memory") or {}).get("bandwidth_bytes_per_second")
             if isinstance(mem, (int, float)):
-                bandwidth.add_metric([gpu, uuid, "memory", ""], float(mem))
+                bandwidth.samples.append(
+                    Sample(bandwidth.name, {"gpu": gpu, "uuid": uuid, "test": "memory"}, float(mem))
+                )
             for peer, bw in (g.get("p2p") or {}).items():
                 if isinstance(bw, (int, float)):
-                    bandwidth.add_metric([gpu, uuid, "p2p", str(peer)], float(bw))
+                    labels = {"gpu": gpu, "uuid": uuid, "test": "p2p", "peer_gpu": str(peer)}
+                    bandwidth.samples.append(Sample(bandwidth.name, labels, float(bw)))
             ar = (g.get("allreduce") or {}).get("busbw_bytes_per_second")
             if isinstance(ar, (int, float)):
-                bandwidth.add_metric([gpu, uuid, "allreduce", ""], float(ar))
+                bandwidth.samples.append(
+                    Sample(bandwidth.name, {"gpu": gpu, "uuid": uuid, "test": "allreduce"}, float(ar))
+                )
             if gpu not in seen:
                 running.add_metric([gpu, uuid], 0)
                 seen.add(gpu)

@@ -28,9 +28,10 @@ from gpumon.burn.judge import judge
 from gpumon.burn.live import LiveView
 from gpumon.burn.options import BurnOptions
 from gpumon.burn.protocol import WorkerSpec
-from gpumon.burn.state import StateFiles, write_json_atomic
+from gpumon.burn.state import StateFiles
 from gpumon.burn.thresholds import Thresholds
 from gpumon.burn.watcher import Watcher, summarise
+from gpumon.jsonout import emit_json
 from gpumon.snapshot import Tier
 
 MERGE_TIMEOUT_SECONDS = 120.0
@@ -172,7 +173,7 @@ def run_burn(
             report_mod.render(final, console, opts.tests)
             if opts.json_path:
                 try:
-                    write_json_atomic(_abs(opts.json_path), final)
+                    emit_json(final, opts.json_path)
                 except OSError as exc:
                     warn(f"warning: cannot write --json {opts.json_path}: {exc.strerror or exc}")
         if launch.writes_node_state:
@@ -181,12 +182,6 @@ def run_burn(
     finally:
         watcher.stop()
         state.remove_marker()
-
-
-def _abs(path: str) -> Any:
-    from pathlib import Path
-
-    return Path(path).absolute()
 
 
 def _report(

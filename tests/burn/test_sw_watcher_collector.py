@@ -164,7 +164,8 @@ def test_collector_exports_the_last_report_and_the_running_marker(tmp_path):
     assert 'test="p2p",uuid="GPU-a"}' not in text.split("gpumon_burn_tflops")[0]  # not run: absent
     assert 'gpumon_burn_tflops{dtype="bf16",gpu="0",uuid="GPU-a"} 655.5' in text
     assert 'gpumon_burn_bandwidth_bytes_per_second{gpu="0",peer_gpu="1",test="p2p",uuid="GPU-a"} 3.9e+11' in text
-    assert 'gpumon_burn_bandwidth_bytes_per_second{gpu="0",peer_gpu="",test="allreduce",uuid="GPU-a"}' in text
+    assert 'gpumon_burn_bandwidth_bytes_per_second{gpu="0",test="allreduce",uuid="GPU-a"}' in text
+    assert 'peer_gpu=""' not in text, "only p2p series carry peer_gpu; no empty label"
     assert 'gpumon_burn_running{gpu="0",uuid="GPU-a"} 1.0' in text
     assert "GPU-other-node" not in text  # another node's GPUs are exported by that node's daemon
     files.remove_marker()
