@@ -84,7 +84,9 @@ def run_burn(
 ) -> int:
     """Run the burn on this agent; returns the exit code (the caller prints nothing more)."""
     if importlib.util.find_spec("torch") is None:
-        raise CannotRunError("torch is not installed: pip install 'gpumon[burn]' (or torch) to run gpumon burn")
+        raise CannotRunError(
+            "torch is not installed: pip install 'gpumon-exporter[burn]' (or torch) to run gpumon burn"
+        )
     import warnings
 
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
