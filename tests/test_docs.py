@@ -19,7 +19,8 @@ import tomllib
 
 from tests.helpers import REPO
 
-DISTRIBUTION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["name"]
+DISTRIBUTION = "gpumon-exporter"
+"""This project on the package index. ``gpumon`` there is an unrelated project (a GPUtil wrapper)."""
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 INSTALL_SOURCES = [
     *DOCS,
@@ -35,7 +36,7 @@ _OPTIONS_WITH_VALUE = {"-t", "--target", "-d", "--dest", "-r", "--requirement", 
 
 
 def test_the_distribution_is_not_the_unrelated_gpumon_on_the_package_index() -> None:
-    assert DISTRIBUTION == "gpumon-exporter"
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["name"] == DISTRIBUTION
 
 
 def requirements_in(line: str) -> list[str]:
@@ -124,3 +125,27 @@ def test_benchmarks_md_gives_a_command_for_each_section() -> None:
     assert sections
     for section in sections:
         assert re.search(r"`(python3?|scripts/|make|git clone|time )", section), section.splitlines()[0]
+
+
+_SKIP_RE = re.compile(r"(?:pytest\.skip|skipif|importorskip)\((?:[^()]|\([^()]*\))*?(?:reason=)?f?\"([^\"]+)\"", re.S)
+SKIP_TOPICS = ("promtool", "amtool", "prometheus", "alertmanager", "systemd-analyze", "openssl", "root",
+               "PR_SET_MDWE", "kubernetes", "gpu", "nvidia-smi", "nvml", "torch")  # fmt: skip
+
+
+def skip_reasons() -> list[tuple[str, str]]:
+    out = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for reason in _SKIP_RE.findall(path.read_text()):
+            out.append((str(path.relative_to(REPO)), reason))
+    return out
+
+
+def test_the_readme_says_what_make_test_may_skip_and_why() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("What `make test` may skip", 1)[1].split("\n## ", 1)[0].lower()
+    reasons = skip_reasons()
+    assert len(reasons) >= 8
+    for where, reason in reasons:
+        topics = [t for t in SKIP_TOPICS if t.lower() in reason.lower()]
+        assert topics, f"{where}: skip reason {reason!r} names no topic the README's skip table covers"
+        assert any(t.lower() in section for t in topics), f"{where}: README does not explain the skip {reason!r}"

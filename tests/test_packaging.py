@@ -9,6 +9,7 @@ The commands run outside the checkout, so ``import gpumon`` can only find the in
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -103,3 +104,30 @@ def test_wheel_carries_data_files_and_declares_the_burn_extra(wheel: Path) -> No
     torchless = [r for r in requires if "extra ==" not in r]
     assert not any(r.startswith("torch") for r in torchless), "torch must only come with the burn extra"
     assert "gpumon = gpumon.cli:main" in entry_points
+
+
+# --- what `make run` and `make test` install ----------------------------------------------------------
+
+
+def make_dry_run(target: str, tmp_path: Path) -> str:
+    """The commands ``make TARGET`` would run on a fresh clone (nothing is run: ``make -n -B``)."""
+    result = subprocess.run(
+        ["make", "-n", "-B", target, f"VENV={tmp_path / 'venv'}"], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_make_run_installs_only_what_the_daemon_needs(tmp_path: Path) -> None:
+    commands = make_dry_run("run", tmp_path)
+    installs = [line for line in commands.splitlines() if "pip install" in line]
+    assert installs == [f"{tmp_path / 'venv'}/bin/python -m pip install -q -e ."], installs
+    assert "torch" not in commands and "[test]" not in commands and "[burn]" not in commands
+    assert "gpumon run --backend" in commands
+
+
+def test_make_test_adds_the_test_extra_and_a_pinned_torch(tmp_path: Path) -> None:
+    commands = make_dry_run("setup", tmp_path)
+    assert "-e '.[test]'" in commands
+    torches = re.findall(r"'?torch[^\s']*'?", commands)
+    assert torches and all(re.fullmatch(r"'?torch==\d+\.\d+\.\d+'?", t) for t in torches), torches
