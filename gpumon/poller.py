@@ -4,7 +4,7 @@ Every call reads the FAST tier of every GPU; the SLOW and STATIC tiers are read 
 their interval has passed. Values of slower tiers are cached per GPU and merged into
 each snapshot, so a snapshot always holds the latest value of every field.
 
-Faults (DESIGN.md §4):
+Faults (README, "Faults"; docs/architecture.md):
 * NVML missing: the snapshot says ``nvml_up=False``; ``init`` is retried with
   exponential backoff (1 s … 60 s); one log line when it goes and one when it returns.
 * A GPU lost: that GPU is reported ``up=False`` with its identity only, the others

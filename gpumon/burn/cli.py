@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--backend",
         default=None,
-        help="telemetry source: nvml | fake | fake:PATH (default nvml for cuda, fake for cpu)",
+        help="telemetry source: nvml | fake | fake:NAME | fake:PATH (default nvml for cuda, fake for cpu)",
     )
     p.add_argument(
         "--state-dir",
