@@ -140,7 +140,9 @@ def test_hash_password_is_accepted_by_the_web_config(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("stdin", "why"), [("\n", "empty"), ("", "no password"), ("x" * 73 + "\n", "72 bytes")], ids=["empty", "eof", "long"]
+    ("stdin", "why"),
+    [("\n", "empty"), ("", "no password"), ("x" * 73 + "\n", "72 bytes")],
+    ids=["empty", "eof", "long"],
 )
 def test_hash_password_refuses_unusable_passwords(stdin: str, why: str) -> None:
     result = subprocess.run(

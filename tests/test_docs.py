@@ -59,7 +59,7 @@ def requirements_in(line: str) -> list[str]:
 
 
 def allowed(requirement: str) -> bool:
-    if requirement.startswith((".", "/", "$", "\"$")) or requirement.endswith(".whl"):
+    if requirement.startswith((".", "/", "$", '"$')) or requirement.endswith(".whl"):
         return True  # the checkout, a path, a wheel, a variable holding one of those
     name = re.split(r"[\[=<>!~ ]", requirement, maxsplit=1)[0]
     if name == DISTRIBUTION:

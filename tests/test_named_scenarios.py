@@ -102,4 +102,3 @@ def test_named_scenario_shows_what_the_doc_says(name: str, start_daemon: Callabl
             wait_for(holds, timeout=20, interval=0.1, what=f"{name} after {row.when}")
         except AssertionError:
             pytest.fail(f"{name}, row 'after {row.when}': still missing {last}\n{daemon.log()[-2000:]}")
-

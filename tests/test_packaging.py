@@ -89,13 +89,25 @@ def test_installed_gpumon_polls_the_fake_backend(installed: tuple[Path, dict[str
     assert '"gpus"' in result.stdout and '"nvml_up": true' in result.stdout
 
 
+def test_installed_gpumon_plays_a_named_scenario(installed: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    bin_dir, env = installed
+    result = run([str(bin_dir / "gpumon"), "once", "--backend", "fake:gpu-lost", "--json"], env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert '"nvml_up": true' in result.stdout
+
+
 def test_wheel_carries_data_files_and_declares_the_burn_extra(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         metadata_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
         metadata = Parser().parsestr(zf.read(metadata_name).decode())
         entry_points = zf.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
-    for data_file in ("gpumon/py.typed", "gpumon/events/xid_catalog.yaml", "gpumon/alerts/builtin_rules.yaml"):
+    data_files = ("gpumon/py.typed", "gpumon/events/xid_catalog.yaml", "gpumon/alerts/builtin_rules.yaml")
+    scenario_files = tuple(
+        f"gpumon/backends/scenarios/{p.name}" for p in (REPO / "gpumon/backends/scenarios").glob("*.yaml")
+    )
+    assert len(scenario_files) >= 7
+    for data_file in data_files + scenario_files:
         assert data_file in names, f"{data_file} missing from the wheel"
     assert not any(n.startswith("tests/") for n in names)
     assert "burn" in metadata.get_all("Provides-Extra", [])
