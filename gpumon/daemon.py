@@ -34,6 +34,7 @@ from gpumon.events.tracker import XidTracker
 from gpumon.events.xid_thread import XidEventThread
 from gpumon.exporter.collector import GpumonCollector, SelfStats
 from gpumon.exporter.dcgm import DcgmCompatCollector
+from gpumon.exporter.read_errors import ReadErrorsCollector
 from gpumon.exporter.server import MetricsServer, json_response
 from gpumon.exporter.webconfig import WebConfigWatcher, server_factory
 from gpumon.poller import Poller, PollIntervals
@@ -116,6 +117,9 @@ class Daemon:
         )
         self.collector.add("alerts", self.alerts.collector())
         self.collector.add("burn", BurnResultsCollector(config.state_dir))
+        read_errors = getattr(backend, "read_errors", None)
+        if callable(read_errors):  # per GPU and reader: a field's error, not a lost GPU
+            self.collector.add("read_errors", ReadErrorsCollector(read_errors))
         if "dcgm" in config.exporter.compat:
             self.collector.add("dcgm", DcgmCompatCollector(self.store, hostname(), self.catalog))
         self.web = WebConfigWatcher(config.web_config_file) if config.web_config_file else None
