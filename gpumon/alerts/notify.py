@@ -284,7 +284,7 @@ class ReceiverStats:
     last_success_at: float | None = None
     errors: int = 0
     """Unexpected exceptions the worker thread survived (a bug: see the log)."""
-    last_progress_at: float | None = None
+    last_attempt_at: float | None = None
     """Unix seconds of the worker's last delivery attempt (or its start)."""
 
 
@@ -411,7 +411,7 @@ class Receiver:
                 return
             self._stopping = False
             self._progress_monotonic = time.monotonic()
-            self.stats.last_progress_at = self._clock()
+            self.stats.last_attempt_at = self._clock()
             self._thread = threading.Thread(target=self._run, name=f"gpumon-alerts-{self.kind}", daemon=True)
             self._thread.start()
 
@@ -451,7 +451,7 @@ class Receiver:
             "sender": health.state,
             "sender_problem": health.problem,
             "sender_errors": self.stats.errors,
-            "last_attempt_at": self.stats.last_progress_at,
+            "last_attempt_at": self.stats.last_attempt_at,
         }
 
     def _run(self) -> None:
@@ -550,7 +550,7 @@ class Receiver:
         with self._cond:
             n = len(batch)
             self._progress_monotonic = time.monotonic()
-            self.stats.last_progress_at = self._clock()
+            self.stats.last_attempt_at = self._clock()
             if result.outcome == "retry":
                 self._attempt += 1
                 delay = self._backoff(self._attempt)
@@ -576,7 +576,7 @@ class Receiver:
                 log.error("%s refused %d alert(s) (%s); they are dropped, not retried", self.name, n, result.detail)
             else:
                 self.stats.outcomes["sent"] += n
-                self.stats.last_success_at = self.stats.last_progress_at
+                self.stats.last_success_at = self.stats.last_attempt_at
                 self.stats.last_error = ""
             for item in batch:
                 current = self._items.get(item.notification.fingerprint)
@@ -615,8 +615,8 @@ def sender_metric_families(receivers: Sequence[Receiver]) -> list[Metric]:
     for r in receivers:
         up.add_metric([r.name], 1.0 if r.health().up else 0.0)
         errors.add_metric([r.name], r.stats.errors)
-        if r.stats.last_progress_at is not None:
-            last.add_metric([r.name], r.stats.last_progress_at)
+        if r.stats.last_attempt_at is not None:
+            last.add_metric([r.name], r.stats.last_attempt_at)
     return [up, errors, last]
 
 

@@ -34,10 +34,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpumon.events.kernel_log import (
-    _KMSG_RE,
     DEFAULT_KMSG_PATH,
+    KMSG_RECORD_RE,
     KernelLogResult,
-    _reason,
+    os_error_reason,
     parse_journal_json_line,
     parse_xid_message,
     to_event,
@@ -155,7 +155,7 @@ class KernelLogFollower:
         try:
             fd = os.open(self._kmsg_path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as exc:
-            return f"{self._kmsg_path}: {_reason(exc)}"
+            return f"{self._kmsg_path}: {os_error_reason(exc)}"
         boot = self._boot()
         reader = _KmsgReader(boot)
         try:
@@ -177,7 +177,7 @@ class KernelLogFollower:
                 try:
                     data = _read(fd)
                 except OSError as exc:
-                    self._log.warning("reading %s failed (%s); reopening it", self._kmsg_path, _reason(exc))
+                    self._log.warning("reading %s failed (%s); reopening it", self._kmsg_path, os_error_reason(exc))
                     os.close(fd)
                     fd = -1
                     self._stop.wait(1.0)
@@ -189,7 +189,7 @@ class KernelLogFollower:
                 for event in reader.feed(data, self._clock()):
                     self._hand_over(event)
         except OSError as exc:
-            self._log.warning("kernel log %s cannot be read any more: %s", self._kmsg_path, _reason(exc))
+            self._log.warning("kernel log %s cannot be read any more: %s", self._kmsg_path, os_error_reason(exc))
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -210,14 +210,14 @@ class KernelLogFollower:
         first = True
         while not self._stop.is_set():
             command = list(self._journal_command)
-            if cursor is not None:
-                command = [c for c in command if c not in ("--no-tail", "-b")] + [f"--after-cursor={cursor}"]
+            if cursor is not None:  # after it ended: go on from the last entry seen, none twice
+                command.append(f"--after-cursor={cursor}")
             try:
                 proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             except FileNotFoundError:
                 return f"{command[0]}: not installed"
             except OSError as exc:
-                return f"{command[0]}: {_reason(exc)}"
+                return f"{command[0]}: {os_error_reason(exc)}"
             with self._proc_lock:
                 self._proc = proc
             try:
@@ -317,7 +317,7 @@ class _KmsgReader:
             line = raw.decode("utf-8", errors="replace")
             if not line or line.startswith(" "):  # continuation lines (" SUBSYSTEM=pci") carry no message
                 continue
-            m = _KMSG_RE.match(line)
+            m = KMSG_RECORD_RE.match(line)
             if m is None:
                 continue
             seq = int(m.group("seq"))
