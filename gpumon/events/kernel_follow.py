@@ -161,7 +161,10 @@ class KernelLogFollower:
         try:
             backfill: list[XidEvent] = []
             while not self._stop.is_set():  # drain what is there: the backfill
-                data = _read(fd)
+                try:
+                    data = _read(fd)
+                except OSError as exc:  # opened but not readable: let the journal try
+                    return f"{self._kmsg_path}: {os_error_reason(exc)}"
                 if not data:
                     break
                 backfill += reader.feed(data, None)
@@ -182,6 +185,7 @@ class KernelLogFollower:
                     fd = -1
                     self._stop.wait(1.0)
                     fd = os.open(self._kmsg_path, os.O_RDONLY | os.O_NONBLOCK)
+                    reader.reopened()  # records already read are skipped by sequence number
                     continue
                 if not data:  # end of a regular file or of a FIFO without a writer: wait for more
                     self._stop.wait(self._poll)
@@ -304,6 +308,10 @@ class _KmsgReader:
         self._boot = boot_time_seconds
         self._partial = b""
         self._last_seq = -1
+
+    def reopened(self) -> None:
+        """The file was opened again: a partial record is void; the sequence numbers still hold."""
+        self._partial = b""
 
     def feed(self, data: bytes, read_at: float | None) -> list[XidEvent]:
         """XIDs in ``data``; stamped ``read_at`` when given (live), else boot time + kernel time."""

@@ -200,3 +200,35 @@ def test_an_xid_only_the_kernel_log_saw_is_not_taken_for_a_later_nvml_one() -> N
     tracker.record(nvml(79, 1, START + 4))  # a second XID: NVML first ...
     tracker.record(from_log(79, "00000000:28:00.0", START + 4))  # ... then its kernel-log copy
     assert tracker.counts(1) == {"79": 2}
+
+
+def test_after_a_read_error_the_log_is_reopened_and_no_record_is_counted_twice(
+    tmp_path: Path, seen: Seen, followers: list[KernelLogFollower], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpumon.events import kernel_follow
+
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text(kmsg_line(1, xid=13))
+    real_read = os.read
+    fail = threading.Event()
+
+    def flaky_read(fd: int, n: int) -> bytes:
+        if fail.is_set():
+            fail.clear()
+            raise OSError(5, "Input/output error")
+        return real_read(fd, n)
+
+    monkeypatch.setattr(kernel_follow.os, "read", flaky_read)
+    follow(followers, seen, kmsg_path=kmsg)
+    wait_for(lambda: seen.backfill, 5, what="the backfill")
+    with kmsg.open("a") as f:
+        f.write(kmsg_line(2, xid=31))
+    wait_for(lambda: len(seen.live) == 1, 5, what="the live XID")
+    fail.set()
+    wait_for(lambda: not fail.is_set(), 5, what="the read error")
+    with kmsg.open("a") as f:
+        f.write(kmsg_line(3, xid=94))
+    wait_for(lambda: len(seen.live) == 2, 5, what="the XID after the reopen")
+    time.sleep(0.3)
+    assert [[e.xid for e in b] for b in seen.backfill] == [[13]]
+    assert [e.xid for e in seen.live] == [31, 94], "records 1 and 2, read again after the reopen, are skipped"
