@@ -516,7 +516,14 @@ def gpu_detail() -> dict[str, Any]:
                    "{{instance}} evaluation errors"),
             target(f"increase(gpumon_alert_spool_write_errors_total{{{HOST}}}[$__rate_interval])",
                    "{{instance}} spool write errors"),
-        ], "short", w=24),
+        ], "short", w=12),
+        timeseries("Alert senders (1 = up, 0 = stuck or stopped)", [
+            target(f"gpumon_alert_sender_up{{{HOST}}}", "{{instance}} {{receiver}} up"),
+            target(f"increase(gpumon_alert_sender_errors_total{{{HOST}}}[$__rate_interval])",
+                   "{{instance}} {{receiver}} sender errors"),
+            target(f"time() - gpumon_alert_sender_last_attempt_timestamp_seconds{{{HOST}}}",
+                   "{{instance}} {{receiver}} seconds since last attempt"),
+        ], "short", w=12),
     ]  # fmt: skip
     return dashboard(
         "gpumon-gpu-detail",

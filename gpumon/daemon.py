@@ -3,7 +3,7 @@
 Order of construction: XID catalog and tracker -> store -> poller -> alert service ->
 exporter (collector with the alerts, burn-results and DCGM collectors; HTTP server with
 the web config) -> scheduler (the only caller of the backend's read) -> XID event thread
-and kernel-log backfill -> systemd notifications. Shutdown goes in reverse. SIGTERM/SIGINT stop within 2 s even while an NVML call hangs (the
+and kernel-log follower -> systemd notifications. Shutdown goes in reverse. SIGTERM/SIGINT stop within 2 s even while an NVML call hangs (the
 polling and event threads are daemon threads); SIGHUP reloads the configuration and
 keeps the old one when the new one is invalid.
 """
@@ -29,11 +29,13 @@ from gpumon.backends.base import GpuBackend
 from gpumon.burn.results_collector import BurnResultsCollector
 from gpumon.config import Config, ConfigError
 from gpumon.events.catalog import XidCatalog
-from gpumon.events.kernel_log import read_boot_xids
+from gpumon.events.kernel_follow import KernelLogFollower
+from gpumon.events.model import XidEvent
 from gpumon.events.tracker import XidTracker
 from gpumon.events.xid_thread import XidEventThread
 from gpumon.exporter.collector import GpumonCollector, SelfStats
 from gpumon.exporter.dcgm import DcgmCompatCollector
+from gpumon.exporter.read_errors import ReadErrorsCollector
 from gpumon.exporter.server import MetricsServer, json_response
 from gpumon.exporter.webconfig import WebConfigWatcher, server_factory
 from gpumon.poller import Poller, PollIntervals
@@ -116,6 +118,9 @@ class Daemon:
         )
         self.collector.add("alerts", self.alerts.collector())
         self.collector.add("burn", BurnResultsCollector(config.state_dir))
+        read_errors = getattr(backend, "read_errors", None)
+        if callable(read_errors):  # per GPU and reader: a field's error, not a lost GPU
+            self.collector.add("read_errors", ReadErrorsCollector(read_errors))
         if "dcgm" in config.exporter.compat:
             self.collector.add("dcgm", DcgmCompatCollector(self.store, hostname(), self.catalog))
         self.web = WebConfigWatcher(config.web_config_file) if config.web_config_file else None
@@ -140,6 +145,7 @@ class Daemon:
             daemon=True,
         )
         self.events = XidEventThread(backend, self.tracker.record, ready=lambda: self.poller.nvml_up)
+        self.kernel_log: KernelLogFollower | None = None
 
     # ------------------------------------------------------------------
     def start(self) -> None:
@@ -155,7 +161,7 @@ class Daemon:
         self.scheduler.start()
         self.events.start()
         if self.config.kernel_log and self.backend.name != "fake":  # the host's log is not the simulated GPUs'
-            threading.Thread(target=self._backfill_kernel_log, name="gpumon-kmsg", daemon=True).start()
+            self._start_kernel_log()
         log.info(
             "gpumon listening on %s:%d (backend %s, every %gs)",
             self.config.listen_address()[0],
@@ -168,6 +174,8 @@ class Daemon:
         log.info("gpumon stopping")
         self.notifier.stopping()
         self.events.request_stop()  # its NVML wait ends within 0.5 s, while the rest stops
+        if self.kernel_log is not None:
+            self.kernel_log.request_stop()  # its read ends within 0.25 s
         deadline = self._mono() + 0.5  # a normal poll ends within milliseconds; a hung one never does
         while self.poller.poll_running and self._mono() < deadline:
             time.sleep(0.01)
@@ -180,6 +188,8 @@ class Daemon:
             self.scheduler.shutdown(wait=False)
         self.server.stop()
         self.events.stop(timeout=0.5)
+        if self.kernel_log is not None:
+            self.kernel_log.stop(timeout=0.5)
         self.alerts.stop(timeout=0.5)
         if not stuck:
             try:
@@ -263,12 +273,17 @@ class Daemon:
         log.info("configuration reloaded from %s", new.source or "defaults")
 
     # ------------------------------------------------------------------
-    def _backfill_kernel_log(self) -> None:
-        """XIDs since boot from the kernel log, so a restarted daemon still knows (read once)."""
-        result = read_boot_xids(logger=log)
-        counted = self.tracker.record_all(result.events)
-        if counted:
-            log.warning("%d XID(s) found in the kernel log since boot", counted)
+    def _start_kernel_log(self) -> None:
+        """Follow the kernel log for XIDs: those since boot (so a restarted daemon still knows), then
+        every new one for as long as the daemon runs (the only XID source while NVML events are not)."""
+
+        def backfill(events: list[XidEvent]) -> None:
+            counted = self.tracker.record_all(events)
+            if counted:
+                log.warning("%d XID(s) found in the kernel log since boot", counted)
+
+        self.kernel_log = KernelLogFollower(backfill, self.tracker.record, logger=log)
+        self.kernel_log.start()
 
     def _status(self) -> str:
         snapshot = self.store.latest()

@@ -377,7 +377,7 @@ def test_nvml_gone_during_a_read_is_nvml_unavailable(fake: FakeNvml, backend: Nv
 
 # ---- lost GPUs --------------------------------------------------------------
 @pytest.mark.parametrize(
-    "code", [pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_UNKNOWN, pynvml.NVML_ERROR_RESET_REQUIRED]
+    "code", [pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_RESET_REQUIRED, pynvml.NVML_ERROR_GPU_NOT_FOUND]
 )
 def test_lost_gpu_is_reported_and_the_other_keeps_reporting(fake: FakeNvml, backend: NvmlBackend, code: int) -> None:
     backend.read(1, Tier.FAST)
@@ -387,6 +387,55 @@ def test_lost_gpu_is_reported_and_the_other_keeps_reporting(fake: FakeNvml, back
     assert err.value.index == 1 and err.value.reason
     assert backend.read(0, Tier.FAST)["power_watts"] == 75.5
     assert backend.uuid(1) == fake.gpus[1].uuid  # identity is kept
+
+
+@pytest.mark.parametrize(
+    ("function", "reader"),
+    [
+        ("nvmlDeviceGetTemperature", "temperature"),
+        ("nvmlDeviceGetMemoryInfo_v2", "memory"),  # a liveness read: utilization still answers
+        ("nvmlDeviceGetPowerUsage", "power"),
+    ],
+)
+def test_unknown_on_one_field_is_that_fields_error_not_a_lost_gpu(
+    fake: FakeNvml, backend: NvmlBackend, function: str, reader: str
+) -> None:
+    first = backend.read(1, Tier.FAST)
+    reader_fields = set(backend.read_group(0, reader))
+    fake.fail(function, pynvml.NVML_ERROR_UNKNOWN, gpu=1)
+    for _ in range(10):  # stuck on UNKNOWN: never lost, never flapping
+        got = backend.read(1, Tier.FAST)
+        assert got.keys() == first.keys() - reader_fields, "only that reader's fields are missing"
+    assert backend.take_errors() == {"fast": 10}
+    assert backend.read_errors() == {(1, fake.gpus[1].uuid, reader): 10}
+    assert fake.calls["nvmlDeviceGetNumFans"] == 1, "the GPU's caches were not reset"
+    fake.heal(function, gpu=1)
+    assert backend.read(1, Tier.FAST).keys() == first.keys()
+
+
+def test_liveness_reads_failing_three_times_in_a_row_make_the_gpu_lost(fake: FakeNvml, backend: NvmlBackend) -> None:
+    backend.read(1, Tier.FAST)
+    for function in ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetUtilizationRates"):
+        fake.fail(function, pynvml.NVML_ERROR_UNKNOWN, gpu=1)
+    for _ in range(2):
+        assert backend.read(1, Tier.FAST)["power_watts"] == 75.5  # not yet: one bad poll is not a lost GPU
+    with pytest.raises(GpuLostError, match=r"utilization: Unknown Error \(3 read\(s\) in a row"):
+        backend.read(1, Tier.FAST)
+    with pytest.raises(GpuLostError):  # re-probed: the handle answers but the GPU does not; no flapping
+        backend.read(1, Tier.FAST)
+    assert backend.read(0, Tier.FAST)["power_watts"] == 75.5
+    fake.heal("nvmlDeviceGetMemoryInfo_v2", gpu=1)  # one liveness read answers again: up
+    assert backend.read(1, Tier.FAST)["memory_used_bytes"] == 2048 * MIB
+
+
+def test_a_liveness_read_that_answers_between_failures_restarts_the_count(fake: FakeNvml, backend: NvmlBackend) -> None:
+    for _ in range(5):
+        for function in ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetUtilizationRates"):
+            fake.fail(function, pynvml.NVML_ERROR_UNKNOWN, gpu=0)
+        backend.read(0, Tier.FAST)
+        backend.read(0, Tier.FAST)
+        fake.heal("nvmlDeviceGetUtilizationRates", gpu=0)
+        assert "utilization_ratio" in backend.read(0, Tier.FAST)
 
 
 def test_lost_gpu_is_reprobed_when_it_returns(fake: FakeNvml, backend: NvmlBackend) -> None:

@@ -97,7 +97,7 @@ def _age(seconds: float | None, now: float) -> str:
 
 
 def print_table(console: Console, data: dict[str, Any], now: float | None = None) -> None:
-    """The alerts as a rich table, then one line per receiver with a queue or an error."""
+    """The alerts as a rich table, then one line per receiver with a queue, an error or a sender not up."""
     now = time.time() if now is None else now
     alerts = data.get("alerts") or []
     host = data.get("host", "")
@@ -129,9 +129,13 @@ def print_table(console: Console, data: dict[str, Any], now: float | None = None
             )
         console.print(table)
     for r in data.get("receivers") or []:
-        if r.get("queue_length") or r.get("last_error"):
-            console.print(
-                f"receiver {r.get('name')}: {r.get('queue_length', 0)} queued"
-                + (f", last error: {r['last_error']}" if r.get("last_error") else ""),
-                highlight=False,
-            )
+        sender = r.get("sender", "up")
+        if r.get("queue_length") or r.get("last_error") or sender != "up":
+            parts = [f"{r.get('queue_length', 0)} queued"]
+            if sender != "up":
+                parts.append(
+                    f"[bold red]sender {sender}[/]" + (f" ({r['sender_problem']})" if r.get("sender_problem") else "")
+                )
+            if r.get("last_error"):
+                parts.append(f"last error: {r['last_error']}")
+            console.print(f"receiver {r.get('name')}: " + ", ".join(parts), highlight=False)

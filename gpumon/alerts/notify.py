@@ -15,6 +15,12 @@ latest state of each alert (keyed by fingerprint), up to ``capacity`` alerts.
 Failures: connection errors, timeouts, 5xx and 429 are retried for ever with exponential
 backoff and jitter (429/503 ``Retry-After`` is honoured); other 4xx are logged and the
 alerts dropped (the receiver refuses them and would refuse them again).
+
+A worker thread survives any exception of its own (a bug, a broken clock, ...): it is
+logged once per distinct error, counted in ``ReceiverStats.errors`` and the worker goes
+on after a backoff. ``Receiver.health`` says whether the worker is up, stuck (alerts
+queued and no delivery attempt for ``STUCK_AFTER_BACKOFFS`` × (max backoff + timeout)
+past the planned retry) or stopped (its thread ended).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpumon.alerts.config import ReceiverHttp, RetryConfig
 
@@ -42,6 +49,11 @@ MAX_BATCH = 64
 """Alerts per HTTP request."""
 MAX_RETRY_AFTER_SECONDS = 600.0
 USER_AGENT = "gpumon-alerts/1"
+MAX_BACKOFF_EXPONENT = 62
+"""``initial_backoff × 2**k`` is capped at k = 62 before ``min(max_backoff, …)``: 2.0**1024 overflows."""
+STUCK_AFTER_BACKOFFS = 3
+"""A worker with queued alerts and no attempt for this many × (max backoff + timeout) past its planned retry is stuck."""
+_MAX_DISTINCT_ERRORS = 100
 
 
 @dataclass(frozen=True)
@@ -233,6 +245,15 @@ def _tls_reason(exc: BaseException) -> str:
     return _short(exc)
 
 
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception, short; never raises (even for a broken ``__str__``)."""
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:
+        text = type(exc).__name__
+    return text if len(text) < 300 else text[:297] + "..."
+
+
 def _short(exc: BaseException) -> str:
     text = str(exc)
     return text if len(text) < 160 else text[:157] + "..."
@@ -259,7 +280,26 @@ class ReceiverStats:
 
     outcomes: dict[str, int] = field(default_factory=lambda: {"sent": 0, "failed": 0, "dropped": 0, "overflow": 0})
     last_error: str = ""
+    """Why the last attempt failed; cleared by a successful delivery."""
     last_success_at: float | None = None
+    errors: int = 0
+    """Unexpected exceptions the worker thread survived (a bug: see the log)."""
+    last_attempt_at: float | None = None
+    """Unix seconds of the worker's last delivery attempt (or its start)."""
+
+
+@dataclass(frozen=True)
+class SenderHealth:
+    """Whether a receiver's worker thread delivers: ``up``, ``stuck`` or ``stopped``."""
+
+    state: str
+    """up | stuck (alerts queued, no attempt for too long) | stopped (the thread ended or never started)."""
+    problem: str = ""
+    """One line saying what is wrong; empty when up."""
+
+    @property
+    def up(self) -> bool:
+        return self.state == "up"
 
 
 class Receiver:
@@ -303,6 +343,9 @@ class Receiver:
         self._seq = 0
         self._attempt = 0
         self._next_attempt_monotonic = 0.0
+        self._progress_monotonic = time.monotonic()
+        """When the worker last attempted a delivery, started, or the queue became non-empty."""
+        self._errors_seen: set[str] = set()
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -316,6 +359,8 @@ class Receiver:
     def enqueue(self, notification: Notification, now: float) -> None:
         """Queue the latest state of one alert, replacing an older queued state of it."""
         with self._cond:
+            if not self._items:  # the worker is expected to act from now on
+                self._progress_monotonic = max(self._progress_monotonic, time.monotonic())
             self._seq += 1
             self._items.pop(notification.fingerprint, None)
             self._items[notification.fingerprint] = _Item(self._seq, notification)
@@ -365,6 +410,8 @@ class Receiver:
             if self._thread is not None:
                 return
             self._stopping = False
+            self._progress_monotonic = time.monotonic()
+            self.stats.last_attempt_at = self._clock()
             self._thread = threading.Thread(target=self._run, name=f"gpumon-alerts-{self.kind}", daemon=True)
             self._thread.start()
 
@@ -379,28 +426,112 @@ class Receiver:
         with self._cond:
             self._thread = None
 
+    def health(self) -> SenderHealth:
+        """Whether the worker delivers (for metrics and ``gpumon alerts``; not for readiness)."""
+        with self._cond:
+            thread = self._thread
+            if thread is None or not thread.is_alive():
+                return SenderHealth("stopped", "the sender thread is not running; restart gpumon")
+            if not self._items:
+                return SenderHealth("up")
+            now = time.monotonic()
+            allowed = STUCK_AFTER_BACKOFFS * (self.retry.max_backoff_seconds + self.retry.timeout_seconds)
+            since = max(self._progress_monotonic, self._next_attempt_monotonic)
+            if now - since <= allowed:
+                return SenderHealth("up")
+            queued = len(self._items)
+        return SenderHealth(
+            "stuck", f"no delivery attempt for {now - self._progress_monotonic:.0f} s with {queued} alert(s) queued"
+        )
+
+    def sender_json(self) -> dict[str, Any]:
+        """The worker's health for ``/api/alerts``: sender (up/stuck/stopped), its problem, errors, last attempt."""
+        health = self.health()
+        return {
+            "sender": health.state,
+            "sender_problem": health.problem,
+            "sender_errors": self.stats.errors,
+            "last_attempt_at": self.stats.last_attempt_at,
+        }
+
     def _run(self) -> None:
         session = self._session_factory()
         try:
             while True:
-                batch = self._wait_for_batch()
-                if batch is None:
-                    return
-                now = self._clock()
-                body: Any
-                if self.kind == "alertmanager":
-                    body = alertmanager_body([i.notification for i in batch], now, self.valid_for_seconds)
-                else:
-                    body = webhook_body(
-                        [i.notification for i in batch], now, self.valid_for_seconds, "gpumon", self.external_url
-                    )
                 try:
-                    result = post_json(session, self.endpoint, body, self.retry.timeout_seconds, now, self.http)
+                    if not self._run_once(session):
+                        return
                 except Exception as exc:
-                    result = SendResult("retry", f"unexpected error: {exc!r}")
-                self._settle(batch, result)
+                    delay = self._survive(exc)
+                    with self._cond:  # whatever failed, never spin: wait out the backoff (or a stop)
+                        self._cond.wait_for(lambda: self._stopping, delay)
+                    session = self._fresh_session(session)
         finally:
             session.close()
+
+    def _fresh_session(self, old: requests.Session) -> requests.Session:
+        """A new HTTP session after an unexpected error (the old one may be what broke); the old one if none can be made."""
+        try:
+            new = self._session_factory()
+        except Exception as exc:
+            log.debug("alert sender for %s: no new HTTP session: %s", self.name, _describe(exc))
+            return old
+        try:
+            old.close()
+        except Exception:
+            log.debug("closing an HTTP session failed", exc_info=True)
+        return new
+
+    def _run_once(self, session: requests.Session) -> bool:
+        """Send one batch when one is due; False when the worker should end."""
+        batch = self._wait_for_batch()
+        if batch is None:
+            return False
+        now = self._clock()
+        body: Any
+        if self.kind == "alertmanager":
+            body = alertmanager_body([i.notification for i in batch], now, self.valid_for_seconds)
+        else:
+            body = webhook_body(
+                [i.notification for i in batch], now, self.valid_for_seconds, "gpumon", self.external_url
+            )
+        try:
+            result = post_json(session, self.endpoint, body, self.retry.timeout_seconds, now, self.http)
+        except Exception as exc:
+            result = SendResult("retry", f"unexpected error: {exc!r}")
+        self._settle(batch, result)
+        return True
+
+    def _survive(self, exc: Exception) -> float:
+        """An exception escaped one round of the worker: log it once per distinct error, count it; the backoff."""
+        key = _describe(exc)
+        with self._cond:
+            self.stats.errors += 1
+            self._attempt += 1
+            try:
+                delay = self._backoff(self._attempt)
+            except Exception:
+                delay = self.retry.max_backoff_seconds
+            self._next_attempt_monotonic = time.monotonic() + delay
+            self._progress_monotonic = time.monotonic()
+            first = key not in self._errors_seen
+            if first and len(self._errors_seen) < _MAX_DISTINCT_ERRORS:
+                self._errors_seen.add(key)
+            self.stats.last_error = f"internal error: {key}"
+            count = self.stats.errors
+        if first:
+            log.error(
+                "alert sender for %s failed (%s); it goes on, retry in %.1f s (%d error(s) so far; this one is "
+                "logged once)",
+                self.name,
+                key,
+                delay,
+                count,
+                exc_info=exc,
+            )
+        else:
+            log.debug("alert sender for %s failed again: %s", self.name, key)
+        return delay
 
     def _wait_for_batch(self) -> list[_Item] | None:
         with self._cond:
@@ -418,6 +549,8 @@ class Receiver:
     def _settle(self, batch: list[_Item], result: SendResult) -> None:
         with self._cond:
             n = len(batch)
+            self._progress_monotonic = time.monotonic()
+            self.stats.last_attempt_at = self._clock()
             if result.outcome == "retry":
                 self._attempt += 1
                 delay = self._backoff(self._attempt)
@@ -443,7 +576,8 @@ class Receiver:
                 log.error("%s refused %d alert(s) (%s); they are dropped, not retried", self.name, n, result.detail)
             else:
                 self.stats.outcomes["sent"] += n
-                self.stats.last_success_at = self._clock()
+                self.stats.last_success_at = self.stats.last_attempt_at
+                self.stats.last_error = ""
             for item in batch:
                 current = self._items.get(item.notification.fingerprint)
                 if current is not None and current.seq == item.seq:
@@ -451,9 +585,39 @@ class Receiver:
         self._on_change()
 
     def _backoff(self, attempt: int) -> float:
-        """Exponential with 'equal jitter': half the step fixed, half random."""
-        step = min(self.retry.max_backoff_seconds, self.retry.initial_backoff_seconds * 2.0 ** (attempt - 1))
+        """Exponential with 'equal jitter': half the step fixed, half random (any attempt number)."""
+        exponent = min(max(attempt - 1, 0), MAX_BACKOFF_EXPONENT)
+        step = min(self.retry.max_backoff_seconds, self.retry.initial_backoff_seconds * 2.0**exponent)
         return float(step / 2 + self._rng() * step / 2)
+
+
+def sender_metric_families(receivers: Sequence[Receiver]) -> list[Metric]:
+    """``gpumon_alert_sender_up``, ``…_errors_total`` and ``…_last_attempt_timestamp_seconds`` per receiver.
+
+    Self metrics about the delivery threads; deliberately not part of ``/ready`` (a receiver
+    that is down must not make the exporter unready)."""
+    up = GaugeMetricFamily(
+        "gpumon_alert_sender_up",
+        "1 when the receiver's sender thread runs and makes delivery attempts; 0 when it stopped or is stuck "
+        f"(alerts queued and no attempt for {STUCK_AFTER_BACKOFFS} x (max_backoff + timeout) past its planned retry).",
+        labels=["receiver"],
+    )
+    errors = CounterMetricFamily(
+        "gpumon_alert_sender_errors",
+        "Unexpected errors the receiver's sender thread survived (a bug: see the log; logged once per distinct error).",
+        labels=["receiver"],
+    )
+    last = GaugeMetricFamily(
+        "gpumon_alert_sender_last_attempt_timestamp_seconds",
+        "Unix time of the sender thread's last delivery attempt (or its start).",
+        labels=["receiver"],
+    )
+    for r in receivers:
+        up.add_metric([r.name], 1.0 if r.health().up else 0.0)
+        errors.add_metric([r.name], r.stats.errors)
+        if r.stats.last_attempt_at is not None:
+            last.add_metric([r.name], r.stats.last_attempt_at)
+    return [up, errors, last]
 
 
 def replace_status(n: Notification, status: str, ends_at: float | None) -> Notification:

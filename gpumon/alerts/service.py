@@ -32,7 +32,7 @@ from gpumon.alerts.builtin import xid_action_from_catalog
 from gpumon.alerts.burn_marker import BurnMarkerReader
 from gpumon.alerts.config import AlertingConfig, ReceiverHttp
 from gpumon.alerts.engine import Alert, AlertEngine, BurnHoldBack
-from gpumon.alerts.notify import Notification, Receiver, replace_status
+from gpumon.alerts.notify import Notification, Receiver, replace_status, sender_metric_families
 from gpumon.alerts.spool import Spool
 from gpumon.events.model import XidEvent
 from gpumon.snapshot import Snapshot
@@ -207,6 +207,7 @@ class AlertService:
                 "notifications": dict(r.stats.outcomes),
                 "last_error": r.stats.last_error,
                 "last_success_at": r.stats.last_success_at,
+                **r.sender_json(),
             }
             for r in receivers
         ]
@@ -447,6 +448,7 @@ class AlertCollector:
             queue.add_metric([r.name], r.queue_length())
         yield sent
         yield queue
+        yield from sender_metric_families(receivers)
         yield CounterMetricFamily(
             "gpumon_alert_evaluation_errors", "Alert evaluations that failed (a bug: see the log).", value=errors
         )

@@ -23,7 +23,8 @@ class NvmlUnavailableError(BackendError):
 
 
 class GpuLostError(BackendError):
-    """The GPU no longer answers (GPU_IS_LOST, UNKNOWN, RESET_REQUIRED, fallen off the bus)."""
+    """The GPU no longer answers: NVML says so (GPU_IS_LOST, RESET_REQUIRED, GPU_NOT_FOUND, fallen off the
+    bus) or its liveness reads keep failing. One field answering UNKNOWN is that field's error, not this."""
 
     def __init__(self, index: int, reason: str) -> None:
         super().__init__(f"GPU {index} lost: {reason}")

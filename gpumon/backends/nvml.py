@@ -12,9 +12,16 @@ watts (NVML: mW), joules (mJ), hertz (MHz), ratios 0-1 (percent), seconds (ns).
 * NOT_SUPPORTED, FUNCTION_NOT_FOUND and NOT_FOUND mean "absent": the reader (or the single
   call inside it) is remembered per GPU and never asked again; its fields are omitted.
   (A failed call costs ~160 µs on an H200, far more than a successful one.)
-* GPU_IS_LOST, UNKNOWN, RESET_REQUIRED, GPU_NOT_FOUND: ``GpuLostError``. The next read of
-  that GPU re-acquires its handle (nvmlDeviceGetHandleByIndex), checks the UUID and re-probes
-  everything, so a GPU that comes back after a reset reports again.
+* GPU_IS_LOST, RESET_REQUIRED, GPU_NOT_FOUND (NVML says the GPU is gone): ``GpuLostError``.
+  The next read of that GPU re-acquires its handle (nvmlDeviceGetHandleByIndex), checks the
+  UUID and re-probes everything, so a GPU that comes back after a reset reports again.
+* The GPU is also lost when its liveness reads fail ``LIVENESS_FAILURES_LOST`` (3) FAST reads
+  in a row: memory info and utilization (``LIVENESS_READERS``), the two calls every GPU
+  answers; a read where at least one of them answers proves the GPU alive. A GPU that was
+  lost must pass its liveness reads once before it counts as up again (no flapping).
+* UNKNOWN (and any other error of one call) is that reader's error, not a lost GPU: its
+  fields are left out of the read, the rest of the read is kept, and it is counted per GPU
+  and reader (``read_errors()``) and per tier (``take_errors()``).
 * UNINITIALIZED, DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH: ``NvmlUnavailableError`` (NVML
   itself is gone, e.g. the driver was upgraded under us): the caller should shut down and
   ``init()`` again with backoff.
@@ -65,9 +72,12 @@ NVML_ERROR_GPU_NOT_FOUND = 28
 NVML_ERROR_UNKNOWN = 999
 
 UNSUPPORTED_CODES = frozenset({NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND, NVML_ERROR_NOT_FOUND})
-LOST_CODES = frozenset(
-    {NVML_ERROR_GPU_IS_LOST, NVML_ERROR_UNKNOWN, NVML_ERROR_RESET_REQUIRED, NVML_ERROR_GPU_NOT_FOUND}
-)
+LOST_CODES = frozenset({NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED, NVML_ERROR_GPU_NOT_FOUND})
+"""NVML's own word that a GPU is gone. UNKNOWN is not one: it is one call's error."""
+LIVENESS_READERS = frozenset({"memory", "utilization"})
+"""FAST readers whose calls (nvmlDeviceGetMemoryInfo, nvmlDeviceGetUtilizationRates) every GPU answers."""
+LIVENESS_FAILURES_LOST = 3
+"""FAST reads in a row in which every liveness reader failed that make a GPU lost."""
 NVML_GONE_CODES = frozenset(
     {NVML_ERROR_UNINITIALIZED, NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIB_RM_VERSION_MISMATCH}
 )
@@ -175,6 +185,8 @@ class _Gpu:
     """The last reasons bitmask read and its decoded form (shared by snapshots: never mutated)."""
     memory_v1: bool = False
     process_util_timestamp: int = 0
+    liveness_failures: int = 0
+    """FAST reads in a row in which every liveness reader failed (kept across a re-acquired handle)."""
 
     def reset_caches(self) -> None:
         self.unsupported = set()
@@ -203,6 +215,7 @@ class NvmlBackend:
         self._inited = False
         self._gpus: dict[int, _Gpu] = {}
         self._errors: Counter[str] = Counter()
+        self._reader_errors: Counter[tuple[int, str]] = Counter()
         self._gpm = GpmSampler(pynvml)
         self._memory_temp_field = int(getattr(pynvml, "NVML_FI_DEV_MEMORY_TEMP", _FI_DEV_MEMORY_TEMP))
         self._stop = threading.Event()
@@ -304,6 +317,7 @@ class NvmlBackend:
                     gpus[index] = _Gpu(index=index, handle=None, uuid=None, confirmed=False, lost_reason=str(exc))
             self._gpus = gpus
             self._errors = Counter()
+            self._reader_errors = Counter()
             self._gpm = GpmSampler(nv)
             self._stop.clear()
             self._inited = True
@@ -365,7 +379,7 @@ class NvmlBackend:
         errors leave a partial result and an entry for ``take_errors()``.
         """
         g = self._gpu_for_read(index)
-        out = self._run_readers(g, tier, self._readers.get(tier, ()))
+        out = self._run_readers(g, tier, self._readers.get(tier, ()), check_liveness=tier is Tier.FAST)
         if not g.confirmed:
             with self._lock:
                 g.confirmed = True
@@ -384,6 +398,17 @@ class NvmlBackend:
         with self._lock:
             errors, self._errors = self._errors, Counter()
         return dict(errors)
+
+    def read_errors(self) -> dict[tuple[int, str, str], int]:
+        """Reader errors since init by (GPU index, UUID, reader name), cumulative (never reset).
+
+        Exported as ``gpumon_read_errors_total{gpu, uuid, reader}``: which fields of which GPU
+        failed (UNKNOWN, TIMEOUT, ...) and how often, without marking the GPU lost.
+        """
+        with self._lock:
+            counts = dict(self._reader_errors)
+            uuids = {i: g.uuid or "" for i, g in self._gpus.items()}
+        return {(index, uuids.get(index, ""), name): n for (index, name), n in counts.items()}
 
     def gpm_supported(self, index: int) -> bool | None:
         """Whether GPU ``index`` offers NVML GPM profiling metrics; None until a FAST read probed it."""
@@ -493,19 +518,47 @@ class NvmlBackend:
         if was_up:
             log.warning("GPU %d (%s) lost: %s", g.index, g.uuid, reason)
 
-    def _run_readers(self, g: _Gpu, tier: Tier, readers: Iterable[tuple[str, Reader]]) -> dict[str, Any]:
-        """Run ``readers`` on ``g``, skipping the unsupported ones; each failure is sorted by _reader_failed."""
+    def _run_readers(
+        self, g: _Gpu, tier: Tier, readers: Iterable[tuple[str, Reader]], *, check_liveness: bool = False
+    ) -> dict[str, Any]:
+        """Run ``readers`` on ``g``, skipping the unsupported ones; each failure is sorted by _reader_failed.
+
+        ``check_liveness`` (a whole FAST read): when every liveness reader that ran failed, count
+        it; LIVENESS_FAILURES_LOST in a row (or one, while the GPU is not yet confirmed after a
+        loss) make the GPU lost.
+        """
         out: dict[str, Any] = {}
         unsupported = g.unsupported
         h = g.handle  # one handle for the whole read: if the GPU is lost meanwhile, NVML says so
+        live_ran = live_failed = 0
+        live_error = ""
         for name, reader in readers:
             if name in unsupported:
                 continue
+            liveness = check_liveness and name in LIVENESS_READERS
             try:
                 out.update(reader(g, h))
             except Exception as exc:
                 self._reader_failed(g, tier, name, exc)
+                if liveness and name not in g.unsupported:
+                    live_failed += 1
+                    live_error = live_error or f"{name}: {exc}"
+            if liveness and name not in g.unsupported:
+                live_ran += 1
+        if live_ran:
+            self._check_liveness(g, live_ran == live_failed, live_error)
         return out
+
+    def _check_liveness(self, g: _Gpu, failed: bool, error: str) -> None:
+        """Count FAST reads in a row whose liveness reads all failed; raise GpuLostError at the limit."""
+        if not failed:
+            g.liveness_failures = 0
+            return
+        g.liveness_failures += 1
+        if g.liveness_failures >= LIVENESS_FAILURES_LOST or not g.confirmed:
+            reason = f"{error} ({g.liveness_failures} read(s) in a row without an answer to its liveness reads)"
+            self._mark_lost(g, reason)
+            raise GpuLostError(g.index, reason)
 
     def _reader_failed(self, g: _Gpu, tier: Tier, name: str, exc: Exception) -> None:
         """Sort a reader's exception: unsupported (remember), lost / NVML gone (raise), else count it."""
@@ -539,6 +592,7 @@ class NvmlBackend:
             log.debug("%s", message)
         with self._lock:
             self._errors[tier.value] += 1
+            self._reader_errors[(g.index, name)] += 1
 
     def _opt(self, g: _Gpu, key: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, or None when this single call is unsupported on this GPU (remembered)."""

@@ -1,4 +1,7 @@
-"""XIDs already in the kernel log since boot, read once when gpumon starts.
+"""XIDs in the kernel log: the line parser, and a one-off read of the log since boot.
+
+The daemon follows the log for as long as it runs (``gpumon.events.kernel_follow``);
+``read_boot_xids`` reads it once (tools and tests).
 
 The NVIDIA driver logs every XID as a kernel message, e.g.::
 
@@ -46,7 +49,8 @@ _XID_RE = re.compile(
 )
 _PID_RE = re.compile(r"^pid=(?P<pid>'[^']*'|[^,\s]*),\s?(?P<rest>.*)$")
 _NAME_RE = re.compile(r"^name=(?P<name>[^,]*),\s?(?P<rest>.*)$")
-_KMSG_RE = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
+KMSG_RECORD_RE = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
+"""A /dev/kmsg record: priority, sequence number, µs since boot, flags; the message."""
 _DMESG_RE = re.compile(r"^\[\s*(?P<sec>\d+)\.(?P<frac>\d+)\]\s?(?P<msg>.*)$")
 _ISO_RE = re.compile(
     r"^(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)\s(?P<msg>.*)$"
@@ -139,7 +143,7 @@ def parse_log_line(line: str, boot_time_seconds: float, now_seconds: float) -> X
     try:
         timestamp = now_seconds
         message = line
-        if m := _KMSG_RE.match(line):
+        if m := KMSG_RECORD_RE.match(line):
             timestamp = boot_time_seconds + int(m.group("usec")) / 1e6
             message = m.group("msg")
         elif m := _DMESG_RE.match(line):
@@ -237,7 +241,7 @@ def read_kmsg(path: Path, boot_time_seconds: float) -> list[XidEvent]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
-        raise _SourceError(f"{path}: {_reason(exc)}") from exc
+        raise _SourceError(f"{path}: {os_error_reason(exc)}") from exc
     chunks: list[bytes] = []
     try:
         for _ in range(_MAX_RECORDS):
@@ -250,7 +254,7 @@ def read_kmsg(path: Path, boot_time_seconds: float) -> list[XidEvent]:
             except OSError as exc:
                 if exc.errno == errno.EINTR:
                     continue
-                raise _SourceError(f"{path}: {_reason(exc)}") from exc
+                raise _SourceError(f"{path}: {os_error_reason(exc)}") from exc
             if not data:
                 break  # a regular file (tests) ends with EOF
             chunks.append(data)
@@ -278,7 +282,7 @@ def read_journal(command: Sequence[str], timeout_seconds: float) -> list[XidEven
     except subprocess.TimeoutExpired as exc:
         raise _SourceError(f"{command[0]}: no answer within {timeout_seconds:g} s") from exc
     except OSError as exc:
-        raise _SourceError(f"{command[0]}: {_reason(exc)}") from exc
+        raise _SourceError(f"{command[0]}: {os_error_reason(exc)}") from exc
     stderr = proc.stderr.strip()
     if proc.returncode != 0:
         first = stderr.splitlines()[0] if stderr else f"exit status {proc.returncode}"
@@ -334,7 +338,8 @@ def read_boot_xids(
     return result
 
 
-def _reason(exc: OSError) -> str:
+def os_error_reason(exc: OSError) -> str:
+    """A short reason for an OSError opening or reading a log: "permission denied", "does not exist", ..."""
     if exc.errno in (errno.EPERM, errno.EACCES):
         return "permission denied"
     if exc.errno == errno.ENOENT:

@@ -4,11 +4,14 @@ The poller copies ``counts`` / ``last_timestamps`` into ``GpuSnapshot.xid_errors
 and ``xid_last_timestamp_seconds`` (exported as ``gpumon_xid_errors_total`` — a
 counter, repeats counted — and ``gpumon_xid_last_timestamp_seconds``).
 
-No double counting. The backfill reads the kernel log once at start; the event thread
-sees XIDs live from the moment it waits. An XID that happens after gpumon started is
-counted by the event thread, so a kernel-log event stamped at or after ``live_since``
-(the daemon's start time) is not counted again, whichever of the two arrives first.
-A kernel-log XID from before the start is counted once.
+No double counting. Two sources report XIDs: NVML's event thread (while NVML is up and
+the GPU supports XID events) and the kernel log, followed from boot for as long as gpumon
+runs (``KernelLogFollower``). An XID seen by both is counted once: an event is not
+counted when an event of the *other* source, of the same GPU and code, within
+``PAIR_WINDOW_SECONDS``, was counted and not yet paired; the two are then a pair. Pairing
+is one to one, so a burst of n XIDs seen by both sources counts n, whichever source
+reports first, and an XID only one source saw (before NVML came up, on a GPU without
+NVML events, while NVML was down) is counted from that source.
 
 Events that carry only a PCI bus id (kernel log) are matched to a GPU index through
 the map given to ``set_gpus``. Events of a bus id no known GPU has are counted under
@@ -20,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -31,6 +35,19 @@ log = logging.getLogger(__name__)
 
 XidListener = Callable[[XidEvent], None]
 _MAX_UNMATCHED = 10_000
+PAIR_WINDOW_SECONDS = 10.0
+"""An NVML event and a kernel-log line of the same GPU and code this close in time are one XID."""
+_MAX_UNPAIRED = 256
+"""Counted events kept per (source, code) for pairing."""
+
+
+@dataclass
+class _Seen:
+    """A counted event, waiting for its twin from the other source."""
+
+    keys: frozenset[tuple[str, object]]
+    timestamp_seconds: float
+    paired: bool = False
 
 
 @dataclass
@@ -48,7 +65,7 @@ class XidTracker:
     """Thread-safe XID counts by GPU index (None: a GPU gpumon does not know) and code."""
 
     def __init__(self, live_since_seconds: float, logger: logging.Logger | None = None) -> None:
-        """``live_since_seconds``: Unix time from which the event thread watches (the daemon's start)."""
+        """``live_since_seconds``: Unix time the daemon started (earlier kernel-log XIDs are "since boot")."""
         self._live_since = live_since_seconds
         self._log = logger or log
         self._lock = threading.Lock()
@@ -56,6 +73,8 @@ class XidTracker:
         self._by_gpu: dict[int | None, _Counts] = {}
         self._unmatched: list[XidEvent] = []
         self._listeners: list[XidListener] = []
+        self._seen: dict[tuple[str, int], deque[_Seen]] = {}
+        """(source, code) -> recent counted events of that source, for pairing with the other source."""
 
     # ---- inputs --------------------------------------------------------------
     def set_gpus(self, bus_to_index: Mapping[str, int]) -> None:
@@ -100,16 +119,25 @@ class XidTracker:
         return self._record(event, warn_unmatched=True)
 
     def _record(self, event: XidEvent, warn_unmatched: bool) -> bool:
-        if event.source == "kernel_log" and event.timestamp_seconds >= self._live_since:
-            self._log.debug(
-                "XID %d from the kernel log at %.3f is counted by the event thread", event.xid, event.timestamp_seconds
-            )
-            return False
         bus = normalize_bus_id(event.pci_bus_id) if event.pci_bus_id else None
         with self._lock:
             index = event.gpu_index
             if index is None and bus is not None:
                 index = self._bus_to_index.get(bus)
+            keys = frozenset(k for k in (("gpu", index), ("bus", bus)) if k[1] is not None)
+            twin = self._twin(event, keys)
+            if twin is not None:
+                twin.paired = True
+                self._log.debug(
+                    "XID %d from %s at %.3f is already counted from the other source",
+                    event.xid,
+                    event.source,
+                    event.timestamp_seconds,
+                )
+                return False
+            self._seen.setdefault((event.source, event.xid), deque(maxlen=_MAX_UNPAIRED)).append(
+                _Seen(keys, event.timestamp_seconds)
+            )
             attributed = dataclasses.replace(event, gpu_index=index, pci_bus_id=bus or event.pci_bus_id)
             self._by_gpu.setdefault(index, _Counts()).add(attributed)
             if index is None and len(self._unmatched) < _MAX_UNMATCHED:
@@ -127,6 +155,22 @@ class XidTracker:
             except Exception:  # a listener's bug must not stop the event thread
                 self._log.exception("XID listener failed")
         return True
+
+    def _twin(self, event: XidEvent, keys: frozenset[tuple[str, object]]) -> _Seen | None:
+        """A counted, unpaired event of another source for the same GPU and code close in time (lock held)."""
+        if not keys:
+            return None
+        for (source, code), seen in self._seen.items():
+            if code != event.xid or source == event.source:
+                continue
+            for candidate in seen:
+                if (
+                    not candidate.paired
+                    and candidate.keys & keys
+                    and abs(candidate.timestamp_seconds - event.timestamp_seconds) <= PAIR_WINDOW_SECONDS
+                ):
+                    return candidate
+        return None
 
     def record_all(self, events: list[XidEvent]) -> int:
         """Record the kernel-log backfill; returns how many were counted. One log line per unknown bus id."""

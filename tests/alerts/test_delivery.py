@@ -4,17 +4,33 @@ A local http.server on 127.0.0.1 plays the receiver; waits poll a condition with
 
 from __future__ import annotations
 
+import json
+import logging
 import ssl
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
-from gpumon.alerts.config import AlertingConfig
+from gpumon.alerts.config import AlertingConfig, RetryConfig
+from gpumon.alerts.notify import Notification, Receiver
 from gpumon.alerts.service import AlertService
-from tests.alerts.helpers import UUID0, FakeClock, TestReceiver, alerting, free_port, gpu, snap, wait_for
+from tests.alerts.helpers import (
+    UUID0,
+    FakeClock,
+    TestReceiver,
+    alerting,
+    free_port,
+    gpu,
+    needs_alertmanager,
+    run_alertmanager,
+    snap,
+    wait_for,
+)
 from tests.pki import Pki
 
 FAST_RETRY = {"initial_backoff": "50ms", "max_backoff": "200ms", "timeout": "500ms"}
@@ -262,3 +278,129 @@ def test_https_webhook_whose_certificate_is_not_trusted_is_retried_with_the_reas
     assert r["last_error"].startswith("TLS failed: certificate verify failed: ") and "set ca_file" in r["last_error"]
     assert r["queue_length"] == 1
     assert not tls_receiver.received
+
+
+# ---- a sender that never dies, and says when it is stuck -------------------------------------------
+def metric(service: AlertService, name: str, **labels: str) -> float | None:
+    """The value of one sample of the alert collector's metrics, None when absent."""
+    for family in service.collector().collect():
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return None
+
+
+def cli_output(service: AlertService, capsys: pytest.CaptureFixture[str]) -> str:
+    from rich.console import Console
+
+    from gpumon.alerts import cli
+
+    status, _, body = service.routes()["/api/alerts"]()
+    assert status == 200
+    capsys.readouterr()
+    cli.print_table(Console(width=200), json.loads(body))
+    return capsys.readouterr().out
+
+
+@needs_alertmanager
+@pytest.mark.integration
+def test_alertmanager_down_for_thousands_of_attempts_then_up_gets_the_alert_once(
+    tmp_path: Path, services: list[AlertService]
+) -> None:
+    """More than 1,024 failed deliveries (2.0 ** 1024 overflowed the backoff) and the sender still delivers."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    retry = {"initial_backoff": "1ms", "max_backoff": "2ms", "timeout": "1s"}
+    service = start(services, config(alertmanagers=[url], retry=retry), tmp_path)
+    fire(service)
+    wait_for(lambda: service.receivers()[0]["notifications"]["failed"] > 2000, 120, what="> 2,000 failed attempts")
+    assert metric(service, "gpumon_alert_notifications_total", receiver=url, outcome="failed") > 2000  # type: ignore[operator]
+    [r] = service.receivers()
+    assert r["sender"] == "up" and r["sender_errors"] == 0 and "connection failed" in r["last_error"]
+    assert metric(service, "gpumon_alert_sender_up", receiver=url) == 1.0
+    hook = TestReceiver().start()
+    try:
+        with run_alertmanager(tmp_path, hook.url, port) as am:
+            [alert] = wait_for(am.alerts, 15, what="the alert in Alertmanager")
+            assert alert["labels"]["alertname"] == "GpuHot"
+            wait_for(hook.alerts, 10, what="Alertmanager's notification")
+            time.sleep(1.5)  # a duplicate would be notified within group_interval (1 s)
+            assert [a["labels"]["alertname"] for a in hook.alerts()] == ["GpuHot"], "notified exactly once"
+            [r] = service.receivers()
+            assert r["queue_length"] == 0 and r["notifications"]["sent"] == 1
+            assert r["last_error"] == "", "a success clears the last error"
+    finally:
+        hook.stop()
+
+
+def test_an_exception_inside_the_sender_is_logged_once_counted_and_the_sender_goes_on(
+    receiver: TestReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken_on_change() -> None:
+        raise RuntimeError("spool trigger broke")
+
+    r = Receiver(
+        "alertmanager",
+        receiver.url,
+        retry=RetryConfig(0.01, 0.02, 1.0),
+        capacity=10,
+        valid_for_seconds=240,
+        on_change=broken_on_change,
+    )
+    r.start()
+    try:
+        for n in range(3):
+            r.enqueue(Notification(f"fp{n}", "firing", {"alertname": f"A{n}"}, {}, time.time()), time.time())
+            wait_for(lambda n=n: len(receiver.alerts()) == n + 1, 5, what=f"alert {n} delivered after the error")
+        wait_for(lambda: r.stats.errors == 3, 5, what="three errors counted")
+        assert r.health().state == "up"
+        assert r.stats.outcomes["sent"] == 3
+    finally:
+        r.stop(2)
+    logged = [rec for rec in caplog.records if "alert sender for" in rec.getMessage()]
+    assert len(logged) == 1 and logged[0].levelno == logging.ERROR, "one line per distinct error, not per attempt"
+    assert "RuntimeError: spool trigger broke" in logged[0].getMessage()
+
+
+def test_the_backoff_is_capped_for_any_number_of_attempts() -> None:
+    r = Receiver("webhook", "http://127.0.0.1:9/", RetryConfig(0.001, 0.002, 1.0), 10, 240, rng=lambda: 1.0)
+    assert [r._backoff(n) for n in (1, 2, 1025, 10**9)] == [0.001, 0.002, 0.002, 0.002]
+
+
+class _HangingSession(requests.Session):
+    """A session whose POST hangs until released (as a receiver that never answers and ignores timeouts)."""
+
+    release = threading.Event()
+
+    def post(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        self.release.wait(30)
+        raise requests.ConnectionError("released")
+
+
+def test_a_stuck_sender_shows_in_metrics_api_and_cli_but_not_as_down(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    cfg = config(alertmanagers=[url], retry={"initial_backoff": "10ms", "max_backoff": "50ms", "timeout": "50ms"})
+    service = AlertService(cfg, tmp_path, host="node1")
+    _HangingSession.release.clear()
+    [receiver] = service._receivers.values()
+    receiver._session_factory = _HangingSession
+    service.start()
+    try:
+        assert metric(service, "gpumon_alert_sender_up", receiver=url) == 1.0
+        fire(service)
+        wait_for(lambda: service.receivers()[0]["sender"] == "stuck", 5, what="the sender seen stuck")
+        [r] = service.receivers()
+        assert r["sender_problem"].startswith("no delivery attempt for ") and "1 alert(s) queued" in r["sender_problem"]
+        assert metric(service, "gpumon_alert_sender_up", receiver=url) == 0.0
+        assert metric(service, "gpumon_alert_sender_last_attempt_timestamp_seconds", receiver=url) is not None
+        out = cli_output(service, capsys)
+        assert f"receiver {url}: 1 queued, sender stuck (no delivery attempt for" in out
+        _HangingSession.release.set()
+        wait_for(lambda: service.receivers()[0]["sender"] == "up", 5, what="the sender up again")
+        assert metric(service, "gpumon_alert_sender_up", receiver=url) == 1.0
+    finally:
+        _HangingSession.release.set()
+        service.stop(2)
+    assert service.receivers()[0]["sender"] == "stopped"
