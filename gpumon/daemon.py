@@ -36,6 +36,7 @@ from gpumon.exporter.collector import GpumonCollector, SelfStats
 from gpumon.exporter.dcgm import DcgmCompatCollector
 from gpumon.exporter.server import MetricsServer, json_response
 from gpumon.exporter.webconfig import WebConfigWatcher, server_factory
+from gpumon.findings.service import HealthService
 from gpumon.poller import Poller, PollIntervals
 from gpumon.processes import ProcessEnricher
 from gpumon.snapshot import to_jsonable
@@ -107,6 +108,9 @@ class Daemon:
         )
         self.store.subscribe(self.alerts.on_snapshot)
         self.tracker.subscribe(self.alerts.on_xid)
+        self.health = HealthService(config.state_dir, self.catalog, config.health, clock=wall_clock)
+        self.store.subscribe(self.health.on_snapshot)
+        self.tracker.subscribe(self.health.on_xid)
         self.collector = GpumonCollector(
             self.store,
             intervals_of(config),
@@ -116,6 +120,7 @@ class Daemon:
         )
         self.collector.add("alerts", self.alerts.collector())
         self.collector.add("burn", BurnResultsCollector(config.state_dir))
+        self.collector.add("health", self.health.collector())
         if "dcgm" in config.exporter.compat:
             self.collector.add("dcgm", DcgmCompatCollector(self.store, hostname(), self.catalog))
         self.web = WebConfigWatcher(config.web_config_file) if config.web_config_file else None
@@ -132,6 +137,7 @@ class Daemon:
             rate_limit=web.allow_request if web else None,
         )
         self.server.add_route("/api/snapshot", self._snapshot_route)
+        self.server.add_route("/api/health", lambda: json_response(self.health.report().to_json()))
         for path, route in self.alerts.routes().items():
             self.server.add_route(path, route)
         self.scheduler = BackgroundScheduler(
