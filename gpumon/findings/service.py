@@ -22,7 +22,7 @@ from gpumon.findings.burn_results import burn_findings
 from gpumon.findings.config import HealthConfig
 from gpumon.findings.gpu_state import snapshot_findings
 from gpumon.findings.inventory import Inventory, complete, drift, inventory_of, pci_gpus
-from gpumon.findings.model import STATUSES, HealthReport, verdict
+from gpumon.findings.model import HealthReport, verdict
 from gpumon.findings.xid_lifecycle import Clear, XidLifecycle, XidPolicy
 from gpumon.snapshot import Snapshot
 from gpumon.state.files import health_dir, read_json, write_json
