@@ -28,6 +28,7 @@ Pure and clock-free: events, snapshots, boot ids and operator clears come in; fi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,7 +83,7 @@ class Clear:
 
 def _short(meaning: str) -> str:
     """``GPU has fallen off the bus (it no longer ...)`` -> ``fallen off the bus``."""
-    short = meaning.split(" (")[0]
+    short = re.sub(r" \([^)]*\)", "", meaning)
     for lead in ("GPU has ", "GPU "):
         if short.startswith(lead):
             return short[len(lead) :]
@@ -283,7 +284,7 @@ class XidLifecycle:
         faulted = {(f["gpu"], f["xid"]) for f in self.faults}
         transient: dict[tuple[int, int], list[dict[str, Any]]] = {}
         for e in self.recent:
-            if e.get("deferred") or (e["gpu"], e["xid"]) in faulted:
+            if e.get("deferred") or e.get("resolved") or (e["gpu"], e["xid"]) in faulted:
                 continue
             if now_seconds - e["ts"] > self.policy.transient_window_seconds:
                 continue
@@ -331,6 +332,9 @@ class XidLifecycle:
         for f in self.faults:
             if match(f):
                 self.resolved.append({**f, "resolved_by": how, **({"resolved_seconds": at} if at else {})})
+                for e in self.recent:  # still counted for escalation, no longer shown
+                    if e["gpu"] == f["gpu"] and e["xid"] == f["xid"]:
+                        e["resolved"] = True
                 self.changed = True
             else:
                 keep.append(f)
