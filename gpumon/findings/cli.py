@@ -138,7 +138,9 @@ def local_report(config: Config, state_dir: Path, *, kernel_log: bool = True) ->
         backend = make_backend(config.backend, config.fake_gpus)
     except ScenarioError as exc:
         raise BackendProblem(str(exc)) from exc
-    service = HealthService(state_dir, XidCatalog.load(config.xid_catalog), _health_config(config))
+    service = HealthService(
+        state_dir, XidCatalog.load(config.xid_catalog), _health_config(config), simulated=backend.name == "fake"
+    )
     snapshot = Poller(backend, SnapshotStore()).poll()
     service.on_snapshot(snapshot)
     tracker = XidTracker(live_since_seconds=time.time(), logger=logging.getLogger("gpumon.xid"))

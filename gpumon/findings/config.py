@@ -44,7 +44,8 @@ class SlurmConfig:
 @dataclass(frozen=True)
 class HealthConfig:
     expected_gpu_count: int | None = None
-    sysfs_root: Path = Path("/sys")
+    sysfs_root: Path | None = None
+    """Where to look for GPUs on the PCI bus; None: /sys, except with simulated GPUs (not checked)."""
     boot_id_path: Path = Path("/proc/sys/kernel/random/boot_id")
     defer_window_seconds: float = 60.0
     transient_window_seconds: float = 3600.0

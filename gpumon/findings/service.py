@@ -79,9 +79,12 @@ class HealthService:
         config: HealthConfig | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        simulated: bool = False,
     ) -> None:
+        """``simulated``: the GPUs are the fake backend's, so the host's PCI bus is not theirs."""
         self.state_dir = Path(state_dir)
         self.config = config or HealthConfig()
+        self._sysfs = self.config.sysfs_root or (None if simulated else Path("/sys"))
         self._clock = clock
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
@@ -146,7 +149,10 @@ class HealthService:
             findings += burn_findings(self.state_dir, clears)
             if snapshot is not None:
                 findings += drift(
-                    self.baseline, snapshot, pci_gpus(self.config.sysfs_root), self.config.expected_gpu_count
+                    self.baseline,
+                    snapshot,
+                    pci_gpus(self._sysfs) if self._sysfs is not None else None,
+                    self.config.expected_gpu_count,
                 )
             self._save()
         gpus = [(g.index, g.uuid) for g in snapshot.gpus] if snapshot is not None else []
