@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpumon.backends.nvml import NvmlBackend
+from gpumon.events.kernel_log import normalize_bus_id
 from gpumon.findings.inventory import pci_gpus
 from gpumon.poller import Poller
 from gpumon.store import SnapshotStore
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.gpu
 
 def test_every_nvidia_gpu_in_sysfs_is_listed_by_nvml(backend: NvmlBackend) -> None:
     snapshot = Poller(backend, SnapshotStore()).poll()
-    nvml = sorted(g.pci_bus_id or "" for g in snapshot.gpus)
+    nvml = sorted(normalize_bus_id(g.pci_bus_id or "") or "" for g in snapshot.gpus)
     assert pci_gpus(Path("/sys")) == nvml
 
 
