@@ -8,6 +8,7 @@ Everything lives in one scratch directory; daemons are stopped by the pids in th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -177,7 +178,5 @@ def stop(cluster: SlurmCluster) -> None:
                 break
             time.sleep(0.05)
         else:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
