@@ -14,13 +14,14 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.helpers import free_port, wait_for
 
-BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "sbatch", "squeue")
+BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "sbatch", "squeue", "scancel", "sinfo")
 NODE = "g1"
 PARTITION = "gpu"
 
@@ -109,6 +110,16 @@ def start(base: Path) -> SlurmCluster:
     for sub in ("state", "spool"):
         (base / sub).mkdir(exist_ok=True)
     conf = base / "slurm.conf"
+    prolog = base / "prolog.sh"
+    prolog.write_text(
+        f"""#!/bin/sh
+# Runs for every job; does something only while a test has written {base / "prolog.args"}.
+[ -f {base / "prolog.args"} ] || exit 0
+export SLURM_CONF={conf}
+exec {sys.executable} -m gpumon health --slurm-prolog $(cat {base / "prolog.args"}) >> {base / "prolog.log"} 2>&1
+"""
+    )
+    prolog.chmod(0o755)
     conf.write_text(
         f"""ClusterName=gpumontest
 SlurmctldHost={host}(127.0.0.1)
@@ -132,6 +143,8 @@ ReturnToService=2
 SelectType=select/cons_tres
 SchedulerType=sched/builtin
 MinJobAge=300
+Prolog={prolog}
+PrologFlags=Alloc
 SlurmdTimeout=300
 MessageTimeout=5
 NodeName={NODE} NodeAddr=127.0.0.1 CPUs=1 State=UNKNOWN

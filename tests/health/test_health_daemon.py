@@ -22,7 +22,10 @@ def test_fault_seen_by_the_daemon_survives_a_restart_until_cleared(
     assert report["findings"][0]["evidence"]["lifecycle"] == "needs_reboot"
     metrics = daemon.metrics()
     assert f'gpumon_node_health_status{{action="reboot_node",reason="{REASON}"}} 2.0' in metrics
-    assert 'gpumon_health_status{action="none",gpu="0",reason="ok",uuid="GPU-fa4e0000-0000-4000-8000-000000000000"} 0.0' in metrics
+    assert (
+        'gpumon_health_status{action="none",gpu="0",reason="ok",uuid="GPU-fa4e0000-0000-4000-8000-000000000000"} 0.0'
+        in metrics
+    )
     assert f'gpumon_health_status{{action="reboot_node",gpu="1",reason="{REASON}"' in metrics
     daemon.stop()
 

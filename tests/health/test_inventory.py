@@ -81,15 +81,16 @@ def test_fewer_gpus_than_the_baseline(tmp_path: Path) -> None:
 def test_nvml_down_with_a_baseline_is_zero_gpus_seen() -> None:
     baseline = inventory_of(two_gpu_snapshot(), 0.0)
     down = Snapshot(timestamp_seconds=0, monotonic_seconds=0, nvml_up=False, nvml_error="Driver Not Loaded")
-    assert drift(baseline, down, None)[0].summary == "0 GPUs seen, 2 expected (missing: 00000000:18:00.0, 00000000:28:00.0); NVML: Driver Not Loaded"
+    assert (
+        drift(baseline, down, None)[0].summary
+        == "0 GPUs seen, 2 expected (missing: 00000000:18:00.0, 00000000:28:00.0); NVML: Driver Not Loaded"
+    )
 
 
 def test_link_and_version_drift() -> None:
     baseline = inventory_of(two_gpu_snapshot(), 0.0)
     links = {str(i): i != 7 for i in range(18)}
-    snapshot = two_gpu_snapshot(
-        nvlink_up=links, pcie_link_width=8, vbios_version="96.00.AF.00.02", p2p_status=()
-    )
+    snapshot = two_gpu_snapshot(nvlink_up=links, pcie_link_width=8, vbios_version="96.00.AF.00.02", p2p_status=())
     snapshot = dataclasses.replace(snapshot, host=dataclasses.replace(snapshot.host, driver_version="590.1"))
     found = {(f.kind, f.severity, f.gpu): f.summary for f in drift(baseline, snapshot, None)}
     assert found == {
@@ -98,7 +99,11 @@ def test_link_and_version_drift() -> None:
         ("p2p_lost", WARNING, 1): "P2P no longer works: 0:atomics, 0:nvlink, 0:read, 0:write",
         ("vbios_changed", WARNING, 1): "VBIOS 96.00.AF.00.02, baseline 96.00.AF.00.01 "
         "(gpumon health accept-inventory if intended)",
-        ("driver_changed", WARNING, None): "driver 590.1, baseline 580.159.04 (gpumon health accept-inventory if intended)",
+        (
+            "driver_changed",
+            WARNING,
+            None,
+        ): "driver 590.1, baseline 580.159.04 (gpumon health accept-inventory if intended)",
     }
 
 
@@ -120,7 +125,9 @@ def test_first_run_records_the_baseline_and_accept_inventory_replaces_it(tmp_pat
 
     accepted = run_cli("health", "accept-inventory", "--backend", "fake", "--fake-gpus", "1", "--state-dir", str(state))
     assert accepted.returncode == 0
-    assert accepted.stdout.strip() == "inventory accepted: 1 GPU(s), driver 580.159.04 (was 2 GPU(s), driver 580.159.04)"
+    assert (
+        accepted.stdout.strip() == "inventory accepted: 1 GPU(s), driver 580.159.04 (was 2 GPU(s), driver 580.159.04)"
+    )
     again = run_cli("health", "--local", "--backend", "fake", "--fake-gpus", "1", "--state-dir", str(state))
     assert again.returncode == 0, again.stdout
 
@@ -144,4 +151,6 @@ def test_gpumon_health_names_a_gpu_missing_from_nvml_in_a_fake_sysfs_tree(tmp_pa
 
     report = json.loads(done.stdout)
     assert report["status"] == "CRITICAL"
-    assert report["reason"] == "node GPU at PCI 00000000:38:00.0 is on the PCI bus but NVML does not list it: reboot node"
+    assert (
+        report["reason"] == "node GPU at PCI 00000000:38:00.0 is on the PCI bus but NVML does not list it: reboot node"
+    )

@@ -52,7 +52,10 @@ def test_the_plugin_command_as_npd_runs_it(tmp_path: Path, scenario: str, code: 
     """The rule's own args; the daemon URL answers nothing here, so the plugin polls (simulated) GPUs itself."""
     path = tmp_path / "scenario.yaml"
     path.write_text(scenario)
-    args = [a if not a.startswith("http://") else f"http://127.0.0.1:{free_port()}/api/health" for a in plugin_config()["rules"][0]["args"]]
+    args = [
+        a if not a.startswith("http://") else f"http://127.0.0.1:{free_port()}/api/health"
+        for a in plugin_config()["rules"][0]["args"]
+    ]
     args = [a if a != "/tmp/gpumon" else str(tmp_path / "state") for a in args]
     done = run_cli(*args, env={"GPUMON_BACKEND": f"fake:{path}"})
     assert done.returncode == code, done.stdout + done.stderr

@@ -92,6 +92,24 @@ def test_prolog_drains_and_fails_the_job_start_fast(
     assert healthy.returncode == 0
 
 
+def test_as_slurm_prolog_a_faulty_node_is_drained_and_the_job_requeued(
+    cluster: SlurmCluster, tmp_path: Path, xid79_scenario: Path
+) -> None:
+    """slurmd itself runs gpumon (Prolog= in slurm.conf) when the job starts."""
+    config, state = _config(tmp_path), tmp_path / "state"
+    args = cluster.dir / "prolog.args"
+    args.write_text(f"--local --config {config} --state-dir {state} --backend fake:{xid79_scenario}")
+    try:
+        job = cluster.run("sbatch", "--parsable", "-p", PARTITION, "-o", "/dev/null", "--wrap", "true").stdout.strip()
+        wait_for(cluster.drained, 30, 0.1, "the prolog to drain the node")
+        assert cluster.node()["Reason"] == REASON  # Slurm keeps gpumon's reason, not "Prolog error"
+        state_reason = wait_for(lambda: (s := cluster.job(job))[0] == "PENDING" and s, 20, 0.1, "the job requeued")
+        assert "requeued" in state_reason[1], state_reason
+    finally:
+        args.unlink()
+    cluster.run("scancel", job)
+
+
 def test_a_drain_by_someone_else_is_left_alone(cluster: SlurmCluster, tmp_path: Path, xid79_scenario: Path) -> None:
     cluster.run("scontrol", "update", f"nodename={NODE}", "state=drain", "reason=memory test by ops")
     config = _config(tmp_path)

@@ -19,7 +19,12 @@ SHOW = (
     "NodeName=g3 State=MIXED Partitions=gpu\n"
 )
 CONFIG = SlurmConfig(enabled=True, node_name="g1", max_drained_share=0.5)
-FAULT = verdict([Finding(kind="xid", severity=CRITICAL, action="reboot_node", summary="xid 79 fallen off the bus", gpu=1)], [], 0.0, "local")
+FAULT = verdict(
+    [Finding(kind="xid", severity=CRITICAL, action="reboot_node", summary="xid 79 fallen off the bus", gpu=1)],
+    [],
+    0.0,
+    "local",
+)
 OK = verdict([], [(0, None)], 0.0, "local")
 
 
