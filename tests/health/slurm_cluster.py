@@ -1,7 +1,8 @@
 """A real Slurm controller (slurmctld), one node (slurmd) and munge on loopback, for tests.
 
-Node ``g1`` is the real slurmd. ``g2``..``g4`` exist only in slurm.conf, at an address where
-nothing listens: Slurm keeps them DOWN, and they count in partition ``gpu`` so the circuit
+Node ``g1`` is the real slurmd. ``g2``..``g4`` exist only in slurm.conf, at a port where
+nothing listens (``Port=``; another loopback address would still reach g1's slurmd, which
+listens on all addresses): Slurm keeps them DOWN, and they count in partition ``gpu`` so the circuit
 breaker's share (nodes drained by gpumon / nodes in the partition) is computable.
 Everything lives in one scratch directory; daemons are stopped by the pids in their pid files.
 """
@@ -19,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers import free_port, wait_for
+from tests.helpers import wait_for
 
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "sbatch", "squeue", "scancel", "sinfo")
 NODE = "g1"
@@ -87,7 +88,44 @@ def _pid(path: Path) -> int | None:
         return None
 
 
-def start(base: Path) -> SlurmCluster:
+def _ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports (held open together, so no two are the same)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def start(base: Path, attempts: int = 3) -> SlurmCluster:
+    """Start the cluster; a port taken between choosing and binding it is retried with new ports."""
+    for attempt in range(attempts):
+        try:
+            return _start(base / f"try{attempt}")
+        except _PortTaken:
+            continue
+    raise AssertionError(f"the Slurm test cluster could not bind its ports in {attempts} attempts")
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def _alive(pidfile: Path) -> bool:
+    pid = _pid(pidfile)
+    if pid is None:
+        return True  # not written yet
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _start(base: Path) -> SlurmCluster:
     base.mkdir(parents=True, exist_ok=True)
     key = base / "munge.key"
     subprocess.run(["mungekey", "-c", "-k", str(key)], check=True, capture_output=True)
@@ -107,6 +145,7 @@ def start(base: Path) -> SlurmCluster:
         capture_output=True,
     )
     host = socket.gethostname().split(".")[0]
+    ctld_port, slurmd_port, nobody_port = _ports(3)
     for sub in ("state", "spool"):
         (base / sub).mkdir(exist_ok=True)
     conf = base / "slurm.conf"
@@ -123,8 +162,8 @@ exec {sys.executable} -m gpumon health --slurm-prolog $(cat {base / "prolog.args
     conf.write_text(
         f"""ClusterName=gpumontest
 SlurmctldHost={host}(127.0.0.1)
-SlurmctldPort={free_port()}
-SlurmdPort={free_port()}
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
 AuthType=auth/munge
 AuthInfo=socket={sock}
 CredType=cred/munge
@@ -148,7 +187,7 @@ PrologFlags=Alloc
 SlurmdTimeout=300
 MessageTimeout=5
 NodeName={NODE} NodeAddr=127.0.0.1 CPUs=1 State=UNKNOWN
-NodeName=g[2-4] NodeAddr=127.0.0.9 CPUs=1 State=DOWN
+NodeName=g[2-4] NodeAddr=127.0.0.1 Port={nobody_port} CPUs=1 State=DOWN
 PartitionName={PARTITION} Nodes={NODE},g[2-4] Default=YES MaxTime=INFINITE State=UP
 """
     )
@@ -166,7 +205,21 @@ PartitionName={PARTITION} Nodes={NODE},g[2-4] Default=YES MaxTime=INFINITE State
             capture_output=True,
             env=cluster.env,
         )
-        wait_for(lambda: "IDLE" in cluster.node()["State"], 40, 0.2, "slurmd g1 to register as IDLE")
+
+        deadline = time.monotonic() + 40
+        while True:
+            for daemon in ("slurmctld", "slurmd"):
+                if not _alive(base / f"{daemon}.pid"):
+                    log = (base / f"{daemon}.log").read_text()
+                    if "Address already in use" in log:
+                        raise _PortTaken(daemon)
+                    raise AssertionError(f"{daemon} exited:\n{log[-2000:]}")
+            done = cluster.run("scontrol", "show", "node", NODE, "-o", check=False)
+            if "State=IDLE" in done.stdout:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"slurmd did not register node {NODE} as IDLE within 40 s: {done.stdout}")
+            time.sleep(0.2)
     except BaseException:
         stop(cluster)
         raise
