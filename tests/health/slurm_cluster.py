@@ -181,6 +181,7 @@ SlurmdUser=root
 ReturnToService=2
 SelectType=select/cons_tres
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=2
 MinJobAge=300
 Prolog={prolog}
 PrologFlags=Alloc
