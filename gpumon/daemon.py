@@ -245,6 +245,8 @@ class Daemon:
                 log.warning("%s changed in the configuration; it takes effect after a restart", key)
         if new.exporter.compat != old.exporter.compat:
             log.warning("exporter.compat changed in the configuration; it takes effect after a restart")
+        if new.health != old.health:
+            log.warning("health changed in the configuration; it takes effect after a restart")
         new = dataclasses.replace(
             new,
             listen=old.listen,
@@ -254,6 +256,7 @@ class Daemon:
             web_config_file=old.web_config_file,
             kernel_log=old.kernel_log,
             exporter=dataclasses.replace(new.exporter, compat=old.exporter.compat),
+            health=old.health,
         )
         configure_logging(new.log_level)
         if new.interval_seconds != old.interval_seconds:
