@@ -109,7 +109,12 @@ class Daemon:
         self.store.subscribe(self.alerts.on_snapshot)
         self.tracker.subscribe(self.alerts.on_xid)
         self.health = HealthService(
-            config.state_dir, self.catalog, config.health, clock=wall_clock, simulated=backend.name == "fake"
+            config.state_dir,
+            self.catalog,
+            config.health,
+            clock=wall_clock,
+            monotonic=monotonic,
+            simulated=backend.name == "fake",
         )
         self.store.subscribe(self.health.on_snapshot)
         self.tracker.subscribe(self.health.on_xid)

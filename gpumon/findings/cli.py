@@ -20,16 +20,19 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpumon.backends.base import GpuBackend
 from gpumon.config import Config
 from gpumon.findings.config import HealthConfig
-from gpumon.findings.model import ACTION_WORDS, HealthReport
+from gpumon.findings.model import ACTION_WORDS, CRITICAL, Finding, HealthReport
 from gpumon.findings.service import STATUS_VALUES, HealthService, add_clear, load_inventory
 from gpumon.findings.xid_lifecycle import Clear
+from gpumon.snapshot import Snapshot
 
 EXIT_USAGE = 2
 NPD_MAX_OUTPUT = 80
@@ -131,8 +134,6 @@ def local_report(config: Config, state_dir: Path, *, kernel_log: bool = True) ->
     from gpumon.backends.fake import ScenarioError
     from gpumon.events.catalog import XidCatalog
     from gpumon.events.tracker import XidTracker
-    from gpumon.poller import Poller
-    from gpumon.store import SnapshotStore
 
     try:
         backend = make_backend(config.backend, config.fake_gpus)
@@ -141,7 +142,9 @@ def local_report(config: Config, state_dir: Path, *, kernel_log: bool = True) ->
     service = HealthService(
         state_dir, XidCatalog.load(config.xid_catalog), _health_config(config), simulated=backend.name == "fake"
     )
-    snapshot = Poller(backend, SnapshotStore()).poll()
+    snapshot = _poll_within(backend, _health_config(config).poll_timeout_seconds)
+    if snapshot is None:  # a call into the driver hangs: a GPU fallen off the bus, typically
+        return service.report(source="local", extra=[poll_hung(_health_config(config).poll_timeout_seconds)])
     service.on_snapshot(snapshot)
     tracker = XidTracker(live_since_seconds=time.time(), logger=logging.getLogger("gpumon.xid"))
     tracker.set_gpus_from_snapshot(snapshot)
@@ -161,6 +164,30 @@ def local_report(config: Config, state_dir: Path, *, kernel_log: bool = True) ->
     except Exception:
         log.debug("backend shutdown failed", exc_info=True)
     return service.report(source="local")
+
+
+def _poll_within(backend: GpuBackend, timeout_seconds: float) -> Snapshot | None:
+    """One poll, or None when it does not finish in time (the stuck thread is left behind, a daemon thread)."""
+    from gpumon.poller import Poller
+    from gpumon.store import SnapshotStore
+
+    result: list[Snapshot] = []
+    thread = threading.Thread(
+        target=lambda: result.append(Poller(backend, SnapshotStore()).poll()), name="gpumon-health-poll", daemon=True
+    )
+    thread.start()
+    thread.join(timeout_seconds)
+    return result[0] if result else None
+
+
+def poll_hung(timeout_seconds: float) -> Finding:
+    return Finding(
+        kind="nvml_hang",
+        severity=CRITICAL,
+        action="reboot_node",
+        summary=f"the NVIDIA driver did not answer within {timeout_seconds:g} s (a GPU may have fallen off the bus)",
+        evidence={"timeout_seconds": timeout_seconds},
+    )
 
 
 def get_report(args: argparse.Namespace, config: Config, state_dir: Path, *, kernel_log: bool = True) -> HealthReport:

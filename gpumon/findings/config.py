@@ -49,6 +49,8 @@ class HealthConfig:
     boot_id_path: Path = Path("/proc/sys/kernel/random/boot_id")
     defer_window_seconds: float = 60.0
     transient_window_seconds: float = 3600.0
+    poll_timeout_seconds: float = 20.0
+    """gpumon health without a daemon: how long one poll of the GPUs may take before the verdict is CRITICAL."""
     xid_escalation: Mapping[int, Escalation] = field(default_factory=dict)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
 
@@ -59,6 +61,7 @@ _HEALTH_KEYS = {
     "boot_id_path",
     "defer_window_seconds",
     "transient_window_seconds",
+    "poll_timeout_seconds",
     "xid_escalation",
     "slurm",
 }
@@ -96,7 +99,7 @@ def parse_health(raw: Any, where: str = "health") -> tuple[HealthConfig, list[st
             problems.append(f"{where}: unknown key {key!r} ({', '.join(sorted(_HEALTH_KEYS))})")
     if "expected_gpu_count" in raw:
         values["expected_gpu_count"] = _number(raw, "expected_gpu_count", where, problems, integer=True)
-    for key in ("defer_window_seconds", "transient_window_seconds"):
+    for key in ("defer_window_seconds", "transient_window_seconds", "poll_timeout_seconds"):
         if key in raw:
             values[key] = _number(raw, key, where, problems)
     for key in ("sysfs_root", "boot_id_path"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily
@@ -22,13 +22,14 @@ from gpumon.findings.burn_results import burn_findings
 from gpumon.findings.config import HealthConfig
 from gpumon.findings.gpu_state import snapshot_findings
 from gpumon.findings.inventory import Inventory, complete, drift, inventory_of, pci_gpus
-from gpumon.findings.model import HealthReport, verdict
+from gpumon.findings.model import Finding, HealthReport, verdict
 from gpumon.findings.xid_lifecycle import Clear, XidLifecycle, XidPolicy
 from gpumon.snapshot import Snapshot
 from gpumon.state.files import health_dir, read_json, write_json
 
 log = logging.getLogger(__name__)
 
+PCI_RESCAN_SECONDS = 30.0
 STATUS_VALUES = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
 """Nagios' numbers, used for exit codes and the ``gpumon_health_status`` series."""
 
@@ -79,12 +80,15 @@ class HealthService:
         config: HealthConfig | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         simulated: bool = False,
     ) -> None:
         """``simulated``: the GPUs are the fake backend's, so the host's PCI bus is not theirs."""
         self.state_dir = Path(state_dir)
         self.config = config or HealthConfig()
         self._sysfs = self.config.sysfs_root or (None if simulated else Path("/sys"))
+        self._monotonic = monotonic
+        self._pci_cache: tuple[float, list[str]] | None = None
         self._clock = clock
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
@@ -137,21 +141,22 @@ class HealthService:
             return self.baseline
 
     # ---- output ------------------------------------------------------------
-    def report(self, source: str = "daemon") -> HealthReport:
+    def report(self, source: str = "daemon", extra: Sequence[Finding] = ()) -> HealthReport:
+        """The verdict now; ``extra`` findings come from the caller (e.g. a poll that hung)."""
         now = self._clock()
         with self._lock:
             self._reload_baseline()
             clears = read_clears(self.state_dir)
             self.lifecycle.apply_clears(clears)
             snapshot = self._snapshot
-            findings = snapshot_findings(snapshot)
-            findings += self.lifecycle.findings(now)
+            findings = [*extra, *self.lifecycle.findings(now)]  # first: an XID names a fault best
+            findings += snapshot_findings(snapshot) if snapshot is not None or not extra else []
             findings += burn_findings(self.state_dir, clears)
             if snapshot is not None:
                 findings += drift(
                     self.baseline,
                     snapshot,
-                    pci_gpus(self._sysfs) if self._sysfs is not None else None,
+                    self._pci_gpus(),
                     self.config.expected_gpu_count,
                 )
             self._save()
@@ -179,6 +184,15 @@ class HealthService:
         except OSError as exc:
             log.error("cannot write the inventory baseline: %s", exc)
         self._baseline_mtime = self._inventory_mtime()
+
+    def _pci_gpus(self) -> list[str] | None:
+        """NVIDIA GPUs on the PCI bus, re-read from sysfs at most every PCI_RESCAN_SECONDS (scrapes are frequent)."""
+        if self._sysfs is None:
+            return None
+        now = self._monotonic()
+        if self._pci_cache is None or now - self._pci_cache[0] >= PCI_RESCAN_SECONDS:
+            self._pci_cache = (now, pci_gpus(self._sysfs))
+        return self._pci_cache[1]
 
     def _inventory_mtime(self) -> float | None:
         try:

@@ -137,3 +137,19 @@ health:
 def test_bad_scenario_is_a_usage_error(tmp_path: Path) -> None:
     done = health(tmp_path, "gpus: 3\n")
     assert done.returncode == 2 and "bad scenario file" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_poll_that_hangs_is_critical_without_waiting_forever(tmp_path: Path) -> None:
+    config = tmp_path / "gpumon.yaml"
+    config.write_text("health:\n  poll_timeout_seconds: 1\n")
+    scenario = tmp_path / "hang.yaml"
+    scenario.write_text("count: 2\ngpus: [{}, {hang_at_tick: 0, hang_seconds: 3600}]\n")
+    done = run_cli(
+        "health", "--local", "--config", str(config), "--backend", f"fake:{scenario}", "--state-dir", str(tmp_path / "s"),
+        timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout.startswith(
+        "gpumon health: CRITICAL - node the NVIDIA driver did not answer within 1 s "
+        "(a GPU may have fallen off the bus): reboot node"
+    )
