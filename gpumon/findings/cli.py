@@ -89,6 +89,8 @@ def _setup(args: argparse.Namespace) -> tuple[Config, Path] | int:
         return EXIT_USAGE
     level = getattr(logging, (args.log_level or "warning").upper())
     logging.basicConfig(level=level, format="gpumon: %(message)s", stream=sys.stderr)
+    if not args.log_level:  # the verdict says it; the daemon's retry wording would mislead here
+        logging.getLogger("gpumon.poller").setLevel(logging.CRITICAL)
     explicit = args.state_dir is not None or "GPUMON_STATE_DIR" in os.environ
     state_dir = _usable_state_dir(config, explicit)
     if state_dir is None:
