@@ -27,14 +27,15 @@ setup: $(VENV)/.test-installed
 run: run-setup
 	$(VENV)/bin/gpumon run --backend $(BACKEND) --listen $(LISTEN) --state-dir .state
 
-# promtool, amtool, prometheus, alertmanager, systemd-analyze and openssl for the integration tests (Debian packages).
-TEST_TOOLS := promtool amtool prometheus prometheus-alertmanager systemd-analyze openssl
+# promtool, amtool, prometheus, alertmanager, systemd-analyze, openssl and a Slurm controller, node and munge
+# for the integration tests (Debian packages).
+TEST_TOOLS := promtool amtool prometheus prometheus-alertmanager systemd-analyze openssl slurmctld slurmd scontrol munged
 test-deps:
 	@missing=""; for t in $(TEST_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			prometheus prometheus-alertmanager systemd openssl >/dev/null; \
+			prometheus prometheus-alertmanager systemd openssl slurmctld slurmd slurm-client munge >/dev/null; \
 	else echo "NOTE: missing$$missing and not root: the tests that need them will be skipped (with reasons)"; fi
 
 # The whole suite: ruff, mypy --strict on gpumon/, then pytest (real Prometheus/Alertmanager included).

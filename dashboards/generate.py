@@ -290,6 +290,16 @@ def fleet() -> dict[str, Any]:
              count(f'gpumon_temperature_threshold_celsius{{kind="slowdown", {SEL}}} '
                    f'- ignoring (kind, sensor) gpumon_temperature_celsius{{sensor="gpu", {SEL}}} <= 5'),
              description="Within 5 °C of the GPU's own slowdown temperature."),
+        stat("Nodes CRITICAL (gpumon health)", count(f"gpumon_node_health_status{{{HOST}}} == 2"),
+             description="Nodes whose gpumon health verdict is CRITICAL: drain them (Slurm: gpumon does, if configured)."),
+        stat("Health findings", f"sum(gpumon_health_findings{{{HOST}}}) or vector(0)",
+             description="Findings behind the verdicts: XIDs waiting for a repair, inventory drift, lost GPUs."),
+        table("Node verdicts (gpumon health)", [target(f"gpumon_node_health_status{{{HOST}}}", instant=True, table=True)],
+              description="0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, with the recommended action and the reason.",
+              h=5, rename={"Value": "status"}),
+        table("GPU verdicts (gpumon health)", [target(f"gpumon_health_status{{{SEL}}}", instant=True, table=True)],
+              description="Per GPU: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, with the action and the reason.",
+              h=6, hide=("Time", "__name__", "job", "uuid"), rename={"Value": "status"}),
         table(
             "Every GPU",
             [

@@ -67,10 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     from gpumon import hash_password
     from gpumon.alerts import cli as alerts_cli
     from gpumon.burn import cli as burn_cli  # registers options only; torch is imported when a burn runs
+    from gpumon.findings import cli as health_cli
 
     alerts_cli.add_parser(sub)
     burn_cli.add_parser(sub)
     hash_password.add_parser(sub)
+    health_cli.add_parser(sub)
     return parser
 
 

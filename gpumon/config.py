@@ -20,6 +20,7 @@ import yaml
 
 if TYPE_CHECKING:
     from gpumon.alerts.config import AlertingConfig
+    from gpumon.findings.config import HealthConfig
 
 DEFAULT_PORT = 10480
 """gpumon's port. Prometheus' exporter range 9100-9999 is fully allocated (dcgm-exporter
@@ -75,6 +76,8 @@ class Config:
     """The validated ``alerting:`` section (defaults when absent); None only in hand-built Configs."""
     xid_catalog: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
     """Overrides of the shipped XID catalog: code -> {meaning, severity, action}."""
+    health: HealthConfig | None = None
+    """The validated ``health:`` section (verdict, inventory, XID lifecycle, Slurm); None only in hand-built Configs."""
     source: str | None = None
     """The file this came from, if any."""
 
@@ -100,7 +103,7 @@ _SCALARS: dict[str, type] = {
     "web_config_file": Path,
     "kernel_log": bool,
 }
-_SECTIONS = ("exporter", "alerting", "xid_catalog")
+_SECTIONS = ("exporter", "alerting", "xid_catalog", "health")
 
 
 def _convert(name: str, value: Any, want: type, problems: list[str], where: str) -> Any:
@@ -203,6 +206,15 @@ def _parse_alerting(raw: Any, problems: list[str], where: str) -> AlertingConfig
     return parsed
 
 
+def _parse_health(raw: Any, problems: list[str], where: str) -> HealthConfig:
+    """Delegated to gpumon.findings.config, which owns the health section."""
+    from gpumon.findings.config import parse_health
+
+    parsed, section_problems = parse_health(raw)
+    problems.extend(f"{where}: {p}" for p in section_problems)
+    return parsed
+
+
 def _apply(values: dict[str, Any], raw: Mapping[str, Any], where: str, problems: list[str], sections: bool) -> None:
     for key, value in raw.items():
         if key in _SCALARS:
@@ -298,6 +310,7 @@ def load(
     values["exporter"] = _parse_exporter(values.get("exporter"), problems, where)
     values["xid_catalog"] = _parse_xid_catalog(values.get("xid_catalog"), problems, where)
     values["alerting"] = _parse_alerting(values.get("alerting"), problems, where)
+    values["health"] = _parse_health(values.get("health"), problems, where)
     if problems:
         raise ConfigError(problems)
     known = {f.name for f in fields(Config)}

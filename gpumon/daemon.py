@@ -38,6 +38,7 @@ from gpumon.exporter.dcgm import DcgmCompatCollector
 from gpumon.exporter.read_errors import ReadErrorsCollector
 from gpumon.exporter.server import MetricsServer, json_response
 from gpumon.exporter.webconfig import WebConfigWatcher, server_factory
+from gpumon.findings.service import HealthService
 from gpumon.poller import Poller, PollIntervals
 from gpumon.processes import ProcessEnricher
 from gpumon.snapshot import to_jsonable
@@ -109,6 +110,16 @@ class Daemon:
         )
         self.store.subscribe(self.alerts.on_snapshot)
         self.tracker.subscribe(self.alerts.on_xid)
+        self.health = HealthService(
+            config.state_dir,
+            self.catalog,
+            config.health,
+            clock=wall_clock,
+            monotonic=monotonic,
+            simulated=backend.name == "fake",
+        )
+        self.store.subscribe(self.health.on_snapshot)
+        self.tracker.subscribe(self.health.on_xid)
         self.collector = GpumonCollector(
             self.store,
             intervals_of(config),
@@ -121,6 +132,7 @@ class Daemon:
         read_errors = getattr(backend, "read_errors", None)
         if callable(read_errors):  # per GPU and reader: a field's error, not a lost GPU
             self.collector.add("read_errors", ReadErrorsCollector(read_errors))
+        self.collector.add("health", self.health.collector())
         if "dcgm" in config.exporter.compat:
             self.collector.add("dcgm", DcgmCompatCollector(self.store, hostname(), self.catalog))
         self.web = WebConfigWatcher(config.web_config_file) if config.web_config_file else None
@@ -137,6 +149,7 @@ class Daemon:
             rate_limit=web.allow_request if web else None,
         )
         self.server.add_route("/api/snapshot", self._snapshot_route)
+        self.server.add_route("/api/health", lambda: json_response(self.health.report().to_json()))
         for path, route in self.alerts.routes().items():
             self.server.add_route(path, route)
         self.scheduler = BackgroundScheduler(
@@ -247,6 +260,8 @@ class Daemon:
                 log.warning("%s changed in the configuration; it takes effect after a restart", key)
         if new.exporter.compat != old.exporter.compat:
             log.warning("exporter.compat changed in the configuration; it takes effect after a restart")
+        if new.health != old.health:
+            log.warning("health changed in the configuration; it takes effect after a restart")
         new = dataclasses.replace(
             new,
             listen=old.listen,
@@ -256,6 +271,7 @@ class Daemon:
             web_config_file=old.web_config_file,
             kernel_log=old.kernel_log,
             exporter=dataclasses.replace(new.exporter, compat=old.exporter.compat),
+            health=old.health,
         )
         configure_logging(new.log_level)
         if new.interval_seconds != old.interval_seconds:

@@ -31,6 +31,8 @@ ACTIONS = (
 """The actions the shipped catalog uses. Overrides may name others (they are shown as given)."""
 
 _FIELDS = ("meaning", "severity", "action")
+_RELATION_FIELDS = ("follows", "escalate")
+"""Optional keys of the shipped catalog for the health verdict (gpumon.findings)."""
 
 
 class XidCatalogError(ValueError):
@@ -53,6 +55,19 @@ class XidInfo:
     """The first thing an operator should do, e.g. restart_app, reset_gpu, reboot (see ACTIONS)."""
     known: bool = True
     """False when neither the shipped catalog nor the config knows the code."""
+    follows: tuple[int, ...] | None = ()
+    """Codes this XID is a consequence of (it defers to them); None means any other XID."""
+    escalate: Escalation | None = None
+    """How many of this XID in a window raise the recommended action."""
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """``count`` of one XID on one GPU within ``window_seconds`` -> ``action`` (a rung of the health ladder)."""
+
+    count: int
+    window_seconds: float
+    action: str
 
 
 def unknown_xid(code: int) -> XidInfo:
@@ -111,6 +126,8 @@ class XidCatalog:
                 severity=str(entry.get("severity", base.severity)),
                 action=str(entry.get("action", base.action)),
                 known=True,
+                follows=base.follows,
+                escalate=base.escalate,
             )
         return cls(entries=entries)
 
@@ -127,6 +144,8 @@ def _read_shipped() -> dict[int, XidInfo]:
     raw = yaml.safe_load(text)
     if not isinstance(raw, dict):
         raise XidCatalogError(["shipped xid_catalog.yaml: top level must be a mapping"])
+    relations = {code: _relations(code, e) for code, e in raw.items() if isinstance(e, Mapping)}
+    raw = {code: _without_relations(e) for code, e in raw.items()}
     problems = override_problems(raw, where="shipped xid_catalog.yaml")
     for code, entry in raw.items():
         if isinstance(entry, Mapping) and set(entry) != set(_FIELDS):
@@ -134,6 +153,34 @@ def _read_shipped() -> dict[int, XidInfo]:
     if problems:
         raise XidCatalogError(problems)
     return {
-        int(code): XidInfo(code=int(code), meaning=e["meaning"], severity=e["severity"], action=e["action"])
+        int(code): XidInfo(
+            code=int(code),
+            meaning=e["meaning"],
+            severity=e["severity"],
+            action=e["action"],
+            follows=relations[code][0],
+            escalate=relations[code][1],
+        )
         for code, e in raw.items()
     }
+
+
+def _without_relations(entry: Any) -> Any:
+    if not isinstance(entry, Mapping):
+        return entry
+    return {k: v for k, v in entry.items() if k not in _RELATION_FIELDS}
+
+
+def _relations(code: Any, entry: Mapping[str, Any]) -> tuple[tuple[int, ...] | None, Escalation | None]:
+    """``follows`` and ``escalate`` of a shipped entry; a malformed one is a bug in the shipped file."""
+    raw_follows = entry.get("follows", [])
+    follows = None if raw_follows == "any" else tuple(int(c) for c in raw_follows)
+    raw_escalate = entry.get("escalate")
+    escalate = None
+    if raw_escalate is not None:
+        escalate = Escalation(
+            count=int(raw_escalate["count"]),
+            window_seconds=float(raw_escalate["window_seconds"]),
+            action=str(raw_escalate["action"]),
+        )
+    return follows, escalate

@@ -1,0 +1,248 @@
+"""The health verdict over time: owns the XID lifecycle and the inventory baseline under the state dir.
+
+The daemon feeds it every snapshot and XID event; ``gpumon health`` without a daemon feeds it one
+poll. Files (``STATE_DIR/health/``, atomic writes): ``inventory.json`` (the baseline),
+``xid.json`` (open faults, recent XIDs, boot id), ``clears.json`` (operator clears, with reason).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from gpumon.events.catalog import XidCatalog
+from gpumon.events.model import XidEvent
+from gpumon.findings.burn_results import burn_findings
+from gpumon.findings.config import HealthConfig
+from gpumon.findings.gpu_state import snapshot_findings
+from gpumon.findings.inventory import Inventory, complete, drift, inventory_of, pci_gpus
+from gpumon.findings.model import Finding, HealthReport, verdict
+from gpumon.findings.xid_lifecycle import Clear, XidLifecycle, XidPolicy
+from gpumon.snapshot import Snapshot
+from gpumon.state.files import health_dir, read_json, write_json
+
+log = logging.getLogger(__name__)
+
+PCI_RESCAN_SECONDS = 30.0
+STATUS_VALUES = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
+"""Nagios' numbers, used for exit codes and the ``gpumon_health_status`` series."""
+
+
+def read_boot_id(path: Path) -> str | None:
+    """The kernel's boot id (changes at every boot), or None when unreadable."""
+    try:
+        return path.read_text(encoding="ascii").strip() or None
+    except OSError:
+        return None
+
+
+def read_clears(state_dir: Path) -> list[Clear]:
+    raw = read_json(health_dir(state_dir) / "clears.json")
+    out = []
+    for entry in raw if isinstance(raw, list) else []:
+        try:
+            out.append(Clear.from_json(entry))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def add_clear(state_dir: Path, clear: Clear) -> None:
+    """Record an operator clear (kept: the list is the audit trail)."""
+    path = health_dir(state_dir) / "clears.json"
+    raw = read_json(path)
+    entries = raw if isinstance(raw, list) else []
+    entries.append(clear.to_json())
+    write_json(path, entries)
+
+
+def save_inventory(state_dir: Path, inventory: Inventory) -> None:
+    write_json(health_dir(state_dir) / "inventory.json", inventory.to_json())
+
+
+def load_inventory(state_dir: Path) -> Inventory | None:
+    return Inventory.from_json(read_json(health_dir(state_dir) / "inventory.json"))
+
+
+class HealthService:
+    """Thread-safe: the poller, the XID thread and HTTP requests call it."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        catalog: XidCatalog,
+        config: HealthConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        simulated: bool = False,
+    ) -> None:
+        """``simulated``: the GPUs are the fake backend's, so the host's PCI bus is not theirs."""
+        self.state_dir = Path(state_dir)
+        self.config = config or HealthConfig()
+        self._sysfs = self.config.sysfs_root or (None if simulated else Path("/sys"))
+        self._monotonic = monotonic
+        self._pci_cache: tuple[float, list[str]] | None = None
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+        self.lifecycle = XidLifecycle(
+            catalog,
+            XidPolicy(
+                escalations=self.config.xid_escalation,
+                defer_window_seconds=self.config.defer_window_seconds,
+                transient_window_seconds=self.config.transient_window_seconds,
+            ),
+        )
+        self.lifecycle.load(read_json(self._xid_path))
+        self.baseline = load_inventory(self.state_dir)
+        self._baseline_mtime = self._inventory_mtime()
+
+    @property
+    def _xid_path(self) -> Path:
+        return health_dir(self.state_dir) / "xid.json"
+
+    # ---- inputs ------------------------------------------------------------
+    def on_xid(self, event: XidEvent) -> None:
+        with self._lock:
+            self.lifecycle.record(event)
+            self._save()
+
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        """Store subscriber: never raises into the poller."""
+        try:
+            self._on_snapshot(snapshot)
+        except Exception:
+            log.exception("health: cannot take the snapshot into account")
+
+    def _on_snapshot(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            self._snapshot = snapshot
+            self.lifecycle.observe(snapshot, read_boot_id(self.config.boot_id_path))
+            if self.baseline is None and complete(snapshot):
+                self.baseline = inventory_of(snapshot, self._clock())
+                self._write_baseline()
+                log.info("recorded the inventory baseline: %d GPU(s)", len(snapshot.gpus))
+            self._save()
+
+    def accept_inventory(self) -> Inventory | None:
+        """Make the latest snapshot the baseline; None when there is no usable snapshot."""
+        with self._lock:
+            if self._snapshot is None or not self._snapshot.nvml_up:
+                return None
+            self.baseline = inventory_of(self._snapshot, self._clock(), source="accepted")
+            self._write_baseline()
+            return self.baseline
+
+    # ---- output ------------------------------------------------------------
+    def report(self, source: str = "daemon", extra: Sequence[Finding] = ()) -> HealthReport:
+        """The verdict now; ``extra`` findings come from the caller (e.g. a poll that hung)."""
+        now = self._clock()
+        with self._lock:
+            self._reload_baseline()
+            clears = read_clears(self.state_dir)
+            self.lifecycle.apply_clears(clears)
+            snapshot = self._snapshot
+            findings = [*extra, *self.lifecycle.findings(now)]  # first: an XID names a fault best
+            findings += snapshot_findings(snapshot) if snapshot is not None or not extra else []
+            findings += burn_findings(self.state_dir, clears)
+            if snapshot is not None:
+                findings += drift(
+                    self.baseline,
+                    snapshot,
+                    self._pci_gpus(),
+                    self.config.expected_gpu_count,
+                )
+            self._save()
+        gpus = [(g.index, g.uuid) for g in snapshot.gpus] if snapshot is not None else []
+        return verdict(findings, gpus, now, source)
+
+    def collector(self) -> HealthCollector:
+        return HealthCollector(self)
+
+    # ---- helpers -----------------------------------------------------------
+    def _save(self) -> None:
+        if not self.lifecycle.changed:
+            return
+        try:
+            write_json(self._xid_path, self.lifecycle.to_json())
+            self.lifecycle.changed = False
+        except OSError as exc:
+            log.error("cannot write the XID lifecycle state %s: %s", self._xid_path, exc)
+
+    def _write_baseline(self) -> None:
+        if self.baseline is None:
+            return
+        try:
+            save_inventory(self.state_dir, self.baseline)
+        except OSError as exc:
+            log.error("cannot write the inventory baseline: %s", exc)
+        self._baseline_mtime = self._inventory_mtime()
+
+    def _pci_gpus(self) -> list[str] | None:
+        """NVIDIA GPUs on the PCI bus, re-read from sysfs at most every PCI_RESCAN_SECONDS (scrapes are frequent)."""
+        if self._sysfs is None:
+            return None
+        now = self._monotonic()
+        if self._pci_cache is None or now - self._pci_cache[0] >= PCI_RESCAN_SECONDS:
+            self._pci_cache = (now, pci_gpus(self._sysfs))
+        return self._pci_cache[1]
+
+    def _inventory_mtime(self) -> float | None:
+        try:
+            return (health_dir(self.state_dir) / "inventory.json").stat().st_mtime
+        except OSError:
+            return None
+
+    def _reload_baseline(self) -> None:
+        """Pick up a baseline accepted by another process (gpumon health accept-inventory)."""
+        mtime = self._inventory_mtime()
+        if mtime is not None and mtime != self._baseline_mtime:
+            self.baseline = load_inventory(self.state_dir) or self.baseline
+            self._baseline_mtime = mtime
+
+
+class HealthCollector:
+    """``gpumon_health_status`` per GPU and ``gpumon_node_health_status``, with action and reason labels."""
+
+    def __init__(self, service: HealthService) -> None:
+        self._service = service
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        report = self._service.report()
+        help_values = "0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (as gpumon health's exit code)"
+        node = GaugeMetricFamily(
+            "gpumon_node_health_status",
+            f"Node health verdict: {help_values}; action and reason of the worst finding.",
+            labels=["action", "reason"],
+        )
+        node.add_metric([report.action, report.reason()], STATUS_VALUES[report.status])
+        yield node
+        gpu = GaugeMetricFamily(
+            "gpumon_health_status",
+            f"GPU health verdict: {help_values}; action and reason of its worst finding.",
+            labels=["gpu", "uuid", "action", "reason"],
+        )
+        for g in report.gpus:
+            gpu.add_metric([str(g.index), g.uuid or "", g.action, g.reason], STATUS_VALUES[g.status])
+        yield gpu
+        findings = GaugeMetricFamily(
+            "gpumon_health_findings",
+            "Health findings now, by kind and severity.",
+            labels=["kind", "severity"],
+        )
+        counts: dict[tuple[str, str], int] = {}
+        for f in report.findings:
+            counts[(f.kind, f.severity)] = counts.get((f.kind, f.severity), 0) + 1
+        for (kind, severity), n in sorted(counts.items()):
+            findings.add_metric([kind, severity], n)
+        yield findings

@@ -1,0 +1,1 @@
+"""Files under the state directory, written atomically."""

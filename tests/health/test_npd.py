@@ -1,0 +1,64 @@
+"""The node-problem-detector custom plugin contract: the shipped config runs gpumon health --mode npd,
+whose exit codes (0 OK, 1 problem, 2 unknown) and one line (<= max_output_length) NPD understands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpumon.findings.cli import NPD_MAX_OUTPUT
+from tests.helpers import REPO, free_port, run_cli
+
+NPD_FILE = REPO / "deploy" / "kubernetes" / "npd-gpumon.yaml"
+
+
+def plugin_config() -> dict[str, Any]:
+    docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(NPD_FILE.read_text())}
+    return dict(json.loads(docs["npd-gpumon-plugin"]["data"]["gpumon-health.json"]))
+
+
+def test_plugin_runs_gpumon_health_in_npd_mode_within_npd_limits() -> None:
+    config = plugin_config()
+    assert config["plugin"] == "custom"
+    assert config["pluginConfig"]["max_output_length"] == NPD_MAX_OUTPUT
+    [rule] = config["rules"]
+    assert rule["type"] == "permanent" and rule["condition"] == "GpuUnhealthy"
+    assert rule["path"].endswith("/gpumon")
+    assert rule["args"][:3] == ["health", "--mode", "npd"]
+    assert [c["type"] for c in config["conditions"]] == ["GpuUnhealthy"]
+
+
+def test_the_daemonset_mounts_the_plugin_config() -> None:
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(NPD_FILE.read_text())}
+    pod = docs[("DaemonSet", "npd-gpumon")]["spec"]["template"]["spec"]
+    assert "--config.custom-plugin-monitor=/config/gpumon-health.json" in pod["containers"][0]["command"]
+    assert docs[("Service", "gpumon-local")]["spec"]["internalTrafficPolicy"] == "Local"
+
+
+@pytest.mark.parametrize(
+    ("scenario", "code", "starts"),
+    [
+        ("count: 1\n", 0, "OK: all GPUs healthy"),
+        ("count: 1\ngpus: [{xid_events: [{tick: 0, xid: 31}]}]\n", 0, "WARNING: GPU 0 xid 31"),
+        ("count: 2\ngpus: [{}, {lost_at_tick: 0}]\n", 1, "CRITICAL: GPU 1 lost"),
+        ("count: 1\nnvml_missing_inits: 99\n", 2, "UNKNOWN: node NVML unavailable"),
+    ],
+)
+def test_the_plugin_command_as_npd_runs_it(tmp_path: Path, scenario: str, code: int, starts: str) -> None:
+    """The rule's own args; the daemon URL answers nothing here, so the plugin polls (simulated) GPUs itself."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(scenario)
+    args = [
+        a if not a.startswith("http://") else f"http://127.0.0.1:{free_port()}/api/health"
+        for a in plugin_config()["rules"][0]["args"]
+    ]
+    args = [a if a != "/tmp/gpumon" else str(tmp_path / "state") for a in args]
+    done = run_cli(*args, env={"GPUMON_BACKEND": f"fake:{path}"})
+    assert done.returncode == code, done.stdout + done.stderr
+    assert done.stdout.endswith("\n") and done.stdout.count("\n") == 1
+    line = done.stdout.rstrip("\n")
+    assert len(line) <= NPD_MAX_OUTPUT and line.startswith(starts), line
