@@ -65,7 +65,7 @@ def test_deep_nesting_is_a_problem_not_a_recursion_error(
 
 def test_an_alias_bomb_is_refused_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
-    for prev, name in zip("abcdefgh", "bcdefghi"):
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
         lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 10) + "]")
     path = write(tmp_path, "\n".join(lines) + "\nalerting: {rules: *i}\n")
     started = time.monotonic()
