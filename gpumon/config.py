@@ -233,10 +233,15 @@ def _web_config_problems(path: Path) -> list[str]:
     try:
         WebConfig.load(path)
     except WebConfigError as exc:
-        return [str(p) for p in exc.problems] or [f"{path}: not a usable web config"]
+        return [_one_line(p) for p in exc.problems] or [f"{path}: not a usable web config"]
     except Exception as exc:  # a defect of the web config reader must still be one line here, never a traceback
         return [f"{path}: the web config cannot be checked ({type(exc).__name__}: {brief(str(exc), 120)})"]
     return []
+
+
+def _one_line(text: str) -> str:
+    """A problem as one line (a YAML error's text spans several, with a caret under the column)."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
 def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig:

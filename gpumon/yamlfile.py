@@ -12,12 +12,16 @@
 * an integer lies beyond ±``MAX_INT`` (no setting needs one; such numbers break ``float()``);
 * a string holds a lone surrogate (``"\\ud800"``), which is not Unicode text.
 
-When it accepts a document, the data is exactly what ``yaml.safe_load`` returns for it.
+When it accepts a document, the data is what PyYAML's safe loader returns for it (libyaml's parser
+when PyYAML has it, as it does in its wheels; libyaml is a little more lenient, e.g. with a tab inside
+a plain scalar). Every gpumon input goes through this one reader, so a document is read alike by
+``check-config``, ``run`` and a reload.
 ``brief(value)`` shows a value in a problem line, cut to a few dozen characters.
 """
 
 from __future__ import annotations
 
+import re
 import reprlib
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,13 @@ MAX_INT = 2**63
 """Integers must lie strictly between -MAX_INT and MAX_INT (a 64-bit signed range)."""
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_NON_PRINTABLE = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+"""What YAML does not allow in a document (PyYAML's Reader.NON_PRINTABLE)."""
+
+try:  # libyaml's parser: the same documents, ten times faster than the pure-Python one
+    from yaml import CSafeLoader as _Base
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    from yaml import SafeLoader as _Base  # type: ignore[assignment]
 
 
 class YamlFileError(Exception):
@@ -84,6 +95,7 @@ def parse_yaml(data: bytes | str, where: str = "<text>") -> Any:
     text = decode_utf8(data, where) if isinstance(data, bytes) else data
     loader = None
     try:
+        _check_shape(text)
         loader = _Loader(text)
         document = loader.get_single_data()
     except _ShapeError as exc:
@@ -137,11 +149,11 @@ def _at(event: Any) -> str:
 
 def _describe(exc: yaml.YAMLError, text: str) -> str:
     """One line for a YAML error: what and where (PyYAML's own text spans several lines)."""
-    if isinstance(exc, yaml.reader.ReaderError):
-        line = text.count("\n", 0, exc.position) + 1
-        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
-        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
-        return f"line {line}, column {column}: character U+{ord(char):04X} is not allowed in YAML"
+    bad = _NON_PRINTABLE.search(text)
+    if isinstance(exc, yaml.reader.ReaderError) and bad is not None:
+        line = text.count("\n", 0, bad.start()) + 1
+        column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
+        return f"line {line}, column {column}: character U+{ord(bad.group()):04X} is not allowed in YAML"
     if isinstance(exc, yaml.MarkedYAMLError):
         what = "; ".join(p for p in (exc.context, exc.problem) if p) or "not valid"
         mark = exc.problem_mark or exc.context_mark
@@ -154,47 +166,48 @@ class _ShapeError(yaml.YAMLError):
     """Too deep, too many values after alias expansion, or an alias inside its own node."""
 
 
-class _Loader(yaml.SafeLoader):
-    """yaml.SafeLoader that checks the shape of the document while it reads it, turns every construction
-    failure into a ConstructorError with a position, and notes (in ``problems``) duplicate keys,
-    out-of-range integers and lone surrogates.
+def _check_shape(text: str) -> None:
+    """Raise _ShapeError for a document nested deeper than MAX_DEPTH, one whose aliases expand to more
+    than MAX_NODES values, or an alias inside its own node.
 
-    The shape is checked on the event stream, before the composer (which recurses once per level)
-    goes deeper than MAX_DEPTH: a document nested 100,000 levels deep is refused, not a RecursionError.
-    """
+    Checked on the event stream, which the parser produces without recursion, before anything is
+    composed (the composer recurses once per level: 100,000 levels would overflow the stack)."""
+    depth = 0
+    nodes = 0
+    open_anchors: list[tuple[str | None, int]] = []
+    sizes: dict[str, int] = {}
+    for event in yaml.parse(text, Loader=_Base):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            nodes += 1
+            if depth > MAX_DEPTH:
+                raise _ShapeError(f"{_at(event)}nested more than {MAX_DEPTH} levels deep")
+            open_anchors.append((event.anchor, nodes))
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+            anchor, start = open_anchors.pop()
+            if anchor is not None:
+                sizes[anchor] = nodes - start + 1
+        elif isinstance(event, yaml.ScalarEvent):
+            nodes += 1
+            if event.anchor is not None:
+                sizes[event.anchor] = 1
+        elif isinstance(event, yaml.AliasEvent):
+            if any(event.anchor == anchor for anchor, _ in open_anchors):
+                raise _ShapeError(f"{_at(event)}alias *{event.anchor} refers to the node that contains it")
+            nodes += sizes.get(event.anchor or "", 1)
+        if nodes > MAX_NODES:
+            raise _ShapeError(f"{_at(event)}more than {MAX_NODES} values once aliases are expanded")
+
+
+class _Loader(_Base):
+    """The safe loader (libyaml's when PyYAML has it) that turns every construction failure into a
+    ConstructorError with a position, and notes (in ``problems``) duplicate keys, out-of-range
+    integers and lone surrogates."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self.problems: list[str] = []
-        self._depth = 0
-        self._nodes = 0
-        self._open: list[tuple[str | None, int]] = []
-        self._sizes: dict[str, int] = {}
-
-    def get_event(self) -> Any:
-        event = super().get_event()  # type: ignore[no-untyped-call]
-        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            self._depth += 1
-            self._nodes += 1
-            if self._depth > MAX_DEPTH:
-                raise _ShapeError(f"{_at(event)}nested more than {MAX_DEPTH} levels deep")
-            self._open.append((event.anchor, self._nodes))
-        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-            self._depth -= 1
-            anchor, start = self._open.pop()
-            if anchor is not None:
-                self._sizes[anchor] = self._nodes - start + 1
-        elif isinstance(event, yaml.ScalarEvent):
-            self._nodes += 1
-            if event.anchor is not None:
-                self._sizes[event.anchor] = 1
-        elif isinstance(event, yaml.AliasEvent):
-            if any(event.anchor == anchor for anchor, _ in self._open):
-                raise _ShapeError(f"{_at(event)}alias *{event.anchor} refers to the node that contains it")
-            self._nodes += self._sizes.get(event.anchor or "", 1)
-        if self._nodes > MAX_NODES:
-            raise _ShapeError(f"{_at(event)}more than {MAX_NODES} values once aliases are expanded")
-        return event
 
     def _note(self, node: Node, text: str) -> None:
         mark = node.start_mark

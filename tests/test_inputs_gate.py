@@ -95,14 +95,14 @@ def test_an_alias_that_contains_itself_is_refused(tmp_path: Path, capsys: pytest
         ("listen: '0.0.0.0:" + "9" * 5000 + "'\n", "listen must be HOST:PORT with a port 1-65535"),
         ("a: 2024-13-45\n", "line 1, column 4: not valid YAML: cannot read '2024-13-45' as timestamp"),
         ("interval_seconds: !!float abc\n", "cannot read 'abc' as float"),
-        ("host: \"\\ud800\"\n", "holds a lone surrogate"),
+        ("host: \"\\ud800\"\n", "holds a lone surrogate|invalid Unicode character escape"),
     ],
 )
 def test_numbers_too_large_and_unbuildable_values_are_problems(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str
 ) -> None:
     lines = rejected_by_every_path(write(tmp_path, text), capsys)
-    assert any(expected in line for line in lines), lines
+    assert any(alternative in line for line in lines for alternative in expected.split("|")), lines
     assert all(len(line) < 400 for line in lines), "a problem line quotes a value in full"
 
 
