@@ -3,6 +3,12 @@
 Precedence is flags > environment > file > defaults. Every problem is collected and
 reported at once (``ConfigError.problems``); nothing starts half-configured.
 
+``load`` is the one gate: ``gpumon check-config``, ``gpumon run`` and the SIGHUP reload all call
+it, it reads the files the config names (web config, scenario) with the code ``run`` uses, and
+it raises nothing but ConfigError whatever the files hold (bytes that are not UTF-8, nesting,
+alias bombs, numbers of any size: see gpumon.yamlfile). Every number has a finite range, which
+the problem line states (``SECONDS_RANGES``, ``MAX_FAKE_GPUS``, and those of the sections).
+
 Top-level scalar keys map to environment variables by upper-casing them:
 ``interval_seconds`` <- ``GPUMON_INTERVAL_SECONDS``. Sections (``alerting``,
 ``exporter``, ``xid``) are validated by the module that owns them.
@@ -59,14 +65,17 @@ class Config:
     backend: str = "nvml"
     """``nvml``, ``fake`` (with fake_gpus) or ``fake:PATH`` (a scenario file)."""
     fake_gpus: int = 2
+    """GPUs of ``backend: fake``, 0-4096."""
     interval_seconds: float = 1.0
-    """Fast tier: utilization, memory, temperature, power, clocks, processes."""
+    """Fast tier, 0.1-3600 s: utilization, memory, temperature, power, clocks, processes."""
     slow_interval_seconds: float = 10.0
-    """Slow tier: energy, ECC, violation counters, PCIe throughput, error counters."""
+    """Slow tier, 0.1-86400 s and not shorter than the fast one: energy, ECC, violation counters,
+    PCIe throughput, error counters."""
     static_interval_seconds: float = 300.0
-    """Static tier: identity, max clocks, thresholds, P2P and topology."""
+    """Static tier, 0.1-86400 s: identity, max clocks, thresholds, P2P and topology."""
     stale_after_seconds: float = 0.0
-    """Snapshot age after which /ready fails; 0 means 5 × interval_seconds."""
+    """Snapshot age after which /ready fails, 0.1-86400 s and not shorter than interval_seconds;
+    0 means 5 × interval_seconds."""
     state_dir: Path = DEFAULT_STATE_DIR
     log_level: str = "info"
     web_config_file: Path | None = None
