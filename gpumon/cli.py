@@ -57,7 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_json_option(once, "the snapshot")
     once.set_defaults(func=cmd_once)
 
-    check = sub.add_parser("check-config", help="validate a config file; print every problem")
+    check = sub.add_parser(
+        "check-config",
+        help="validate a config file and the files it names (web config, scenario) as run would; print every problem",
+    )
     check.add_argument("file", type=Path)
     check.set_defaults(func=cmd_check_config)
 
@@ -91,14 +94,24 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
 
-def _load_or_report(args: argparse.Namespace) -> Config | None:
+def checked_config(path: Path | None, flags: dict[str, Any], path_must_exist: bool) -> Config | list[str]:
+    """The configuration, or every problem in it: the one gate that ``check-config``, ``run`` and
+    ``once`` go through (``run``'s SIGHUP reload calls the same ``gpumon.config.load``)."""
     try:
-        return load(args.config, os.environ, _flags(args), path_must_exist=args.config is not None)
+        return load(path, os.environ, flags, path_must_exist=path_must_exist)
     except ConfigError as exc:
-        print(f"gpumon: {len(exc.problems)} problem(s) in the configuration:", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  - {problem}", file=sys.stderr)
-        return None
+        return exc.problems
+
+
+def load_or_report(args: argparse.Namespace) -> Config | None:
+    """``run``/``once``: the checked configuration, or None after printing every problem."""
+    config = checked_config(args.config, _flags(args), path_must_exist=args.config is not None)
+    if isinstance(config, Config):
+        return config
+    print(f"gpumon: {len(config)} problem(s) in the configuration:", file=sys.stderr)
+    for problem in config:
+        print(f"  - {problem}", file=sys.stderr)
+    return None
 
 
 def _usable_state_dir(config: Config, explicit: bool) -> Path | None:
@@ -127,7 +140,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gpumon.config import reloader
     from gpumon.daemon import Daemon, configure_logging
 
-    config = _load_or_report(args)
+    config = load_or_report(args)
     if config is None:
         return EXIT_USAGE
     configure_logging(config.log_level)
@@ -164,7 +177,7 @@ def cmd_once(args: argparse.Namespace) -> int:
     from gpumon.snapshot import to_jsonable
     from gpumon.store import SnapshotStore
 
-    config = _load_or_report(args)
+    config = load_or_report(args)
     if config is None:
         return EXIT_USAGE
     logging.basicConfig(level=getattr(logging, config.log_level.upper()) if args.log_level else logging.CRITICAL)
@@ -205,11 +218,11 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    try:
-        config = load(args.file, os.environ, {}, path_must_exist=True)
-    except ConfigError as exc:
-        print(f"{args.file}: {len(exc.problems)} problem(s):", file=sys.stderr)
-        for problem in exc.problems:
+    """Exit 2 listing every problem that ``gpumon run --config FILE`` would meet, else 0."""
+    config = checked_config(args.file, {}, path_must_exist=True)
+    if not isinstance(config, Config):
+        print(f"{args.file}: {len(config)} problem(s):", file=sys.stderr)
+        for problem in config:
             print(f"  - {problem}", file=sys.stderr)
         return EXIT_USAGE
     print(f"{args.file}: OK (listen {config.listen}, backend {config.backend}, every {config.interval_seconds:g}s)")

@@ -3,6 +3,12 @@
 Precedence is flags > environment > file > defaults. Every problem is collected and
 reported at once (``ConfigError.problems``); nothing starts half-configured.
 
+``load`` is the one gate: ``gpumon check-config``, ``gpumon run`` and the SIGHUP reload all call
+it, it reads the files the config names (web config, scenario) with the code ``run`` uses, and
+it raises nothing but ConfigError whatever the files hold (bytes that are not UTF-8, nesting,
+alias bombs, numbers of any size: see gpumon.yamlfile). Every number has a finite range, which
+the problem line states (``SECONDS_RANGES``, ``MAX_FAKE_GPUS``, and those of the sections).
+
 Top-level scalar keys map to environment variables by upper-casing them:
 ``interval_seconds`` <- ``GPUMON_INTERVAL_SECONDS``. Sections (``alerting``,
 ``exporter``, ``xid``) are validated by the module that owns them.
@@ -10,13 +16,16 @@ Top-level scalar keys map to environment variables by upper-casing them:
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
+from gpumon.yamlfile import YamlFileError, brief, read_yaml
 
 if TYPE_CHECKING:
     from gpumon.alerts.config import AlertingConfig
@@ -57,14 +66,17 @@ class Config:
     backend: str = "nvml"
     """``nvml``, ``fake`` (with fake_gpus), ``fake:NAME`` (a named scenario) or ``fake:PATH`` (a scenario file)."""
     fake_gpus: int = 2
+    """GPUs of ``backend: fake``, 0-4096."""
     interval_seconds: float = 1.0
-    """Fast tier: utilization, memory, temperature, power, clocks, processes."""
+    """Fast tier, 0.1-3600 s: utilization, memory, temperature, power, clocks, processes."""
     slow_interval_seconds: float = 10.0
-    """Slow tier: energy, ECC, violation counters, PCIe throughput, error counters."""
+    """Slow tier, 0.1-86400 s and not shorter than the fast one: energy, ECC, violation counters,
+    PCIe throughput, error counters."""
     static_interval_seconds: float = 300.0
-    """Static tier: identity, max clocks, thresholds, P2P and topology."""
+    """Static tier, 0.1-86400 s: identity, max clocks, thresholds, P2P and topology."""
     stale_after_seconds: float = 0.0
-    """Snapshot age after which /ready fails; 0 means 5 × interval_seconds."""
+    """Snapshot age after which /ready fails, 0.1-86400 s and not shorter than interval_seconds;
+    0 means 5 × interval_seconds."""
     state_dir: Path = DEFAULT_STATE_DIR
     log_level: str = "info"
     web_config_file: Path | None = None
@@ -105,39 +117,103 @@ _SCALARS: dict[str, type] = {
 }
 _SECTIONS = ("exporter", "alerting", "xid_catalog", "health")
 
+SECONDS_RANGES: Mapping[str, tuple[float, float]] = {
+    "interval_seconds": (0.1, 3600.0),
+    "slow_interval_seconds": (0.1, 86400.0),
+    "static_interval_seconds": (0.1, 86400.0),
+    "stale_after_seconds": (0.1, 86400.0),
+}
+"""The range of each interval setting, in seconds (stale_after_seconds may also be 0: 5 × interval_seconds)."""
+MAX_FAKE_GPUS = 4096
+MAX_PATH_BYTES = 4095
+"""Longest path Linux accepts (PATH_MAX less the final NUL); each part at most 255 bytes."""
+_BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+_HOST_NAME = re.compile(
+    r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
+)
+
 
 def _convert(name: str, value: Any, want: type, problems: list[str], where: str) -> Any:
-    try:
-        if want is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-                return value.lower() in ("1", "true", "yes", "on")
-            raise ValueError
-        if want is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value)
-        if want is float:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        if want is Path:
-            if not isinstance(value, (str, Path)) or not str(value):
-                raise ValueError
-            return Path(value)
-        if not isinstance(value, str):
-            raise ValueError
-        return value
-    except (TypeError, ValueError):
-        problems.append(f"{where}: {name} must be {want.__name__.lower()}, got {value!r}")
+    """``value`` (from YAML, the environment or a flag) as ``want``, or None with a problem added."""
+    if want is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
+            return _BOOL_WORDS[value.strip().lower()]
+        problems.append(f"{where}: {name} must be true or false, got {brief(value)}")
         return None
+    if want is int:
+        number = _number(value)
+        if number is None or not float(number).is_integer():
+            problems.append(f"{where}: {name} must be a whole number, got {brief(value)}")
+            return None
+        return int(number)
+    if want is float:
+        number = _number(value)
+        if number is None:
+            problems.append(f"{where}: {name} must be a number, got {brief(value)}")
+            return None
+        return float(number)
+    if want is Path:
+        problem = path_problem(value)
+        if problem is not None:
+            problems.append(f"{where}: {name} {problem}")
+            return None
+        return Path(value)
+    if not isinstance(value, str):
+        problems.append(f"{where}: {name} must be a string, got {brief(value)}")
+        return None
+    return value
+
+
+def _number(value: Any) -> float | int | None:
+    """An int or float from YAML, or a number written as text (environment, flags); None if not a number.
+
+    Infinite and NaN values pass through (the range checks reject them with the range in the message);
+    integers too large for a float become infinity."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if abs(value) < 2**63 else math.copysign(math.inf, value)
+    if isinstance(value, float):
+        return value
+    if isinstance(value, str) and 0 < len(value.strip()) <= 40:
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def path_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be a file or directory name (a phrase after the setting's name), or None."""
+    if isinstance(value, Path):
+        value = str(value)
+    if not isinstance(value, str) or not value:
+        return f"must be a path, got {brief(value)}"
+    if "\0" in value:
+        return f"must not contain a NUL byte, got {brief(value)}"
+    encoded = value.encode("utf-8", "surrogateescape")
+    if len(encoded) > MAX_PATH_BYTES or any(len(part) > 255 for part in encoded.split(b"/")):
+        return f"is too long for a path ({len(encoded)} bytes; at most {MAX_PATH_BYTES}, 255 per name)"
+    return None
 
 
 def _validate_listen(value: str, problems: list[str], where: str) -> None:
-    _host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        problems.append(f"{where}: listen must be HOST:PORT with a port 1-65535, got {value!r}")
+    host, sep, port = value.rpartition(":")
+    if not sep or not (port.isascii() and port.isdigit() and len(port) <= 5) or not 0 < int(port) < 65536:
+        problems.append(f"{where}: listen must be HOST:PORT with a port 1-65535, got {brief(value)}")
+        return
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            problems.append(f"{where}: listen: {brief(host)} is not an IPv6 address in brackets")
+        return
+    if ":" in host:
+        problems.append(f"{where}: listen: write an IPv6 address in brackets, e.g. [::1]:{port}, got {brief(value)}")
+    elif host and not (host.isascii() and _HOST_NAME.match(host) and len(host) <= 253):
+        problems.append(f"{where}: listen: {brief(host)} is not a host name or IP address")
 
 
 def _validate_backend(value: str, problems: list[str], where: str) -> None:
@@ -147,36 +223,73 @@ def _validate_backend(value: str, problems: list[str], where: str) -> None:
         from gpumon.backends import scenarios
 
         target = value[5:]
-        if scenarios.path_of(target) is None and not Path(target).is_file():
-            problems.append(
-                f"{where}: backend {value!r}: no scenario file {target!r} and no named scenario of that name "
-                f"({', '.join(scenarios.names())}; gpumon scenarios describes them)"
-            )
+        named = scenarios.path_of(target)
+        if named is None:
+            problem = path_problem(target)
+            if problem is None and not Path(target).exists():
+                problem = "does not exist"
+            if problem is not None:
+                problems.append(
+                    f"{where}: backend {brief(value)}: no named scenario of that name "
+                    f"({', '.join(scenarios.names())}; gpumon scenarios describes them) and the scenario file {problem}"
+                )
+                return
+        from gpumon.backends.scenario import ScenarioError, read_scenario
+
+        try:
+            read_scenario(named or Path(target))
+        except ScenarioError as exc:
+            problems.extend(exc.problems)
         return
-    problems.append(f"{where}: backend must be nvml, fake, fake:NAME or fake:PATH, got {value!r}")
+    problems.append(f"{where}: backend must be nvml, fake, fake:NAME or fake:PATH, got {brief(value)}")
+
+
+def _web_config_problems(path: Path) -> list[str]:
+    """Every problem of the web config file, as ``gpumon run`` would meet them (it calls the same loader)."""
+    try:
+        read_yaml(path)  # not UTF-8, too deep, alias bombs, duplicate keys, numbers out of range: with positions
+    except YamlFileError as exc:
+        return exc.problems
+    from gpumon.exporter.webconfig import WebConfig, WebConfigError
+
+    try:
+        WebConfig.load(path)
+    except WebConfigError as exc:
+        return [_one_line(p) for p in exc.problems] or [f"{path}: not a usable web config"]
+    except Exception as exc:  # a defect of the web config reader must still be one line here, never a traceback
+        return [f"{path}: the web config cannot be checked ({type(exc).__name__}: {brief(str(exc), 120)})"]
+    return []
+
+
+def _one_line(text: str) -> str:
+    """A problem as one line (a YAML error's text spans several, with a caret under the column)."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
 def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig:
     if raw is None:
         return ExporterConfig()
     if not isinstance(raw, dict):
-        problems.append(f"{where}: exporter must be a mapping")
+        problems.append(f"{where}: exporter must be a mapping with processes and compat, got {brief(raw)}")
         return ExporterConfig()
     for key in raw:
         if key not in ("processes", "compat"):
-            problems.append(f"{where}: unknown key exporter.{key}")
+            shown = key if isinstance(key, str) and key.isprintable() and len(key) <= 60 else brief(key)
+            problems.append(f"{where}: unknown key exporter.{shown} (known: processes, compat)")
     processes = _convert("exporter.processes", raw.get("processes", False), bool, problems, where)
     compat_raw = raw.get("compat", [])
+    if compat_raw is None:
+        compat_raw = []
     if isinstance(compat_raw, str):
-        compat_raw = [c for c in compat_raw.split(",") if c]
+        compat_raw = [c.strip() for c in compat_raw.split(",") if c.strip()]
     compat: list[str] = []
     if not isinstance(compat_raw, list):
-        problems.append(f"{where}: exporter.compat must be a list")
+        problems.append(f"{where}: exporter.compat must be a list, got {brief(compat_raw)}")
     else:
         for c in compat_raw:
-            if c not in COMPAT_MODES:
-                problems.append(f"{where}: exporter.compat: unknown mode {c!r} (known: {', '.join(COMPAT_MODES)})")
-            else:
+            if not isinstance(c, str) or c not in COMPAT_MODES:
+                problems.append(f"{where}: exporter.compat: unknown mode {brief(c)} (known: {', '.join(COMPAT_MODES)})")
+            elif c not in compat:
                 compat.append(c)
     return ExporterConfig(processes=bool(processes), compat=tuple(compat))
 
@@ -188,13 +301,13 @@ def _parse_xid_catalog(raw: Any, problems: list[str], where: str) -> dict[int, d
     if not isinstance(raw, dict):
         problems.append(f"{where}: xid_catalog must be a mapping of XID code to {{meaning, severity, action}}")
         return {}
-    from gpumon.events.catalog import override_problems
+    from gpumon.events.catalog import normalize_overrides, override_problems
 
     found = override_problems(raw, f"{where}: xid_catalog")
     problems.extend(found)
     if found:
         return {}
-    return {int(code): {k: str(v) for k, v in entry.items()} for code, entry in raw.items()}
+    return normalize_overrides(raw)
 
 
 def _parse_alerting(raw: Any, problems: list[str], where: str) -> AlertingConfig | None:
@@ -215,7 +328,7 @@ def _parse_health(raw: Any, problems: list[str], where: str) -> HealthConfig:
     return parsed
 
 
-def _apply(values: dict[str, Any], raw: Mapping[str, Any], where: str, problems: list[str], sections: bool) -> None:
+def _apply(values: dict[str, Any], raw: Mapping[Any, Any], where: str, problems: list[str], sections: bool) -> None:
     for key, value in raw.items():
         if key in _SCALARS:
             if value is None:
@@ -226,7 +339,57 @@ def _apply(values: dict[str, Any], raw: Mapping[str, Any], where: str, problems:
         elif sections and key in _SECTIONS:
             values[key] = value
         else:
-            problems.append(f"{where}: unknown key {key!r}")
+            problems.append(f"{where}: unknown key {brief(key)}")
+
+
+def _read_file(path: Path, must_exist: bool, problems: list[str]) -> dict[Any, Any] | None:
+    if not must_exist and not os.path.lexists(path):
+        return None
+    try:
+        raw = read_yaml(path)
+    except YamlFileError as exc:
+        problems.extend(exc.problems)
+        return None
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        problems.append(f"{path}: the top level must be a mapping of keys to values, got {brief(raw)}")
+        return None
+    return raw
+
+
+def _check_values(values: dict[str, Any], where: str, problems: list[str]) -> None:
+    """Ranges and relations of the scalar settings; each message gives the range."""
+    if "listen" in values:
+        _validate_listen(values["listen"], problems, where)
+    if "backend" in values:
+        _validate_backend(values["backend"], problems, where)
+    for key, (low, high) in SECONDS_RANGES.items():
+        if key not in values:
+            continue
+        value = values[key]
+        if key == "stale_after_seconds" and value == 0:
+            continue
+        if not low <= value <= high:
+            zero = "0 (5 × interval_seconds) or " if key == "stale_after_seconds" else ""
+            problems.append(f"{where}: {key} must be {zero}from {low:g} to {high:g} seconds, got {brief(value)}")
+            values.pop(key)
+    if "fake_gpus" in values and not 0 <= values["fake_gpus"] <= MAX_FAKE_GPUS:
+        problems.append(f"{where}: fake_gpus must be from 0 to {MAX_FAKE_GPUS}, got {values['fake_gpus']}")
+    if "log_level" in values and values["log_level"] not in LOG_LEVELS:
+        problems.append(f"{where}: log_level must be one of {', '.join(LOG_LEVELS)}, got {brief(values['log_level'])}")
+    if "web_config_file" in values:
+        web = values["web_config_file"]
+        if not web.is_file():
+            problems.append(f"{where}: web_config_file {brief(str(web))} does not exist")
+        else:
+            problems.extend(_web_config_problems(web))
+    interval = values.get("interval_seconds", Config.interval_seconds)
+    if values.get("slow_interval_seconds", Config.slow_interval_seconds) < interval:
+        problems.append(f"{where}: slow_interval_seconds must not be shorter than interval_seconds")
+    stale = values.get("stale_after_seconds", 0.0)
+    if stale and stale < interval:
+        problems.append(f"{where}: stale_after_seconds must be 0 or at least interval_seconds ({interval:g} s)")
 
 
 def load(
@@ -235,7 +398,12 @@ def load(
     flags: Mapping[str, Any] | None = None,
     path_must_exist: bool = False,
 ) -> Config:
-    """Build the Config; raise ConfigError listing every problem.
+    """Build the Config and check everything it names; raise ConfigError listing every problem.
+
+    This is the one gate: ``gpumon check-config``, ``gpumon run`` and its reload (SIGHUP) all call
+    it, so what ``run`` would reject, ``check-config`` rejects first. Besides the file itself it reads
+    the files the config names (the web config, a ``fake:PATH`` scenario) with the same code ``run``
+    uses. It raises nothing but ConfigError, whatever the files hold.
 
     ``path`` None means the default file when it exists. ``flags`` holds only the
     options the user actually gave on the command line.
@@ -247,22 +415,9 @@ def load(
         path = DEFAULT_CONFIG_PATH
     if path is not None:
         source = str(path)
-        try:
-            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raw = None
-            if path_must_exist or path != DEFAULT_CONFIG_PATH:
-                problems.append(f"{path}: no such file")
-        except OSError as exc:
-            raw = None
-            problems.append(f"{path}: cannot read: {exc.strerror}")
-        except yaml.YAMLError as exc:
-            raw = None
-            problems.append(f"{path}: not valid YAML: {exc}")
-        if raw is not None and not isinstance(raw, dict):
-            problems.append(f"{path}: the top level must be a mapping of keys to values")
-        elif raw:
-            _apply(values, raw, str(path), problems, sections=True)
+        raw = _read_file(Path(path), path_must_exist or path != DEFAULT_CONFIG_PATH, problems)
+        if raw:
+            _apply(values, raw, source, problems, sections=True)
 
     env = os.environ if env is None else env
     env_raw = {}
@@ -272,41 +427,21 @@ def load(
         key = name[len("GPUMON_") :].lower()
         if key in _SCALARS:
             env_raw[key] = value
-        elif key == "exporter_compat":
-            values["exporter"] = {**(values.get("exporter") or {}), "compat": value}
-        elif key == "exporter_processes":
-            values["exporter"] = {**(values.get("exporter") or {}), "processes": value}
+        elif key in ("exporter_compat", "exporter_processes"):
+            _set_exporter(values, key[len("exporter_") :], value)
         else:
-            problems.append(f"environment: unknown variable {name}")
+            problems.append(f"environment: unknown variable {brief(name)}")
     _apply(values, env_raw, "environment", problems, sections=False)
     if flags:
         flag_values = {k: v for k, v in flags.items() if k in _SCALARS and v is not None}
         _apply(values, flag_values, "command line", problems, sections=False)
         if flags.get("compat") is not None:
-            values["exporter"] = {**(values.get("exporter") or {}), "compat": flags["compat"]}
+            _set_exporter(values, "compat", flags["compat"])
         if flags.get("processes"):
-            values["exporter"] = {**(values.get("exporter") or {}), "processes": True}
+            _set_exporter(values, "processes", True)
 
+    _check_values(values, source or "config", problems)
     where = source or "config"
-    if "listen" in values:
-        _validate_listen(values["listen"], problems, where)
-    if "backend" in values:
-        _validate_backend(values["backend"], problems, where)
-    for key in ("interval_seconds", "slow_interval_seconds", "static_interval_seconds"):
-        if key in values and not values[key] > 0:
-            problems.append(f"{where}: {key} must be greater than 0, got {values[key]}")
-    if "stale_after_seconds" in values and values["stale_after_seconds"] < 0:
-        problems.append(f"{where}: stale_after_seconds must not be negative")
-    if "fake_gpus" in values and not 0 <= values["fake_gpus"] <= 4096:
-        problems.append(f"{where}: fake_gpus must be between 0 and 4096, got {values['fake_gpus']}")
-    if "log_level" in values and values["log_level"] not in LOG_LEVELS:
-        problems.append(f"{where}: log_level must be one of {', '.join(LOG_LEVELS)}, got {values['log_level']!r}")
-    if "web_config_file" in values and not values["web_config_file"].is_file():
-        problems.append(f"{where}: web_config_file {str(values['web_config_file'])!r} does not exist")
-    interval = values.get("interval_seconds", 1.0)
-    if values.get("slow_interval_seconds", 10.0) < interval:
-        problems.append(f"{where}: slow_interval_seconds must not be shorter than interval_seconds")
-
     values["exporter"] = _parse_exporter(values.get("exporter"), problems, where)
     values["xid_catalog"] = _parse_xid_catalog(values.get("xid_catalog"), problems, where)
     values["alerting"] = _parse_alerting(values.get("alerting"), problems, where)
@@ -315,6 +450,14 @@ def load(
         raise ConfigError(problems)
     known = {f.name for f in fields(Config)}
     return replace(Config(), source=source, **{k: v for k, v in values.items() if k in known})
+
+
+def _set_exporter(values: dict[str, Any], key: str, value: Any) -> None:
+    """An exporter setting from the environment or a flag over the file's section (a broken section
+    stays as it is, to be reported)."""
+    section = values.get("exporter")
+    if section is None or isinstance(section, dict):
+        values["exporter"] = {**(section or {}), key: value}
 
 
 def reloader(

@@ -40,6 +40,7 @@ every problem found, one line each, so ``gpumon check-config`` lists them all at
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -58,11 +59,23 @@ from gpumon.alerts.rules import (
     field_problem,
     template_problems,
 )
+from gpumon.events.catalog import MAX_XID, MIN_XID, xid_code
+from gpumon.yamlfile import brief
 
 RESERVED_LABELS = frozenset({"alertname", "severity", "gpu", "uuid", "link", "xid"})
 """Labels gpumon sets itself; rules may not override them (nor the host label)."""
 MIN_RESEND_SECONDS = 30.0
 MAX_RESEND_SECONDS = 180.0
+MAX_FOR_SECONDS = 7 * 86400.0
+"""for, keep_firing_for and hold: at most 168h (a week)."""
+MIN_HOLD_SECONDS = 1.0
+MIN_RETRY_SECONDS = 0.001
+MAX_BACKOFF_SECONDS = 3600.0
+"""retry.initial_backoff and retry.max_backoff: 1ms to 1h."""
+MAX_TIMEOUT_SECONDS = 300.0
+"""retry.timeout (one HTTP request): 1ms to 5m."""
+MAX_STALE_SECONDS = 86400.0
+"""stale_snapshot rules: threshold more than 0, at most 86400 seconds."""
 
 _DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?$")
 _LABEL_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -177,17 +190,21 @@ class AlertingConfig:
 
 
 def parse_duration(value: Any) -> float | None:
-    """Seconds from ``90``, ``1.5``, ``500ms``, ``30s``, ``5m``, ``1h``, ``1h30m``; None when not a duration."""
+    """Seconds from ``90``, ``1.5``, ``500ms``, ``30s``, ``5m``, ``1h``, ``1h30m``; None when not a duration.
+
+    A duration too long for a float (``999...9h``) is ``math.inf``, for the caller's range check to reject."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(value) and value >= 0 else None
+    if isinstance(value, int):
+        return None if value < 0 else (float(value) if value < 2**63 else math.inf)
+    if isinstance(value, float):
+        return value if value >= 0 else None  # NaN fails the comparison too
     if not isinstance(value, str):
         return None
     m = _DURATION_RE.match(value.strip())
     if not m or not any(m.groups()):
         return None
-    h, mi, s, ms = (int(g) if g else 0 for g in m.groups())
+    h, mi, s, ms = (float(g) if g else 0.0 for g in m.groups())  # float(): no limit on digits, overflow is inf
     return h * 3600.0 + mi * 60.0 + s + ms / 1000.0
 
 
@@ -205,16 +222,16 @@ def format_duration(seconds: float) -> str:
 def url_problem(url: Any) -> str | None:
     """Why ``url`` is not an http(s) URL, or None."""
     if not isinstance(url, str) or not url:
-        return f"URL must be a string, got {url!r}"
+        return f"URL must be a string, got {brief(url)}"
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        return f"URL {url!r} is not valid: {exc}"
+        return f"URL {brief(url)} is not valid: {exc}"
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        return f"URL {url!r} must be http:// or https:// with a host"
+        return f"URL {brief(url)} must be http:// or https:// with a host"
     if any(c.isspace() for c in url):
-        return f"URL {url!r} contains white space"
+        return f"URL {brief(url)} contains white space"
     del port
     return None
 
@@ -227,21 +244,33 @@ class _Problems:
         self.items.append(f"alerting.{where}: {text}" if where else f"alerting: {text}")
 
 
-def _duration(raw: Mapping[str, Any], key: str, default: float, where: str, p: _Problems) -> float:
+def _duration(
+    raw: Mapping[str, Any], key: str, default: float, where: str, p: _Problems, low: float, high: float
+) -> float:
+    """``raw[key]`` in seconds, from ``low`` to ``high``; ``default`` (with a problem added) otherwise."""
     if key not in raw or raw[key] is None:
         return default
     seconds = parse_duration(raw[key])
-    if seconds is None:
-        p.add(where, f"{key} must be a duration like 30s, 5m, 1h or a number of seconds, got {raw[key]!r}")
+    if seconds is None or not low <= seconds <= high:
+        p.add(
+            where,
+            f"{key} must be a duration from {format_duration(low)} to {format_duration(high)} "
+            f"(like 30s, 5m, 1h, or a number of seconds), got {brief(raw[key])}",
+        )
         return default
     return seconds
 
 
 def _number(value: Any) -> float | None:
+    """A finite number (booleans as 1/0), or None."""
     if isinstance(value, bool):
         return 1.0 if value else 0.0
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return float(value)
+    if isinstance(value, (int, float)):
+        try:
+            number = float(value)
+        except OverflowError:
+            return None
+        return number if math.isfinite(number) else None
     return None
 
 
@@ -249,15 +278,19 @@ def _str_map(raw: Any, what: str, where: str, p: _Problems) -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        p.add(where, f"{what} must be a mapping of names to strings")
+        p.add(where, f"{what} must be a mapping of names to strings, got {brief(raw)}")
         return {}
     out = {}
     for k, v in raw.items():
         if not isinstance(k, str) or not _LABEL_RE.match(k) or k.startswith("__"):
-            p.add(where, f"{what}: {k!r} is not a valid label name")
+            p.add(where, f"{what}: {brief(k)} is not a valid label name")
             continue
-        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-            p.add(where, f"{what}.{k} must be a string, got {v!r}")
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (str, int, float))
+            or (isinstance(v, float) and not math.isfinite(v))
+        ):
+            p.add(where, f"{what}.{k} must be a string, got {brief(v)}")
             continue
         out[k] = str(v)
     return out
@@ -284,8 +317,10 @@ def _xid_codes(raw: Mapping[str, Any], key: str, where: str, p: _Problems) -> fr
     if value is None:
         return frozenset()
     items = value if isinstance(value, list) else [value]
-    if not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in items):
-        p.add(where, f"{key} must be a list of positive XID numbers")
+    if not all(isinstance(c, int) and xid_code(c) is not None for c in items):
+        p.add(
+            where, f"{key} must be a list of XID codes (whole numbers from {MIN_XID} to {MAX_XID}), got {brief(value)}"
+        )
         return frozenset()
     return frozenset(items)
 
@@ -298,19 +333,19 @@ def parse_rule(raw: Any, where: str, p: _Problems, host_label: str, builtin: boo
     before = len(p.items)
     name = raw.get("name")
     if not isinstance(name, str) or not _LABEL_RE.match(name):
-        p.add(where, f"name must be a word of letters, digits and _ (it becomes alertname), got {name!r}")
+        p.add(where, f"name must be a word of letters, digits and _ (it becomes alertname), got {brief(name)}")
         name = "?"
     else:
         where = f"{where}({name})"
     kind = raw.get("kind", "threshold")
     if kind not in KINDS:
-        p.add(where, f"unknown kind {kind!r} (known: {', '.join(KINDS)})")
+        p.add(where, f"unknown kind {brief(kind)} (known: {', '.join(KINDS)})")
         kind = None
     for key in raw:
         if key not in _RULE_KEYS:
-            p.add(where, f"unknown key {key!r}")
+            p.add(where, f"unknown key {brief(key)}")
         elif kind is not None and key not in _COMMON_KEYS and key not in _KIND_KEYS[kind]:
-            p.add(where, f"key {key!r} does not apply to kind {kind}")
+            p.add(where, f"key {brief(key)} does not apply to kind {kind}")
 
     field_name = raw.get("field")
     op = raw.get("op")
@@ -325,7 +360,7 @@ def parse_rule(raw: Any, where: str, p: _Problems, host_label: str, builtin: boo
             if problem:
                 p.add(where, problem)
         if not isinstance(op, str) or op not in OPS:
-            p.add(where, f"op must be one of {' '.join(OPS)}, got {op!r}")
+            p.add(where, f"op must be one of {' '.join(OPS)}, got {brief(op)}")
             op = None
     if kind in ("threshold", "stale_snapshot", "idle_with_memory"):
         defaults = {"threshold": None, "stale_snapshot": None, "idle_with_memory": 0.3}
@@ -336,13 +371,15 @@ def parse_rule(raw: Any, where: str, p: _Problems, host_label: str, builtin: boo
         else:
             threshold = _number(raw["threshold"])
             if threshold is None:
-                p.add(where, f"threshold must be a number or true/false, got {raw['threshold']!r}")
-        if kind == "stale_snapshot" and threshold is not None and threshold <= 0:
-            p.add(where, "threshold (seconds) must be greater than 0")
+                p.add(where, f"threshold must be a finite number or true/false, got {brief(raw['threshold'])}")
+        if kind == "stale_snapshot" and threshold is not None and not 0 < threshold <= MAX_STALE_SECONDS:
+            p.add(where, f"threshold must be more than 0 and at most {MAX_STALE_SECONDS:g} seconds, got {threshold:g}")
+        if kind == "idle_with_memory" and threshold is not None and not 0 <= threshold <= 1:
+            p.add(where, f"threshold (a utilization ratio) must be from 0 to 1, got {threshold:g}")
     if raw.get("clear_threshold") is not None:
         clear = _number(raw["clear_threshold"])
         if clear is None:
-            p.add(where, f"clear_threshold must be a number, got {raw['clear_threshold']!r}")
+            p.add(where, f"clear_threshold must be a finite number, got {brief(raw['clear_threshold'])}")
         elif op in ("==", "!="):
             p.add(where, "clear_threshold needs op > >= < or <=")
         elif threshold is not None and op in (">", ">=") and clear > threshold:
@@ -352,7 +389,7 @@ def parse_rule(raw: Any, where: str, p: _Problems, host_label: str, builtin: boo
 
     severity = raw.get("severity", "warning")
     if severity not in SEVERITIES:
-        p.add(where, f"severity must be one of {', '.join(SEVERITIES)}, got {severity!r}")
+        p.add(where, f"severity must be one of {', '.join(SEVERITIES)}, got {brief(severity)}")
     labels = _str_map(raw.get("labels"), "labels", where, p)
     for k in labels:
         if k in RESERVED_LABELS or k == host_label:
@@ -363,7 +400,7 @@ def parse_rule(raw: Any, where: str, p: _Problems, host_label: str, builtin: boo
             p.add(where, f"annotations.{k}: {problem}")
     burn = raw.get("burn_hold_back")
     if burn is not None and not isinstance(burn, bool):
-        p.add(where, f"burn_hold_back must be true or false, got {burn!r}")
+        p.add(where, f"burn_hold_back must be true or false, got {brief(burn)}")
         burn = None
     codes = _xid_codes(raw, "codes", where, p)
     exclude_codes = _xid_codes(raw, "exclude_codes", where, p)
@@ -371,16 +408,14 @@ def parse_rule(raw: Any, where: str, p: _Problems, host_label: str, builtin: boo
     if raw.get("min_utilization") is not None:
         value = _number(raw["min_utilization"])
         if value is None or isinstance(raw["min_utilization"], bool) or not 0 <= value <= 1:
-            p.add(where, f"min_utilization must be a ratio 0-1, got {raw['min_utilization']!r}")
+            p.add(where, f"min_utilization must be a ratio from 0 to 1, got {brief(raw['min_utilization'])}")
         else:
             min_util = value
-    for_seconds = _duration(raw, "for", 0.0, where, p)
+    for_seconds = _duration(raw, "for", 0.0, where, p, 0.0, MAX_FOR_SECONDS)
     if kind == "xid" and raw.get("for"):
         p.add(where, "xid rules fire at once; 'for' does not apply (use hold)")
-    keep = _duration(raw, "keep_firing_for", 0.0, where, p)
-    hold = _duration(raw, "hold", 300.0, where, p)
-    if kind == "xid" and hold <= 0:
-        p.add(where, "hold must be greater than 0")
+    keep = _duration(raw, "keep_firing_for", 0.0, where, p, 0.0, MAX_FOR_SECONDS)
+    hold = _duration(raw, "hold", 300.0, where, p, MIN_HOLD_SECONDS, MAX_FOR_SECONDS)
     actions = _str_set(raw.get("actions"), "actions", where, p)
     exclude_actions = _str_set(raw.get("exclude_actions"), "exclude_actions", where, p)
     if len(p.items) > before or kind is None:
@@ -419,10 +454,10 @@ def _merge_override(base: dict[str, Any], override: Any, where: str, p: _Problem
         return base
     for key in override:
         if key not in _OVERRIDE_KEYS:
-            p.add(where, f"key {key!r} cannot be overridden (allowed: {', '.join(sorted(_OVERRIDE_KEYS))})")
+            p.add(where, f"key {brief(key)} cannot be overridden (allowed: {', '.join(sorted(_OVERRIDE_KEYS))})")
     enabled = override.get("enabled", True)
     if not isinstance(enabled, bool):
-        p.add(where, f"enabled must be true or false, got {enabled!r}")
+        p.add(where, f"enabled must be true or false, got {brief(enabled)}")
     elif not enabled:
         return None
     merged = dict(base)
@@ -442,7 +477,7 @@ def _urls(raw: Any, key: str, p: _Problems, http: dict[str, ReceiverHttp]) -> tu
         return ()
     items = [raw] if isinstance(raw, (str, dict)) else raw
     if not isinstance(items, list):
-        p.add("", f"{key} must be a list of URLs")
+        p.add("", f"{key} must be a list of URLs, got {brief(raw)}")
         return ()
     out = []
     for i, item in enumerate(items):
@@ -455,7 +490,7 @@ def _urls(raw: Any, key: str, p: _Problems, http: dict[str, ReceiverHttp]) -> tu
         if problem:
             p.add(f"{key}[{i}]", problem)
         elif url in out:
-            p.add(f"{key}[{i}]", f"{url!r} is listed twice")
+            p.add(f"{key}[{i}]", f"{brief(url)} is listed twice")
         else:
             out.append(url)
             if options is not None:
@@ -466,17 +501,17 @@ def _urls(raw: Any, key: str, p: _Problems, http: dict[str, ReceiverHttp]) -> tu
 def _receiver_http(item: Mapping[str, Any], url: Any, where: str, p: _Problems) -> ReceiverHttp | None:
     for k in item:
         if k not in _RECEIVER_KEYS:
-            p.add(where, f"unknown key {k!r} (known: {', '.join(_RECEIVER_KEYS)})")
+            p.add(where, f"unknown key {brief(k)} (known: {', '.join(_RECEIVER_KEYS)})")
     files: dict[str, str | None] = {}
     for k in _RECEIVER_KEYS[1:]:
         value = item.get(k)
         if value is None:
             files[k] = None
         elif not isinstance(value, str) or not value:
-            p.add(where, f"{k} must be a file path, got {value!r}")
+            p.add(where, f"{k} must be a file path, got {brief(value)}")
             files[k] = None
-        elif not os.path.isfile(value) or not os.access(value, os.R_OK):
-            p.add(where, f"{k} {value!r} is not a readable file")
+        elif "\0" in value or not os.path.isfile(value) or not os.access(value, os.R_OK):
+            p.add(where, f"{k} {brief(value, 200)} is not a readable file")
             files[k] = None
         else:
             files[k] = value
@@ -488,6 +523,33 @@ def _receiver_http(item: Mapping[str, Any], url: Any, where: str, p: _Problems) 
     return ReceiverHttp(**files)
 
 
+@functools.cache
+def _builtin_pack() -> tuple[Mapping[str, Any], ...]:
+    """The shipped pack as raw mappings, read once (nothing here changes them: overrides make copies)."""
+    return tuple(builtin_rules_raw())
+
+
+@functools.lru_cache(maxsize=8)
+def _default_builtin(host_label: str) -> tuple[Rule, ...]:
+    """The built-in rules without overrides (parsed once per host label: every config load needs them)."""
+    p = _Problems()
+    return tuple(_builtin_with_overrides(_builtin_pack(), {}, host_label, p))
+
+
+def _builtin_with_overrides(
+    pack: tuple[Mapping[str, Any], ...], overrides: Mapping[Any, Any], host_label: str, p: _Problems
+) -> list[Rule]:
+    builtin: list[Rule] = []
+    for base in pack:
+        where = f"builtin.{base['name']}"
+        merged = _merge_override(dict(base), overrides.get(base["name"]), where, p)
+        if merged is not None:
+            rule = parse_rule(merged, "builtin", p, host_label, builtin=True)
+            if rule is not None:
+                builtin.append(rule)
+    return builtin
+
+
 def parse(raw: Any) -> tuple[AlertingConfig | None, list[str]]:
     """Validate the ``alerting:`` mapping; None means defaults (built-in pack on, no receivers)."""
     p = _Problems()
@@ -497,39 +559,38 @@ def parse(raw: Any) -> tuple[AlertingConfig | None, list[str]]:
         return None, ["alerting: must be a mapping"]
     for key in raw:
         if key not in _TOP_KEYS:
-            p.add("", f"unknown key {key!r} (known: {', '.join(sorted(_TOP_KEYS))})")
+            p.add("", f"unknown key {brief(key)} (known: {', '.join(sorted(_TOP_KEYS))})")
 
     host_label = raw.get("host_label", "host")
     if not isinstance(host_label, str) or not _LABEL_RE.match(host_label) or host_label in RESERVED_LABELS:
-        p.add("host_label", f"must be a label name other than {', '.join(sorted(RESERVED_LABELS))}, got {host_label!r}")
+        p.add(
+            "host_label",
+            f"must be a label name other than {', '.join(sorted(RESERVED_LABELS))}, got {brief(host_label)}",
+        )
         host_label = "host"
     host = raw.get("host")
     if host is not None and (not isinstance(host, str) or not host):
-        p.add("host", f"must be a non-empty string, got {host!r}")
+        p.add("host", f"must be a non-empty string, got {brief(host)}")
         host = None
 
     builtin_on = raw.get("builtin_rules", True)
     if not isinstance(builtin_on, bool):
-        p.add("builtin_rules", f"must be true or false, got {builtin_on!r}")
+        p.add("builtin_rules", f"must be true or false, got {brief(builtin_on)}")
         builtin_on = True
     overrides = raw.get("builtin") or {}
     if not isinstance(overrides, dict):
         p.add("builtin", "must be a mapping of built-in rule names to false or overrides")
         overrides = {}
-    pack = builtin_rules_raw()
+    pack = _builtin_pack()
     known = {r["name"] for r in pack}
     for name in overrides:
         if name not in known:
-            p.add("builtin", f"no built-in rule named {name!r} (known: {', '.join(sorted(known))})")
+            p.add("builtin", f"no built-in rule named {brief(name)} (known: {', '.join(sorted(known))})")
     builtin: list[Rule] = []
-    if builtin_on:
-        for base in pack:
-            where = f"builtin.{base['name']}"
-            merged = _merge_override(base, overrides.get(base["name"]), where, p)
-            if merged is not None:
-                rule = parse_rule(merged, "builtin", p, host_label, builtin=True)
-                if rule is not None:
-                    builtin.append(rule)
+    if builtin_on and not overrides:
+        builtin = list(_default_builtin(host_label))
+    elif builtin_on:
+        builtin = _builtin_with_overrides(pack, overrides, host_label, p)
 
     rules: list[Rule] = []
     rules_raw = raw.get("rules") or []
@@ -551,11 +612,7 @@ def parse(raw: Any) -> tuple[AlertingConfig | None, list[str]]:
     receiver_http: dict[str, ReceiverHttp] = {}
     alertmanagers = _urls(raw.get("alertmanagers"), "alertmanagers", p, receiver_http)
     webhooks = _urls(raw.get("webhooks"), "webhooks", p, receiver_http)
-    resend = _duration(raw, "resend_interval", 60.0, "resend_interval", p)
-    if not MIN_RESEND_SECONDS <= resend <= MAX_RESEND_SECONDS:
-        p.add(
-            "resend_interval", f"must be between 30s and 3m (Alertmanager's convention), got {raw['resend_interval']!r}"
-        )
+    resend = _duration(raw, "resend_interval", 60.0, "", p, MIN_RESEND_SECONDS, MAX_RESEND_SECONDS)
 
     retry_raw = raw.get("retry") or {}
     retry = RetryConfig()
@@ -565,22 +622,20 @@ def parse(raw: Any) -> tuple[AlertingConfig | None, list[str]]:
         for key in retry_raw:
             if key not in ("initial_backoff", "max_backoff", "timeout"):
                 p.add("retry", f"unknown key {key!r} (known: initial_backoff, max_backoff, timeout)")
-        initial = _duration(retry_raw, "initial_backoff", 0.5, "retry", p)
-        maximum = _duration(retry_raw, "max_backoff", 30.0, "retry", p)
-        timeout = _duration(retry_raw, "timeout", 5.0, "retry", p)
-        if initial <= 0 or timeout <= 0:
-            p.add("retry", "initial_backoff and timeout must be greater than 0")
+        initial = _duration(retry_raw, "initial_backoff", 0.5, "retry", p, MIN_RETRY_SECONDS, MAX_BACKOFF_SECONDS)
+        maximum = _duration(retry_raw, "max_backoff", 30.0, "retry", p, MIN_RETRY_SECONDS, MAX_BACKOFF_SECONDS)
+        timeout = _duration(retry_raw, "timeout", 5.0, "retry", p, MIN_RETRY_SECONDS, MAX_TIMEOUT_SECONDS)
         if maximum < initial:
             p.add("retry", "max_backoff must not be shorter than initial_backoff")
         retry = RetryConfig(initial, maximum, timeout)
 
     capacity = raw.get("queue_capacity", 1000)
     if isinstance(capacity, bool) or not isinstance(capacity, int) or not 10 <= capacity <= 1_000_000:
-        p.add("queue_capacity", f"must be a whole number 10-1000000, got {capacity!r}")
+        p.add("queue_capacity", f"must be a whole number from 10 to 1000000, got {brief(capacity)}")
         capacity = 1000
     burn = raw.get("burn_hold_back", True)
     if not isinstance(burn, bool):
-        p.add("burn_hold_back", f"must be true or false, got {burn!r}")
+        p.add("burn_hold_back", f"must be true or false, got {brief(burn)}")
         burn = True
     external_url = raw.get("external_url", "")
     if external_url:

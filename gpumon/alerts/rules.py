@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpumon.snapshot import GpuSnapshot, numeric_field_names
+from gpumon.yamlfile import brief
 
 OPS: Mapping[str, Callable[[float, float], bool]] = {
     ">": operator.gt,
@@ -188,11 +189,11 @@ def field_problem(name: str) -> str | None:
         want = 2 if base in _NESTED_MAPPING_FIELDS else 1
         if depth == want and all(rest.split(".")):
             return None
-        return f"field {name!r}: {base} takes {want} key(s) after the dot"
+        return f"field {brief(name)}: {base} takes {want} key(s) after the dot"
     if name in _MAPPING_FIELDS:
         return f"field {name!r} is a mapping: name one key, e.g. {name}.<key>"
     return (
-        f"unknown field {name!r} (use a numeric GpuSnapshot field, a {{mapping}}.<key>, or one of "
+        f"unknown field {brief(name)} (use a numeric GpuSnapshot field, a {{mapping}}.<key>, or one of "
         + ", ".join(sorted(DERIVED_FIELDS))
         + ")"
     )
@@ -229,15 +230,18 @@ def default_burn_hold_back(kind: str, field_name: str | None) -> bool:
 def template_problems(text: str) -> list[str]:
     """Why ``text`` is not a valid annotation template (empty list when it is)."""
     problems = []
+    shown = brief(text)
     for match in _PLACEHOLDER_RE.finditer(text):
         m = _NAME_RE.match(match.group(1))
         if not m:
-            problems.append(f"template {text!r}: {match.group(0)!r} is not a placeholder like {{{{ gpu }}}}")
+            problems.append(f"template {shown}: {brief(match.group(0))} is not a placeholder like {{{{ gpu }}}}")
         elif m.group(1) not in PLACEHOLDERS:
-            problems.append(f"template {text!r}: unknown placeholder {m.group(1)!r} (known: {', '.join(PLACEHOLDERS)})")
+            problems.append(
+                f"template {shown}: unknown placeholder {brief(m.group(1))} (known: {', '.join(PLACEHOLDERS)})"
+            )
     rest = _PLACEHOLDER_RE.sub("", text)
     if "{{" in rest or "}}" in rest:
-        problems.append(f"template {text!r}: unbalanced '{{{{' or '}}}}'")
+        problems.append(f"template {shown}: unbalanced '{{{{' or '}}}}'")
     return problems
 
 

@@ -28,8 +28,10 @@ def make_backend(spec: str, fake_gpus: int = 2) -> GpuBackend:
             return FakeBackend.from_file(named)
         if not Path(target).exists() and "/" not in target and not target.endswith((".yaml", ".yml")):
             raise ScenarioError(
-                f"{target!r} is neither a scenario file nor a named scenario "
-                f"({', '.join(scenarios.names())}; gpumon scenarios describes them)"
+                [
+                    f"{target!r} is neither a scenario file nor a named scenario "
+                    f"({', '.join(scenarios.names())}; gpumon scenarios describes them)"
+                ]
             )
         return FakeBackend.from_file(target)
     if spec == "nvml":

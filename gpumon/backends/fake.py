@@ -15,7 +15,6 @@ list is indexed by tick and its last element repeats.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -23,12 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError
 from gpumon.backends.nvml import CLOCK_EVENT_BITS
+from gpumon.backends.scenario import ScenarioError, read_scenario, scenario_problems
 from gpumon.events.model import XidEvent
-from gpumon.snapshot import GpuSnapshot, HostSnapshot, P2pStatus, ProcessSnapshot, Tier, field_tier
+from gpumon.snapshot import HostSnapshot, P2pStatus, ProcessSnapshot, Tier, field_tier
 
 MIB = 1024 * 1024
 
@@ -44,23 +42,7 @@ THROTTLE_REASONS = (
     "total_base_clocks",
 )
 
-_GPU_FIELDS = {f.name: f for f in dataclasses.fields(GpuSnapshot)}
-_SCENARIO_GPU_KEYS = {
-    "values",
-    "unsupported",
-    "lost_at_tick",
-    "lost_reason",
-    "hang_at_tick",
-    "hang_seconds",
-    "raise_at_ticks",
-    "uuid",
-    "xid_events",
-}
-_SCENARIO_KEYS = {"gpus", "nvml_missing_inits", "driver_version", "cuda_driver_version", "base", "count"}
-
-
-class ScenarioError(ValueError):
-    """The scenario file is not valid; the message lists every problem."""
+__all__ = ["FakeBackend", "FakeGpuScript", "ScenarioError"]
 
 
 @dataclass(frozen=True)
@@ -103,75 +85,43 @@ class FakeBackend:
 
     @classmethod
     def from_file(cls, path: str | Path) -> FakeBackend:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ScenarioError(f"cannot read scenario {path}: {exc.strerror}") from exc
-        try:
-            raw = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ScenarioError(f"scenario {path} is not valid YAML: {exc}") from exc
-        return cls.from_mapping(raw, source=str(path))
+        """Play the scenario file ``path``; raises ScenarioError listing every problem in it."""
+        return cls.from_mapping(read_scenario(path), source=str(path))
 
     @classmethod
     def from_mapping(cls, raw: Any, source: str = "scenario") -> FakeBackend:
-        errors: list[str] = []
-        if not isinstance(raw, dict):
-            raise ScenarioError(f"{source}: top level must be a mapping")
-        for key in raw:
-            if key not in _SCENARIO_KEYS:
-                errors.append(f"{source}: unknown key {key!r}")
-        base_values: dict[str, Any] = {}
-        if raw.get("base") is not None:
-            base_values = _check_values(raw["base"], f"{source}: base", errors)
+        """Play a scenario mapping; raises ScenarioError listing every problem in it."""
+        problems = scenario_problems(raw, source)
+        if problems:
+            raise ScenarioError(problems)
+        base_values = dict(raw.get("base") or {})
         gpus_raw = raw.get("gpus")
-        count = raw.get("count")
-        if gpus_raw is None and count is None:
-            errors.append(f"{source}: needs 'gpus' (a list) or 'count'")
-            gpus_raw = []
         if gpus_raw is None:
-            gpus_raw = [{} for _ in range(int(count or 0))]
-        if not isinstance(gpus_raw, list):
-            errors.append(f"{source}: 'gpus' must be a list")
-            gpus_raw = []
+            gpus_raw = [{} for _ in range(int(raw.get("count") or 0))]
         scripts = []
         for i, g in enumerate(gpus_raw):
-            where = f"{source}: gpus[{i}]"
-            if g is None:
-                g = {}
-            if not isinstance(g, dict):
-                errors.append(f"{where} must be a mapping")
-                continue
-            for key in g:
-                if key not in _SCENARIO_GPU_KEYS:
-                    errors.append(f"{where}: unknown key {key!r}")
+            g = g or {}
             values = dict(_static_defaults(i, len(gpus_raw)))
             values.update(base_values)
-            values.update(_check_values(g.get("values") or {}, f"{where}.values", errors))
-            unsupported = g.get("unsupported") or []
-            for name in unsupported:
-                if name not in _GPU_FIELDS:
-                    errors.append(f"{where}.unsupported: unknown field {name!r}")
+            values.update(g.get("values") or {})
             scripts.append(
                 FakeGpuScript(
-                    uuid=str(g.get("uuid", _uuid(i))),
+                    uuid=str(g.get("uuid") or _uuid(i)),
                     values=values,
-                    unsupported=frozenset(unsupported),
-                    lost_at_tick=g.get("lost_at_tick"),
-                    lost_reason=str(g.get("lost_reason", "GPU is lost")),
-                    hang_at_tick=g.get("hang_at_tick"),
-                    hang_seconds=float(g.get("hang_seconds", 3600.0)),
-                    raise_at_ticks=frozenset(g.get("raise_at_ticks") or ()),
-                    xid_events=_parse_xid_events(g.get("xid_events"), f"{where}.xid_events", errors),
+                    unsupported=frozenset(g.get("unsupported") or ()),
+                    lost_at_tick=_tick(g.get("lost_at_tick")),
+                    lost_reason=str(g.get("lost_reason") or "GPU is lost"),
+                    hang_at_tick=_tick(g.get("hang_at_tick")),
+                    hang_seconds=3600.0 if g.get("hang_seconds") is None else float(g["hang_seconds"]),
+                    raise_at_ticks=frozenset(int(t) for t in g.get("raise_at_ticks") or ()),
+                    xid_events=_parse_xid_events(g.get("xid_events")),
                 )
             )
-        if errors:
-            raise ScenarioError("\n".join(errors))
         return cls(
             scripts=scripts,
-            nvml_missing_inits=int(raw.get("nvml_missing_inits", 0)),
-            driver_version=str(raw.get("driver_version", "580.159.04")),
-            cuda_driver_version=str(raw.get("cuda_driver_version", "13.0")),
+            nvml_missing_inits=int(raw.get("nvml_missing_inits") or 0),
+            driver_version=str(raw.get("driver_version") or "580.159.04"),
+            cuda_driver_version=str(raw.get("cuda_driver_version") or "13.0"),
         )
 
     # ---- GpuBackend ---------------------------------------------------
@@ -256,21 +206,18 @@ class FakeBackend:
 
 
 # ---- helpers ------------------------------------------------------------
-def _parse_xid_events(raw: Any, where: str, errors: list[str]) -> dict[int, tuple[int, ...]]:
-    """``[{tick: 3, xid: 79}, {tick: 5, xid: [13, 13]}]`` -> {3: (79,), 5: (13, 13)}."""
-    if raw is None:
-        return {}
+def _parse_xid_events(raw: Any) -> dict[int, tuple[int, ...]]:
+    """``[{tick: 3, xid: 79}, {tick: 5, xid: [13, 13]}]`` -> {3: (79,), 5: (13, 13)} (checked by scenario_problems)."""
     out: dict[int, tuple[int, ...]] = {}
-    if not isinstance(raw, list):
-        errors.append(f"{where} must be a list of {{tick, xid}}")
-        return out
-    for item in raw:
-        if not isinstance(item, dict) or "tick" not in item or "xid" not in item:
-            errors.append(f"{where}: each entry needs tick and xid, got {item!r}")
-            continue
+    for item in raw or ():
         codes = item["xid"] if isinstance(item["xid"], list) else [item["xid"]]
-        out[int(item["tick"])] = out.get(int(item["tick"]), ()) + tuple(int(c) for c in codes)
+        tick = int(item["tick"])
+        out[tick] = out.get(tick, ()) + tuple(int(c) for c in codes)
     return out
+
+
+def _tick(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _uuid(i: int) -> str:
@@ -295,23 +242,6 @@ def _coerce(name: str, value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): (_coerce("", v) if isinstance(v, dict) else v) for k, v in value.items()}
     return value
-
-
-def _check_values(raw: Any, where: str, errors: list[str]) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        errors.append(f"{where} must be a mapping of field name to value")
-        return {}
-    for name in raw:
-        if name not in _GPU_FIELDS or name in ("index", "uuid", "up", "lost_reason"):
-            errors.append(f"{where}: unknown field {name!r}")
-    out = {k: v for k, v in raw.items() if k in _GPU_FIELDS}
-    for name in ("processes", "p2p_status"):
-        if name in out:
-            try:
-                _coerce(name, out[name])
-            except TypeError as exc:
-                errors.append(f"{where}.{name}: {exc}")
-    return out
 
 
 NVLINK_DOMAIN_GPUS = 8

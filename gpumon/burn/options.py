@@ -89,17 +89,33 @@ def split_csv(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+MAX_GPU_INDEX = 4095
+"""Highest GPU index ``--gpus`` accepts before the GPUs are counted (NVML numbers GPUs from 0)."""
+
+
 def parse_gpus(text: str | None, device_count: int | None) -> tuple[tuple[int, ...] | None, list[str]]:
-    """``all`` / ``0,1`` -> indices. Range is checked only when ``device_count`` is known."""
+    """``all`` / ``0,1`` -> indices. Range is checked only when ``device_count`` is known.
+
+    Every entry must be an index: ``0,,1`` or a trailing comma is a problem, not a skipped entry."""
     problems: list[str] = []
     if text is None or text.strip() == "all":
         return (tuple(range(device_count)) if device_count is not None else None), problems
     out: list[int] = []
-    for part in split_csv(text):
-        if not (part.isascii() and part.isdigit()):
-            problems.append(f"--gpus: {part!r} is not a GPU index (use e.g. 0,1 or all)")
+    parts = [part.strip() for part in text.split(",")]
+    if not text.strip():
+        return (), ["--gpus: no GPU selected (use e.g. 0,1 or all)"]
+    if any(not part for part in parts):
+        problems.append(f"--gpus: empty entry in {_shown(text)} (use e.g. 0,1 or all)")
+    for part in (p for p in parts if p):
+        if not (part.isascii() and part.isdigit()) or len(part) > len(str(MAX_GPU_INDEX)):
+            problems.append(
+                f"--gpus: {_shown(part)} is not a GPU index from 0 to {MAX_GPU_INDEX} (use e.g. 0,1 or all)"
+            )
             continue
         index = int(part)
+        if index > MAX_GPU_INDEX:
+            problems.append(f"--gpus: {index} is not a GPU index from 0 to {MAX_GPU_INDEX}")
+            continue
         if index in out:
             problems.append(f"--gpus: GPU {index} given twice")
             continue
@@ -110,6 +126,11 @@ def parse_gpus(text: str | None, device_count: int | None) -> tuple[tuple[int, .
     if not out and not problems:
         problems.append("--gpus: no GPU selected")
     return tuple(out), problems
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, cut to 40 characters (a 4,301-digit argument stays readable)."""
+    return repr(text) if len(text) <= 40 else repr(text[:40]) + f"... ({len(text)} characters)"
 
 
 def parse_tests(text: str | None) -> tuple[tuple[str, ...], list[str]]:

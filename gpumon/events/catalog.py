@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from gpumon.yamlfile import brief
+
 SEVERITIES = ("info", "warning", "critical")
 ACTIONS = (
     "ignore",
@@ -75,27 +77,58 @@ def unknown_xid(code: int) -> XidInfo:
     return XidInfo(code=code, meaning=f"unknown XID {code}", severity="warning", action="investigate", known=False)
 
 
+MIN_XID = 1
+MAX_XID = 65535
+"""XID codes are positive whole numbers; NVIDIA's list stays far below 65535."""
+
+
+def xid_code(raw: Any) -> int | None:
+    """``79`` or ``"79"`` -> 79; None for anything that is not a whole number from MIN_XID to MAX_XID."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit() and len(raw.strip()) <= 5:
+        raw = int(raw.strip())
+    if isinstance(raw, int) and MIN_XID <= raw <= MAX_XID:
+        return raw
+    return None
+
+
 def override_problems(overrides: Mapping[Any, Any], where: str = "xid_catalog") -> list[str]:
     """Every problem in ``overrides`` (code -> {meaning, severity, action}), as lines."""
     problems: list[str] = []
-    for code, entry in overrides.items():
-        try:
-            int(code)
-        except (TypeError, ValueError):
-            problems.append(f"{where}: key {code!r} is not an integer XID code")
+    seen: set[int] = set()
+    for raw_code, entry in overrides.items():
+        code = xid_code(raw_code)
+        if code is None:
+            problems.append(
+                f"{where}: key {brief(raw_code)} is not an XID code (a whole number from {MIN_XID} to {MAX_XID})"
+            )
             continue
+        if code in seen:
+            problems.append(f"{where}: XID {code} is given twice")
+            continue
+        seen.add(code)
         if not isinstance(entry, Mapping):
-            problems.append(f"{where}.{code} must be a mapping with meaning, severity, action")
+            problems.append(f"{where}.{code} must be a mapping with meaning, severity, action, got {brief(entry)}")
             continue
         for key, value in entry.items():
             if key not in _FIELDS:
-                problems.append(f"{where}.{code}: unknown key {key!r} (meaning, severity, action)")
+                problems.append(f"{where}.{code}: unknown key {brief(key)} (meaning, severity, action)")
             elif not isinstance(value, str) or not value.strip():
-                problems.append(f"{where}.{code}.{key} must be a non-empty string")
-        severity = entry.get("severity")
-        if isinstance(severity, str) and severity not in SEVERITIES:
-            problems.append(f"{where}.{code}.severity must be one of {', '.join(SEVERITIES)}, got {severity!r}")
+                problems.append(f"{where}.{code}.{key} must be a non-empty string, got {brief(value)}")
+            elif key == "severity" and value not in SEVERITIES:
+                problems.append(f"{where}.{code}.severity must be one of {', '.join(SEVERITIES)}, got {brief(value)}")
     return problems
+
+
+def normalize_overrides(overrides: Mapping[Any, Mapping[Any, Any]]) -> dict[int, dict[str, str]]:
+    """Overrides that ``override_problems`` found no problem in, keyed by int code."""
+    out: dict[int, dict[str, str]] = {}
+    for raw_code, entry in overrides.items():
+        code = xid_code(raw_code)
+        if code is not None:
+            out[code] = {str(k): str(v) for k, v in entry.items()}
+    return out
 
 
 @dataclass(frozen=True)
@@ -117,8 +150,7 @@ class XidCatalog:
         if problems:
             raise XidCatalogError(problems)
         entries = dict(shipped)
-        for raw_code, entry in overrides.items():
-            code = int(raw_code)
+        for code, entry in normalize_overrides(overrides).items():
             base = entries.get(code, unknown_xid(code))
             entries[code] = XidInfo(
                 code=code,

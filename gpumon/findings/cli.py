@@ -82,9 +82,9 @@ def add_parser(sub: Any) -> None:
 
 # ---- helpers ----------------------------------------------------------------
 def _setup(args: argparse.Namespace) -> tuple[Config, Path] | int:
-    from gpumon.cli import _load_or_report, _usable_state_dir
+    from gpumon.cli import _usable_state_dir, load_or_report
 
-    config = _load_or_report(args)
+    config = load_or_report(args)
     if config is None:
         return EXIT_USAGE
     level = getattr(logging, (args.log_level or "warning").upper())

@@ -99,7 +99,7 @@ def test_every_problem_is_listed_at_once() -> None:
         "rules[7](GpuLost): name is already used by a built-in rule",
         "alertmanagers[0]: URL 'am1:9093' must be http:// or https://",
         "webhooks[1]: URL 'ftp://bad.example'",
-        "resend_interval: must be between 30s and 3m",
+        "resend_interval must be a duration from 30s to 3m",
         "unknown key 'frobnicate'",
     ]:
         assert expected in text, f"{expected!r} missing from:\n{text}"

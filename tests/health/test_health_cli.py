@@ -136,7 +136,7 @@ health:
 
 def test_bad_scenario_is_a_usage_error(tmp_path: Path) -> None:
     done = health(tmp_path, "gpus: 3\n")
-    assert done.returncode == 2 and "bad scenario file" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2 and "gpus must be a list" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_poll_that_hangs_is_critical_without_waiting_forever(tmp_path: Path) -> None:
