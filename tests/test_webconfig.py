@@ -29,7 +29,6 @@ from gpumon.exporter.webconfig import (
     WebConfigError,
     WebConfigWatcher,
     parse_duration_seconds,
-    server_factory,
 )
 from gpumon.store import SnapshotStore
 from tests.helpers import DaemonProcess, free_port, run_cli, wait_for
@@ -71,9 +70,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], tuple[str, WebC
             lambda: generate_latest(registry),
             SnapshotStore(),
             stale_after_seconds=5,
-            server_factory=server_factory(watcher),
-            authorize=watcher.check_basic_auth,
-            extra_headers=watcher.extra_headers,
+            web_config=watcher,
         )
         server.start()
         servers.append(server)
