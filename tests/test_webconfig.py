@@ -10,6 +10,7 @@ import logging
 import shutil
 import socket
 import ssl
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -481,3 +482,43 @@ def test_gpumon_run_refuses_a_broken_web_config_listing_every_problem(tmp_path: 
     assert result.returncode == 2, result.stdout + result.stderr
     for problem in ("missing.crt': no such file", "missing.key': no such file", "not a bcrypt hash"):
         assert problem in result.stderr
+
+
+@pytest.mark.parametrize(
+    "broken",
+    ["basic_auth_users: " + "[" * 3000 + "]" * 3000 + "\n", "basic_auth_users:\n  prometheus: \"caf\xe9\"\n"],
+    ids=["nested 3,000 deep", "not UTF-8"],
+)
+def test_broken_web_config_re_read_on_change_keeps_the_previous_one_with_one_log_line(
+    tmp_path: Path, broken: str
+) -> None:
+    web_config = write_web_config(tmp_path / "web-config.yml", {"basic_auth_users": {"prometheus": bcrypt_hash("pw")}})
+    gpumon = DaemonProcess(["--backend", "fake", "--fake-gpus", "1", "--web-config-file", str(web_config)], tmp_path)
+    try:
+        url = f"http://127.0.0.1:{gpumon.port}/metrics"
+
+        def served() -> bool:
+            assert gpumon.proc.poll() is None, gpumon.log()
+            try:
+                return requests.get(url, auth=("prometheus", "pw"), timeout=2).status_code == 200
+            except requests.ConnectionError:
+                return False
+
+        wait_for(served, 20, 0.2, "gpumon with basic auth")
+        before = gpumon.log()
+        web_config.write_bytes(broken.encode("latin-1"))
+        statuses = []
+        for _ in range(12):
+            try:
+                statuses.append(requests.get(url, auth=("prometheus", "pw"), timeout=5).status_code)
+            except requests.RequestException as exc:
+                statuses.append(type(exc).__name__)  # type: ignore[arg-type]
+            time.sleep(0.25)  # the file is checked at most once a second
+        added = gpumon.log()[len(before) :]
+        assert statuses == [200] * 12
+        assert requests.get(url, auth=("prometheus", "wrong"), timeout=5).status_code == 401
+        assert added.count("keeping the previous one") == 1, added[:3000]
+        assert added.count("\n") == 1, added[:3000]
+        assert "Traceback" not in added
+    finally:
+        gpumon.stop()

@@ -1,0 +1,154 @@
+"""What a scraper, a probe and an operator see of gpumon's HTTP endpoint: content negotiation,
+headers, IPv6, keep-alive, limits, and a log that stays quiet when clients misbehave."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import requests
+
+from gpumon import __version__
+from tests.helpers import REPO, DaemonProcess, free_port, wait_for
+
+
+def raw_request(port: int, request: bytes, host: str = "127.0.0.1", timeout: float = 5.0) -> bytes:
+    """Send ``request`` as is and read until the server closes or a complete response is in."""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(request)
+        received = b""
+        while b"\r\n\r\n" not in received or len(received) < _expected_length(received):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+        return received
+
+
+def _expected_length(received: bytes) -> int:
+    head, sep, _ = received.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(head) + len(sep) + int(value)
+    return len(received) + 1
+
+
+@pytest.fixture
+def daemon(start_daemon: Callable[..., DaemonProcess]) -> DaemonProcess:
+    return start_daemon("--backend", "fake", "--fake-gpus", "1")
+
+
+# --- small HTTP points --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("accept_encoding", "gzipped"),
+    [("gzip", True), ("GZIP", True), ("deflate, gzip;q=0.5", True), ("gzip;q=0", False), ("gzip; q=0.0", False),
+     ("identity", False), ("*", True), ("*;q=0", False), ("", False)],
+)  # fmt: skip
+def test_gzip_only_when_the_client_accepts_it(daemon: DaemonProcess, accept_encoding: str, gzipped: bool) -> None:
+    response = requests.get(
+        daemon.url + "/metrics", headers={"Accept-Encoding": accept_encoding}, timeout=5, stream=True
+    )
+    raw = response.raw.read(decode_content=False)
+    assert (response.headers.get("Content-Encoding") == "gzip") is gzipped
+    body = gzip.decompress(raw) if gzipped else raw
+    assert b"gpumon_gpu_up" in body
+    assert "Accept-Encoding" in response.headers["Vary"]
+
+
+def test_server_header_names_gpumon_not_python(daemon: DaemonProcess) -> None:
+    server = daemon.get("/metrics").headers["Server"]
+    assert server == f"gpumon/{__version__}"
+    assert "Python" not in server
+
+
+def test_http11_request_without_host_gets_400(daemon: DaemonProcess) -> None:
+    response = raw_request(daemon.port, b"GET /metrics HTTP/1.1\r\nUser-Agent: test\r\n\r\n")
+    assert response.startswith(b"HTTP/1.1 400 ")
+    with_host = raw_request(daemon.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert with_host.startswith(b"HTTP/1.1 200 ")
+    http10 = raw_request(daemon.port, b"GET /healthz HTTP/1.0\r\n\r\n")
+    assert http10.startswith(b"HTTP/1.1 200 ") and http10.endswith(b"ok\n")
+
+
+def test_oversized_headers_get_431_and_malformed_requests_400(daemon: DaemonProcess) -> None:
+    big = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n"
+    assert raw_request(daemon.port, big).startswith(b"HTTP/1.1 431 ")
+    assert raw_request(daemon.port, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    assert raw_request(daemon.port, b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 405 ")
+
+
+def test_keep_alive_serves_several_requests_on_one_connection(daemon: DaemonProcess) -> None:
+    with requests.Session() as session:
+        for _ in range(5):
+            assert session.get(daemon.url + "/metrics", timeout=5).status_code == 200
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=5) as sock:
+        for _ in range(3):
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            received = b""
+            while not received.endswith(b"ok\n"):
+                received += sock.recv(4096)
+            assert received.startswith(b"HTTP/1.1 200 ")
+
+
+# --- listening on IPv6 ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["[::1]", "[::]"])
+def test_listen_on_ipv6_serves_metrics(tmp_path: Path, host: str) -> None:
+    port = free_port()
+    log = tmp_path / "gpumon.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpumon", "run", "--backend", "fake", "--fake-gpus", "1",
+             "--listen", f"{host}:{port}", "--state-dir", str(tmp_path / "state")],
+            stdout=out, stderr=subprocess.STDOUT, cwd=str(REPO),
+        )  # fmt: skip
+        try:
+
+            def served() -> bool:
+                assert proc.poll() is None, log.read_text()
+                try:
+                    return "gpumon_gpu_up" in requests.get(f"http://[::1]:{port}/metrics", timeout=2).text
+                except requests.ConnectionError:
+                    return False
+
+            wait_for(served, 20, 0.2, f"/metrics on [::1]:{port}")
+            if host == "[::]":  # like Go's servers, [::] takes IPv4 too
+                assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).text == "ok\n"
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+# --- a quiet log ----------------------------------------------------------------------------------------
+
+
+def _hang_up_abruptly(port: int, request: bytes) -> None:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close sends RST
+    sock.sendall(request)
+    sock.close()
+
+
+def test_clients_hanging_up_before_the_response_log_nothing(daemon: DaemonProcess) -> None:
+    before = daemon.log()
+    for i in range(100):
+        path = (b"/metrics", b"/api/snapshot", b"/ready")[i % 3]
+        _hang_up_abruptly(daemon.port, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    for _ in range(20):
+        _hang_up_abruptly(daemon.port, b"GET /metrics HTTP/1.1\r\nHo")  # in the middle of the headers
+    assert daemon.get("/metrics").status_code == 200
+    time.sleep(0.5)
+    added = daemon.log()[len(before) :]
+    assert "Traceback" not in added
+    assert added.count("\n") <= 2, added[:3000]
