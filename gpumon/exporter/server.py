@@ -34,10 +34,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.core import Metric
-from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from gpumon import __version__
+from gpumon.exporter import openmetrics
 from gpumon.exporter.text import CONTENT_TYPE
 from gpumon.exporter.webconfig import HTTP_ON_HTTPS_RESPONSE, WebConfigWatcher, looks_like_http, peer_sans
 from gpumon.store import SnapshotStore
@@ -349,14 +348,7 @@ class MetricsServer:
 
     def _render_openmetrics(self) -> bytes:
         assert self._collect is not None
-        metrics = list(self._collect())
-
-        class _Registry:
-            def collect(self) -> list[Metric]:
-                return metrics
-
-        body: bytes = generate_openmetrics(_Registry())  # type: ignore[no-untyped-call]
-        return body
+        return openmetrics.render(self._collect())
 
     # --- the event loop ---------------------------------------------------
     def _run(self) -> None:
@@ -629,14 +621,14 @@ class MetricsServer:
         return code, {"Content-Type": ctype}, payload
 
     async def _metrics(self, request: _Request) -> tuple[int, dict[str, str], bytes]:
-        openmetrics = self._collect is not None and wants_openmetrics(request.headers.get("accept"))
-        kind = "openmetrics" if openmetrics else "text"
+        use_openmetrics = self._collect is not None and wants_openmetrics(request.headers.get("accept"))
+        kind = "openmetrics" if use_openmetrics else "text"
         try:
             body = await self._rendered(kind)
         except Exception:
             self._repeat(logging.ERROR, "render", "rendering /metrics failed", exc_info=True)
             return 500, {"Content-Type": _TEXT}, b"internal error\n"
-        headers = {"Content-Type": OPENMETRICS_CONTENT_TYPE if openmetrics else CONTENT_TYPE}
+        headers = {"Content-Type": openmetrics.CONTENT_TYPE if use_openmetrics else CONTENT_TYPE}
         headers["Vary"] = "Accept, Accept-Encoding"
         if accepts_gzip(request.headers.get("accept-encoding")):
             body = gzip.compress(body, compresslevel=1)
