@@ -33,7 +33,9 @@ ATTACKER = "127.0.0.2"
 def _proc_status(pid: int) -> tuple[int, int]:
     """(threads, open file descriptors) of process ``pid``."""
     threads = next(
-        int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("Threads:")
+        int(line.split()[1])
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if line.startswith("Threads:")
     )
     return threads, len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -126,7 +128,9 @@ def serve_with_web_config(watcher: WebConfigWatcher) -> MetricsServer:
 
 @pytest.mark.integration
 @pytest.mark.timeout(120)
-def test_a_correct_password_does_not_wait_behind_fifty_wrong_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_correct_password_does_not_wait_behind_fifty_wrong_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     started: list[float] = []
     real_checkpw = bcrypt.checkpw
 
@@ -137,7 +141,9 @@ def test_a_correct_password_does_not_wait_behind_fifty_wrong_ones(tmp_path: Path
 
     monkeypatch.setattr(bcrypt, "checkpw", slow_checkpw)
     path = tmp_path / "web-config.yml"
-    path.write_text(yaml.safe_dump({"basic_auth_users": {"prometheus": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()}}))
+    path.write_text(
+        yaml.safe_dump({"basic_auth_users": {"prometheus": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()}})
+    )
     server = serve_with_web_config(WebConfigWatcher(path))
     server.start()
     stop = threading.Event()

@@ -134,7 +134,9 @@ def test_prometheus_accept_header_gets_openmetrics_and_others_the_classic_text(
 
 @needs_prometheus
 @pytest.mark.integration
-def test_real_prometheus_scrapes_openmetrics(served: tuple[str, GpumonCollector, dict[str, int]], tmp_path: Path) -> None:
+def test_real_prometheus_scrapes_openmetrics(
+    served: tuple[str, GpumonCollector, dict[str, int]], tmp_path: Path
+) -> None:
     address, _, calls = served
     jobs = [{"job_name": "gpumon", "static_configs": [{"targets": [address]}]}]
     with run_prometheus(tmp_path, jobs) as prom:

@@ -4,6 +4,7 @@ headers, IPv6, keep-alive, limits, and a log that stays quiet when clients misbe
 from __future__ import annotations
 
 import gzip
+import logging
 import socket
 import struct
 import subprocess
@@ -16,6 +17,8 @@ import pytest
 import requests
 
 from gpumon import __version__
+from gpumon.exporter.server import MetricsServer, RepeatLog
+from gpumon.store import SnapshotStore
 from tests.helpers import REPO, DaemonProcess, free_port, wait_for
 
 
@@ -152,3 +155,40 @@ def test_clients_hanging_up_before_the_response_log_nothing(daemon: DaemonProces
     added = daemon.log()[len(before) :]
     assert "Traceback" not in added
     assert added.count("\n") <= 2, added[:3000]
+
+
+def test_a_repeated_error_is_logged_once_then_counted(caplog: pytest.LogCaptureFixture) -> None:
+    def broken() -> tuple[int, str, bytes]:
+        raise RuntimeError("the route is broken")
+
+    server = MetricsServer(
+        ("127.0.0.1", 0), lambda: b"", SnapshotStore(), stale_after_seconds=5, routes={"/api/broken": broken}
+    )
+    server.start()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="gpumon.exporter.server"):
+            statuses = [
+                requests.get(f"http://127.0.0.1:{server.port}/api/broken", timeout=5).status_code for _ in range(20)
+            ]
+    finally:
+        server.stop()
+    assert statuses == [500] * 20
+    errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(errors) == 1 and "handler for /api/broken failed" in errors[0].getMessage()
+    assert caplog.text.count("Traceback") == 1
+
+
+def test_repeat_log_reports_the_count_once_per_period(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    repeat = RepeatLog(logging.getLogger("test.repeat"), period_seconds=60, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="test.repeat"):
+        for second in range(0, 59):
+            now[0] = float(second)
+            repeat(logging.WARNING, "full disk", "state directory full: %s", "ENOSPC")
+        repeat.flush()  # the period is not over: nothing yet
+        now[0] = 61.0
+        repeat.flush()
+    assert [r.getMessage() for r in caplog.records] == [
+        "state directory full: ENOSPC",
+        "full disk: repeated 58 more times in the last 60s",
+    ]

@@ -149,6 +149,16 @@ class RepeatLog:
             args = (*args, last[1], int(now - last[0]))
         self._log.log(level, message, *args, exc_info=exc_info)
 
+    def flush(self) -> None:
+        """Log how often each kind repeated since it was last logged, once its period is over."""
+        now = self._clock()
+        with self._lock:
+            due = [(k, n) for k, (when, n) in self._seen.items() if n and now - when >= self._period]
+            for kind, _count in due:
+                self._seen[kind] = (now, 0)
+        for kind, count in due:
+            self._log.warning("%s: repeated %d more times in the last %ds", kind, count, int(self._period))
+
 
 def accepts_gzip(accept_encoding: str | None) -> bool:
     """True when ``Accept-Encoding`` lets gzip in (names case-insensitive, ``q=0`` refuses)."""
@@ -364,7 +374,13 @@ class MetricsServer:
         self._stopping = asyncio.Event()
         self._started.set()
         accept = asyncio.create_task(self._accept_loop())
-        await self._stopping.wait()
+        while True:
+            try:
+                async with asyncio.timeout(30.0):
+                    await self._stopping.wait()
+                break
+            except TimeoutError:
+                self._repeat.flush()
         accept.cancel()
         for conn in list(self._conns.values()):
             conn.abort()
@@ -377,7 +393,9 @@ class MetricsServer:
         if isinstance(exc, _DISCONNECTS):
             log.debug("connection error: %s", context.get("message"))
             return
-        self._repeat(logging.ERROR, "loop", "HTTP server: %s", context.get("message"), exc_info=exc is not None)
+        self._repeat(
+            logging.ERROR, "HTTP server error", "HTTP server: %s", context.get("message"), exc_info=exc is not None
+        )
 
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -387,7 +405,9 @@ class MetricsServer:
             except OSError as exc:
                 if exc.errno not in _ACCEPT_RETRY_ERRNOS:
                     raise
-                self._repeat(logging.WARNING, "accept", "cannot accept a connection: %s", exc.strerror)
+                self._repeat(
+                    logging.WARNING, "cannot accept a connection", "cannot accept a connection: %s", exc.strerror
+                )
                 if not self._evict_one():
                     await asyncio.sleep(0.05)
                 continue
@@ -395,7 +415,7 @@ class MetricsServer:
                 self.shed_connections_total += 1
                 self._repeat(
                     logging.WARNING,
-                    "limit",
+                    "connection limit reached",
                     "connection limit of %d reached with every connection busy; closing new connections",
                     self._max_connections,
                 )
@@ -440,7 +460,9 @@ class MetricsServer:
         except (*_DISCONNECTS, OSError) as exc:
             log.debug("connection from %s ended: %r", client, exc)
         except Exception:
-            self._repeat(logging.ERROR, "connection", "HTTP connection from %s failed", client, exc_info=True)
+            self._repeat(
+                logging.ERROR, "HTTP connection failed", "HTTP connection from %s failed", client, exc_info=True
+            )
         finally:
             self._conns.pop(id(conn), None)
             self._waiting.pop(id(conn), None)
@@ -616,7 +638,7 @@ class MetricsServer:
         try:
             code, ctype, payload = await asyncio.get_running_loop().run_in_executor(self._workers, route)
         except Exception:
-            self._repeat(logging.ERROR, f"route {path}", "handler for %s failed", path, exc_info=True)
+            self._repeat(logging.ERROR, f"handler for {path} failed", "handler for %s failed", path, exc_info=True)
             return 500, {"Content-Type": _TEXT}, b"internal error\n"
         return code, {"Content-Type": ctype}, payload
 
@@ -626,7 +648,7 @@ class MetricsServer:
         try:
             body = await self._rendered(kind)
         except Exception:
-            self._repeat(logging.ERROR, "render", "rendering /metrics failed", exc_info=True)
+            self._repeat(logging.ERROR, "rendering /metrics failed", "rendering /metrics failed", exc_info=True)
             return 500, {"Content-Type": _TEXT}, b"internal error\n"
         headers = {"Content-Type": openmetrics.CONTENT_TYPE if use_openmetrics else CONTENT_TYPE}
         headers["Vary"] = "Accept, Accept-Encoding"
