@@ -168,6 +168,6 @@ def test_a_correct_password_does_not_wait_behind_fifty_wrong_ones(
         for thread in attackers:
             thread.join(30)
         server.stop()
-    assert set(attacker_statuses) == {401}
+    assert set(attacker_statuses) <= {401, 429}  # 429: that address has too many checks waiting already
     # Fair: the correct client waits for at most the checks already running (2 workers) and its own.
     assert checks_while_waiting <= 5, f"{checks_while_waiting} bcrypt checks ran while the correct client waited"

@@ -411,7 +411,9 @@ class MetricsServer:
                 if not self._evict_one():
                     await asyncio.sleep(0.05)
                 continue
-            if len(self._conns) >= self._max_connections and not self._evict_one():
+            if len(self._conns) >= self._max_connections and self._evict_one():
+                await asyncio.sleep(0)  # let the evicted connection's socket close before the next accept
+            elif len(self._conns) >= self._max_connections:
                 self.shed_connections_total += 1
                 self._repeat(
                     logging.WARNING,
@@ -429,7 +431,8 @@ class MetricsServer:
     def _evict_one(self) -> bool:
         if not self._waiting:
             return False
-        _key, conn = self._waiting.popitem(last=False)
+        key, conn = self._waiting.popitem(last=False)
+        self._conns.pop(key, None)
         self.shed_connections_total += 1
         conn.abort()
         if conn.task is not None:
@@ -620,8 +623,12 @@ class MetricsServer:
             if not web.allow_request():
                 return 429, {"Content-Type": _TEXT}, b"Too Many Requests\n"
             if path not in web.current().unauthenticated_paths:
-                verdict = web.authenticate(request.headers.get("authorization"), request.client)
-                if not await asyncio.wrap_future(verdict):
+                verdict = await asyncio.wrap_future(
+                    web.authenticate(request.headers.get("authorization"), request.client)
+                )
+                if verdict is None:
+                    return 429, {"Retry-After": "1", "Content-Type": _TEXT}, b"Too Many Requests\n"
+                if not verdict:
                     return 401, {"WWW-Authenticate": 'Basic realm="gpumon"', "Content-Type": _TEXT}, b"Unauthorized\n"
         if path == "/metrics":
             return await self._metrics(request)

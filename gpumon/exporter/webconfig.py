@@ -566,17 +566,18 @@ class _BcryptJob:
     client: str = field(compare=False)
     password: bytes = field(compare=False, repr=False)
     hashed: bytes = field(compare=False, repr=False)
-    future: Future[bool] = field(compare=False, repr=False)
+    future: Future[bool | None] = field(compare=False, repr=False)
 
 
 class BcryptPool:
     """bcrypt checks on a few threads, so that a correct password never queues behind a flood of wrong ones.
 
     A client (an IP address) whose password was wrong in the last ``suspect_seconds``
-    is a suspect: its checks wait until no other client's check is waiting, and it has
-    at most ``max_pending_per_suspect`` checks queued (more are refused at once, as
-    wrong). So 50 attackers leave a new client waiting for at most the checks already
-    running. Threads start on demand and end after ``idle_seconds`` without work.
+    is a suspect: its checks wait until no other client's check is waiting. Every client
+    has at most ``max_pending_per_client`` checks queued; more are refused at once (the
+    future gives None: answer 429). So 50 attackers from one address leave a new client
+    waiting for at most the checks already running and two more. Threads start on demand
+    and end after ``idle_seconds`` without work.
     """
 
     def __init__(
@@ -584,14 +585,14 @@ class BcryptPool:
         workers: int = 2,
         *,
         suspect_seconds: float = 300.0,
-        max_pending_per_suspect: int = 2,
+        max_pending_per_client: int = 2,
         max_queued: int = 256,
         idle_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._workers = workers
         self._suspect_seconds = suspect_seconds
-        self._max_pending_per_suspect = max_pending_per_suspect
+        self._max_pending_per_client = max_pending_per_client
         self._max_queued = max_queued
         self._idle_seconds = idle_seconds
         self._clock = clock
@@ -618,14 +619,15 @@ class BcryptPool:
     def _suspect_until(self, client: str) -> float:
         return self._suspects.get(client, 0.0)
 
-    def check(self, password: bytes, hashed: bytes, client: str) -> Future[bool]:
-        """A future for ``bcrypt.checkpw(password, hashed)`` (False for an over-long password)."""
-        future: Future[bool] = Future()
+    def check(self, password: bytes, hashed: bytes, client: str) -> Future[bool | None]:
+        """A future for ``bcrypt.checkpw(password, hashed)`` (False for an over-long password),
+        or None at once when ``client`` has too many checks queued already."""
+        future: Future[bool | None] = Future()
         with self._cond:
             suspect = self._suspect_until(client) > self._clock()
             pending = self._pending.get(client, 0)
-            if len(self._queue) >= self._max_queued or (suspect and pending >= self._max_pending_per_suspect):
-                future.set_result(False)
+            if len(self._queue) >= self._max_queued or pending >= self._max_pending_per_client:
+                future.set_result(None)
                 return future
             self._pending[client] = pending + 1
             self._seq += 1
@@ -744,16 +746,17 @@ class WebConfigWatcher:
         """Headers to add to every response (http_server_config.headers)."""
         return dict(self.current().headers)
 
-    def authenticate(self, authorization: str | None, client: str = "") -> Future[bool]:
+    def authenticate(self, authorization: str | None, client: str = "") -> Future[bool | None]:
         """Whether the ``Authorization`` header value lets the request in, as a future.
 
         Done at once without basic_auth_users, for malformed headers and for cached
         verdicts (keyed by an HMAC of user, password and hash: never the password);
         otherwise bcrypt runs in the BcryptPool, where ``client`` (the peer address)
         decides the queue: a client that failed recently waits behind those that did not.
+        None: not checked, ``client`` has too many checks waiting (answer 429).
         """
         users = self.current().basic_auth_users
-        done: Future[bool] = Future()
+        done: Future[bool | None] = Future()
         if not users:
             done.set_result(True)
             return done
@@ -773,8 +776,11 @@ class WebConfigWatcher:
             return done
         checked = self._bcrypt.check(password, hashed.encode(), client)
 
-        def finish(result: Future[bool]) -> None:
+        def finish(result: Future[bool | None]) -> None:
             ok = result.result()
+            if ok is None:
+                done.set_result(None)
+                return
             self._cache.put(key, ok)
             if not (known and ok):
                 self._bcrypt.mark_failed(client)
@@ -784,8 +790,8 @@ class WebConfigWatcher:
         return done
 
     def check_basic_auth(self, authorization: str | None, client: str = "") -> bool:
-        """``authenticate`` waited for."""
-        return self.authenticate(authorization, client).result()
+        """``authenticate`` waited for; False also when the check was refused as too many."""
+        return self.authenticate(authorization, client).result() is True
 
     def allow_request(self) -> bool:
         """Token bucket of ``rate_limit``; False means answer 429. Always True without one."""
