@@ -170,25 +170,44 @@ def run_attacker(port: int, seconds: float, **counts: int) -> subprocess.Popen[s
 # --- the measurements ------------------------------------------------------------------------------------
 
 
-def scrape_for(session: requests.Session, url: str, seconds: float, pid: int) -> tuple[list[float], int, int, int]:
-    """Scrape 4 times a second for ``seconds``: latencies, failures, most threads, most open files."""
-    latencies: list[float] = []
-    failures = threads = fds = 0
+class Scrapes:
+    """Latencies (s) and failures of one kind of scrape."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.failures = 0
+
+    def line(self) -> str:
+        total = len(self.latencies) + self.failures
+        return (f"p50 {pct(self.latencies, 0.5) * 1e3:8.2f} ms  p99 {pct(self.latencies, 0.99) * 1e3:8.2f} ms  "
+                f"failed {self.failures}/{total}")  # fmt: skip
+
+
+def scrape_for(session: requests.Session, url: str, seconds: float, pid: int) -> tuple[Scrapes, Scrapes, int, int]:
+    """Scrape 4 times a second for ``seconds``, alternately on a kept-alive connection (as
+    Prometheus does) and on a new one (as after the server closed it): both kinds of
+    scrapes, the most threads and the most open files of the daemon."""
+    kept, fresh = Scrapes(), Scrapes()
+    threads = fds = 0
     end = time.monotonic() + seconds
+    turn = 0
     while time.monotonic() < end:
+        turn += 1
+        kind = kept if turn % 2 else fresh
         start = time.monotonic()
         try:
-            ok = session.get(url, timeout=10).status_code == 200
+            get = session.get if kind is kept else requests.get
+            ok = get(url, timeout=10).status_code == 200
         except requests.RequestException:
             ok = False
         if ok:
-            latencies.append(time.monotonic() - start)
+            kind.latencies.append(time.monotonic() - start)
         else:
-            failures += 1
+            kind.failures += 1
         t, f = proc_status(pid)
         threads, fds = max(threads, t), max(fds, f)
         time.sleep(max(0.0, 0.25 - (time.monotonic() - start)))
-    return latencies, failures, threads, fds
+    return kept, fresh, threads, fds
 
 
 def abuse(args: argparse.Namespace, tmp: Path) -> None:
@@ -196,7 +215,7 @@ def abuse(args: argparse.Namespace, tmp: Path) -> None:
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         with requests.Session() as session:
-            ref, ref_fail, ref_threads, ref_fds = scrape_for(session, url, 5.0, proc.pid)
+            ref, ref_fresh, ref_threads, ref_fds = scrape_for(session, url, 6.0, proc.pid)
             attacker = run_attacker(
                 port,
                 args.seconds + 2,
@@ -206,7 +225,7 @@ def abuse(args: argparse.Namespace, tmp: Path) -> None:
                 auth_attackers=0,
             )
             time.sleep(2.0)  # let the attack build up
-            load, load_fail, threads, fds = scrape_for(session, url, args.seconds, proc.pid)
+            load, load_fresh, threads, fds = scrape_for(session, url, args.seconds, proc.pid)
             out, _ = attacker.communicate(timeout=60)
     finally:
         proc.terminate()
@@ -214,16 +233,22 @@ def abuse(args: argparse.Namespace, tmp: Path) -> None:
     waves = [line.split() for line in out.splitlines() if line.startswith("wave ")]
     wave_times = [float(w[1]) for w in waves]
     wave_ok = sum(int(w[2]) for w in waves)
-    print(f"normal scraper, unloaded:  p50 {pct(ref, 0.5) * 1e3:7.2f} ms  p99 {pct(ref, 0.99) * 1e3:7.2f} ms  "
-          f"failed {ref_fail}/{len(ref) + ref_fail}  (threads {ref_threads}, open files {ref_fds})")  # fmt: skip
-    print(f"normal scraper, attacked:  p50 {pct(load, 0.5) * 1e3:7.2f} ms  p99 {pct(load, 0.99) * 1e3:7.2f} ms  "
-          f"failed {load_fail}/{len(load) + load_fail}")  # fmt: skip
-    print(f"ratio attacked/unloaded:   p50 {pct(load, 0.5) / pct(ref, 0.5):.1f}x  p99 {pct(load, 0.99) / pct(ref, 0.99):.1f}x")
-    print(f"daemon under attack:       at most {threads} threads, {fds} open files")
+    print(f"daemon unloaded: {ref_threads} threads, {ref_fds} open files")
+    print(f"scrape, kept-alive, unloaded:  {ref.line()}")
+    print(f"scrape, kept-alive, attacked:  {load.line()}")
+    print(f"scrape, new conn.,  unloaded:  {ref_fresh.line()}")
+    print(f"scrape, new conn.,  attacked:  {load_fresh.line()}")
+    for name, unloaded, attacked in (("kept-alive", ref, load), ("new conn.", ref_fresh, load_fresh)):
+        p50 = pct(attacked.latencies, 0.5) / pct(unloaded.latencies, 0.5)
+        p99 = pct(attacked.latencies, 0.99) / pct(unloaded.latencies, 0.99)
+        print(f"ratio attacked/unloaded, {name}: p50 {p50:.1f}x  p99 {p99:.1f}x")
+    print(f"daemon under attack: at most {threads} threads, {fds} open files")
     if wave_times:
         print(f"waves of {args.concurrent} GETs:         {len(waves)} waves, each done in p50 "
               f"{statistics.median(wave_times):.2f} s / max {max(wave_times):.2f} s; "
               f"{wave_ok}/{len(waves) * args.concurrent} answered 200")  # fmt: skip
+    else:
+        print(f"waves of {args.concurrent} GETs: not one wave completed")
 
 
 def auth_flood(args: argparse.Namespace, tmp: Path) -> None:
@@ -250,7 +275,6 @@ def auth_flood(args: argparse.Namespace, tmp: Path) -> None:
             start = time.monotonic()
             status = requests.get(url, auth=("prometheus", "s3cret"), timeout=60).status_code
             waits.append(time.monotonic() - start)
-            print(f"  wait {waits[-1]:.3f}", flush=True)
             assert status == 200, status
         attacker.communicate(timeout=60)
     finally:
