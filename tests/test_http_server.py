@@ -3,6 +3,7 @@ headers, IPv6, keep-alive, limits, and a log that stays quiet when clients misbe
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import logging
 import socket
@@ -17,7 +18,7 @@ import pytest
 import requests
 
 from gpumon import __version__
-from gpumon.exporter.server import MetricsServer, RepeatLog
+from gpumon.exporter.server import HttpLimits, MetricsServer, RepeatLog
 from gpumon.store import SnapshotStore
 from tests.helpers import REPO, DaemonProcess, free_port, wait_for
 
@@ -192,3 +193,60 @@ def test_repeat_log_reports_the_count_once_per_period(caplog: pytest.LogCaptureF
         "state directory full: ENOSPC",
         "full disk: repeated 58 more times in the last 60s",
     ]
+
+
+def _closed_by_server(sock: socket.socket, within_seconds: float) -> bool:
+    sock.settimeout(within_seconds)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_silent_and_slowloris_connections_are_closed_after_the_header_timeout() -> None:
+    limits = HttpLimits(header_timeout_seconds=0.5, idle_timeout_seconds=0.5)
+    server = MetricsServer(("127.0.0.1", 0), lambda: b"x 1.0\n", SnapshotStore(), stale_after_seconds=5, limits=limits)
+    server.start()
+    try:
+        silent = socket.create_connection(("127.0.0.1", server.port))
+        slow = socket.create_connection(("127.0.0.1", server.port))
+        slow.sendall(b"GET /metrics HTTP/1.1\r\n")
+        for _ in range(3):
+            time.sleep(0.2)
+            with contextlib.suppress(OSError):
+                slow.sendall(b"X-A: b\r\n")  # a header line every 0.2 s: never done within 0.5 s
+        kept = socket.create_connection(("127.0.0.1", server.port))
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert kept.recv(4096).startswith(b"HTTP/1.1 200 ")
+        for sock in (silent, slow, kept):  # kept: idle after its response
+            assert _closed_by_server(sock, within_seconds=10)
+            sock.close()
+        wait_for(lambda: server.open_connections == 0, 5, what="no connection left open")
+    finally:
+        server.stop()
+
+
+def test_at_the_connection_limit_the_longest_idle_connection_makes_room() -> None:
+    server = MetricsServer(
+        ("127.0.0.1", 0),
+        lambda: b"x 1.0\n",
+        SnapshotStore(),
+        stale_after_seconds=5,
+        limits=HttpLimits(max_connections=16),
+    )
+    server.start()
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(40)]
+    try:
+        for _ in range(5):
+            assert requests.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text == "x 1.0\n"
+        assert server.open_connections <= 16
+        assert server.shed_connections_total >= 24
+        assert _closed_by_server(idle[0], within_seconds=10), "the oldest idle connection was closed"
+    finally:
+        for sock in idle:
+            sock.close()
+        server.stop()
