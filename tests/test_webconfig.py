@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from gpumon.exporter.server import MetricsServer
+from gpumon.exporter.server import HttpLimits, MetricsServer
 from gpumon.exporter.webconfig import (
     HTTP_ON_HTTPS_RESPONSE,
     WebConfig,
@@ -486,7 +486,7 @@ def test_gpumon_run_refuses_a_broken_web_config_listing_every_problem(tmp_path: 
 
 @pytest.mark.parametrize(
     "broken",
-    ["basic_auth_users: " + "[" * 3000 + "]" * 3000 + "\n", "basic_auth_users:\n  prometheus: \"caf\xe9\"\n"],
+    ["basic_auth_users: " + "[" * 3000 + "]" * 3000 + "\n", 'basic_auth_users:\n  prometheus: "caf\xe9"\n'],
     ids=["nested 3,000 deep", "not UTF-8"],
 )
 def test_broken_web_config_re_read_on_change_keeps_the_previous_one_with_one_log_line(
@@ -522,3 +522,39 @@ def test_broken_web_config_re_read_on_change_keeps_the_previous_one_with_one_log
         assert "Traceback" not in added
     finally:
         gpumon.stop()
+
+
+def test_unauthenticated_paths_open_only_probes(serve: Any) -> None:
+    url, _, _ = serve(
+        {"basic_auth_users": {"prometheus": bcrypt_hash("s3cret")}, "unauthenticated_paths": ["/healthz"]}
+    )
+    assert requests.get(url + "/healthz", timeout=5).status_code == 200
+    assert requests.get(url + "/ready", timeout=5).status_code == 401
+    assert requests.get(url + "/metrics", timeout=5).status_code == 401
+
+
+def test_unauthenticated_paths_cannot_open_metrics(tmp_path: Path) -> None:
+    path = write_web_config(tmp_path / "w.yml", {"unauthenticated_paths": ["/metrics", "/healthz"]})
+    with pytest.raises(WebConfigError, match=r"unauthenticated_paths: '/metrics' cannot be opened"):
+        WebConfig.load(path)
+
+
+def test_a_stalled_tls_handshake_is_closed_after_the_header_timeout(tmp_path: Path, pki: Pki) -> None:
+    watcher = WebConfigWatcher(write_web_config(tmp_path / "w.yml", tls_doc(pki)))
+    server = MetricsServer(
+        ("127.0.0.1", 0),
+        lambda: b"x 1.0\n",
+        SnapshotStore(),
+        stale_after_seconds=5,
+        web_config=watcher,
+        limits=HttpLimits(header_timeout_seconds=0.5),
+    )
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"\x16\x03\x01")  # the start of a ClientHello, then nothing
+            assert sock.recv(4096) == b""  # closed by the server, well before our 10 s
+        ok = requests.get(f"https://127.0.0.1:{server.port}/metrics", verify=str(pki.ca), timeout=5)
+        assert ok.text == "x 1.0\n"
+    finally:
+        server.stop()
