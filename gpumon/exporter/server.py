@@ -12,6 +12,15 @@ keep-alive requests, a header size limit, and a connection limit. At the limit t
 connection that has waited longest without a request is closed to make room, so a new
 scraper always gets in; only when every connection is busy with a request is the new
 one closed at once.
+
+Why not a server library: cheroot (CherryPy's server, the one with a thread pool and TLS)
+does the TLS handshake on its accept path, so one client that stalls its handshake
+freezes every other connection (cherrypy/cheroot#748, open for cheroot 10), and it reads
+request headers in its worker threads, so 200 slowloris clients hold every worker;
+waitress reads headers without threads but has no TLS; the ASGI servers bring a
+framework-sized dependency and a fixed certificate, where gpumon re-reads its web config
+and serves a renewed certificate to the next connection. asyncio's streams do the
+non-blocking TLS and buffering; this module adds the HTTP/1.1 subset a scraper needs.
 """
 
 from __future__ import annotations
