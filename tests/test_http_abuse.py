@@ -40,6 +40,15 @@ def _proc_status(pid: int) -> tuple[int, int]:
     return threads, len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def _open_files_limits(pid: int) -> tuple[str, str]:
+    """(soft, hard) RLIMIT_NOFILE of process ``pid``, as /proc writes them (a number or "unlimited")."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return soft, hard
+    raise AssertionError("no open-files line in /proc/PID/limits")
+
+
 @contextlib.contextmanager
 def _open_files_soft_limit(limit: int) -> Iterator[None]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -71,6 +80,8 @@ def test_normal_scrape_never_fails_under_idle_sockets_and_slowloris(tmp_path: Pa
     slow: list[socket.socket] = []
     try:
         gpumon.wait_ready()
+        soft_limit, hard_limit = _open_files_limits(gpumon.proc.pid)
+        assert soft_limit == hard_limit, "the soft limit is raised to the hard one at start"
         idle = _connect_many(gpumon.port, 1030)
         slow = _connect_many(gpumon.port, 200)
         for sock in slow:
