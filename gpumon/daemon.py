@@ -37,7 +37,7 @@ from gpumon.exporter.collector import GpumonCollector, SelfStats
 from gpumon.exporter.dcgm import DcgmCompatCollector
 from gpumon.exporter.read_errors import ReadErrorsCollector
 from gpumon.exporter.server import MetricsServer, json_response
-from gpumon.exporter.webconfig import WebConfigWatcher, server_factory
+from gpumon.exporter.webconfig import WebConfigWatcher
 from gpumon.findings.service import HealthService
 from gpumon.poller import Poller, PollIntervals
 from gpumon.processes import ProcessEnricher
@@ -143,10 +143,8 @@ class Daemon:
             self.store,
             stale_after_seconds=config.stale_after,
             monotonic=monotonic,
-            server_factory=server_factory(web),
-            authorize=web.check_basic_auth if web else None,
-            extra_headers=web.extra_headers if web else None,
-            rate_limit=web.allow_request if web else None,
+            web_config=web,
+            collect=self.collector.collect,
         )
         self.server.add_route("/api/snapshot", self._snapshot_route)
         self.server.add_route("/api/health", lambda: json_response(self.health.report().to_json()))

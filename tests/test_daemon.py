@@ -32,10 +32,13 @@ def test_serves_metrics_healthz_and_ready(start_daemon: Callable[..., DaemonProc
     assert len(snapshot["gpus"]) == 3 and snapshot["gpus"][0]["name"] == "NVIDIA H200"
 
 
-def test_text_format_whatever_is_asked_and_gzip_on_request(start_daemon: Callable[..., DaemonProcess]) -> None:
+def test_openmetrics_when_asked_text_otherwise_and_gzip_on_request(start_daemon: Callable[..., DaemonProcess]) -> None:
     daemon = start_daemon("--backend", "fake", "--fake-gpus", "1")
     prometheus_accept = "application/openmetrics-text;version=1.0.0;q=0.9,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
-    plain = daemon.get("/metrics", headers={"Accept": prometheus_accept})
+    openmetrics = daemon.get("/metrics", headers={"Accept": prometheus_accept})
+    assert openmetrics.headers["Content-Type"] == "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    assert openmetrics.text.endswith("# EOF\n")
+    plain = daemon.get("/metrics")
     assert plain.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
     gz = daemon.get("/metrics", headers={"Accept-Encoding": "gzip"})
     assert gz.headers.get("Content-Encoding") == "gzip" and "gpumon_gpu_up" in gz.text

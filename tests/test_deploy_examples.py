@@ -10,10 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import bcrypt
 import pytest
+import requests
 import yaml
 
 from gpumon.config import Config
+from tests.helpers import DaemonProcess, wait_for
+from tests.pki import Pki
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
@@ -125,3 +129,43 @@ def test_daemonset_state_dir_is_a_host_path_and_its_config_is_valid(tmp_path: Pa
     (tmp_path / "gpumon.yaml").write_text(config_text)
     result = check_config(tmp_path / "gpumon.yaml")
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # the kubelet does not verify either
+@pytest.mark.parametrize("tls", [False, True], ids=["basic auth", "basic auth and TLS"])
+def test_daemonset_probes_pass_with_auth_on_while_metrics_need_credentials(tmp_path: Path, pki: Pki, tls: bool) -> None:
+    """What the kubelet does with the example's probes once basic auth (and TLS) is switched on."""
+    docs = daemonset_docs()
+    container = docs["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][-2:] == ["--web-config-file", "/etc/gpumon/web-config.yml"]
+    web = yaml.safe_load(docs["ConfigMap"]["data"]["web-config.yml"])
+    web["basic_auth_users"] = {"prometheus": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()}
+    if tls:
+        web["tls_server_config"] = {"cert_file": str(pki.server_cert), "key_file": str(pki.server_key)}
+    (tmp_path / "web-config.yml").write_text(yaml.safe_dump(web))
+    config = yaml.safe_load(docs["ConfigMap"]["data"]["gpumon.yaml"])
+    config.update(backend="fake", state_dir=str(tmp_path / "state"))
+    (tmp_path / "gpumon.yaml").write_text(yaml.safe_dump(config))
+    gpumon = DaemonProcess(
+        ["--config", str(tmp_path / "gpumon.yaml"), "--web-config-file", str(tmp_path / "web-config.yml")], tmp_path
+    )
+    scheme = "https" if tls else "http"  # the manifest says: scheme HTTPS once TLS is on
+    try:
+        for probe in ("livenessProbe", "readinessProbe"):
+            get = container[probe]["httpGet"]
+            assert get["port"] == "metrics" and get.get("scheme", "HTTP") == "HTTP"
+            url = f"{scheme}://127.0.0.1:{gpumon.port}{get['path']}"
+
+            def passes(url: str = url) -> bool:  # the kubelet: no credentials, no certificate check
+                assert gpumon.proc.poll() is None, gpumon.log()
+                try:
+                    return requests.get(url, verify=False, timeout=2).status_code == 200
+                except requests.ConnectionError:
+                    return False
+
+            wait_for(passes, 20, 0.2, f"{probe} {url}")
+        metrics = f"{scheme}://127.0.0.1:{gpumon.port}/metrics"
+        assert requests.get(metrics, verify=False, timeout=5).status_code == 401
+        assert requests.get(metrics, verify=False, auth=("prometheus", "s3cret"), timeout=5).status_code == 200
+    finally:
+        gpumon.stop()

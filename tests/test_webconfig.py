@@ -10,6 +10,7 @@ import logging
 import shutil
 import socket
 import ssl
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,14 +23,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from gpumon.exporter.server import MetricsServer
+from gpumon.exporter.server import HttpLimits, MetricsServer
 from gpumon.exporter.webconfig import (
     HTTP_ON_HTTPS_RESPONSE,
     WebConfig,
     WebConfigError,
     WebConfigWatcher,
     parse_duration_seconds,
-    server_factory,
 )
 from gpumon.store import SnapshotStore
 from tests.helpers import DaemonProcess, free_port, run_cli, wait_for
@@ -71,9 +71,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], tuple[str, WebC
             lambda: generate_latest(registry),
             SnapshotStore(),
             stale_after_seconds=5,
-            server_factory=server_factory(watcher),
-            authorize=watcher.check_basic_auth,
-            extra_headers=watcher.extra_headers,
+            web_config=watcher,
         )
         server.start()
         servers.append(server)
@@ -484,3 +482,79 @@ def test_gpumon_run_refuses_a_broken_web_config_listing_every_problem(tmp_path: 
     assert result.returncode == 2, result.stdout + result.stderr
     for problem in ("missing.crt': no such file", "missing.key': no such file", "not a bcrypt hash"):
         assert problem in result.stderr
+
+
+@pytest.mark.parametrize(
+    "broken",
+    ["basic_auth_users: " + "[" * 3000 + "]" * 3000 + "\n", 'basic_auth_users:\n  prometheus: "caf\xe9"\n'],
+    ids=["nested 3,000 deep", "not UTF-8"],
+)
+def test_broken_web_config_re_read_on_change_keeps_the_previous_one_with_one_log_line(
+    tmp_path: Path, broken: str
+) -> None:
+    web_config = write_web_config(tmp_path / "web-config.yml", {"basic_auth_users": {"prometheus": bcrypt_hash("pw")}})
+    gpumon = DaemonProcess(["--backend", "fake", "--fake-gpus", "1", "--web-config-file", str(web_config)], tmp_path)
+    try:
+        url = f"http://127.0.0.1:{gpumon.port}/metrics"
+
+        def served() -> bool:
+            assert gpumon.proc.poll() is None, gpumon.log()
+            try:
+                return requests.get(url, auth=("prometheus", "pw"), timeout=2).status_code == 200
+            except requests.ConnectionError:
+                return False
+
+        wait_for(served, 20, 0.2, "gpumon with basic auth")
+        before = gpumon.log()
+        web_config.write_bytes(broken.encode("latin-1"))
+        statuses = []
+        for _ in range(12):
+            try:
+                statuses.append(requests.get(url, auth=("prometheus", "pw"), timeout=5).status_code)
+            except requests.RequestException as exc:
+                statuses.append(type(exc).__name__)  # type: ignore[arg-type]
+            time.sleep(0.25)  # the file is checked at most once a second
+        added = gpumon.log()[len(before) :]
+        assert statuses == [200] * 12
+        assert requests.get(url, auth=("prometheus", "wrong"), timeout=5).status_code == 401
+        assert added.count("keeping the previous one") == 1, added[:3000]
+        assert added.count("\n") == 1, added[:3000]
+        assert "Traceback" not in added
+    finally:
+        gpumon.stop()
+
+
+def test_unauthenticated_paths_open_only_probes(serve: Any) -> None:
+    url, _, _ = serve(
+        {"basic_auth_users": {"prometheus": bcrypt_hash("s3cret")}, "unauthenticated_paths": ["/healthz"]}
+    )
+    assert requests.get(url + "/healthz", timeout=5).status_code == 200
+    assert requests.get(url + "/ready", timeout=5).status_code == 401
+    assert requests.get(url + "/metrics", timeout=5).status_code == 401
+
+
+def test_unauthenticated_paths_cannot_open_metrics(tmp_path: Path) -> None:
+    path = write_web_config(tmp_path / "w.yml", {"unauthenticated_paths": ["/metrics", "/healthz"]})
+    with pytest.raises(WebConfigError, match=r"unauthenticated_paths: '/metrics' cannot be opened"):
+        WebConfig.load(path)
+
+
+def test_a_stalled_tls_handshake_is_closed_after_the_header_timeout(tmp_path: Path, pki: Pki) -> None:
+    watcher = WebConfigWatcher(write_web_config(tmp_path / "w.yml", tls_doc(pki)))
+    server = MetricsServer(
+        ("127.0.0.1", 0),
+        lambda: b"x 1.0\n",
+        SnapshotStore(),
+        stale_after_seconds=5,
+        web_config=watcher,
+        limits=HttpLimits(header_timeout_seconds=0.5),
+    )
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"\x16\x03\x01")  # the start of a ClientHello, then nothing
+            assert sock.recv(4096) == b""  # closed by the server, well before our 10 s
+        ok = requests.get(f"https://127.0.0.1:{server.port}/metrics", verify=str(pki.ca), timeout=5)
+        assert ok.text == "x 1.0\n"
+    finally:
+        server.stop()

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
+from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -42,11 +44,30 @@ class Family:
 
     def to_metric(self) -> Metric:
         """The same family as a prometheus_client Metric (for registries and OpenMetrics)."""
-        cls = CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily
-        metric = cls(self.family_name, self.help, labels=list(self.label_names))
-        for labels, value in self.samples:
-            metric.add_metric(list(labels), value)
-        return metric
+        return FamilyMetric(self)
+
+
+class FamilyMetric(Metric):
+    """A Family as a prometheus_client Metric, equal to the CounterMetricFamily or
+    GaugeMetricFamily holding the same samples. Its ``samples`` are built only when read:
+    gpumon.exporter.openmetrics renders ``family`` directly without them."""
+
+    def __init__(self, family: Family) -> None:  # no super().__init__(): ``samples`` is built on first use
+        self.family = family
+        self.name = family.family_name
+        self.documentation = family.help
+        self.type = family.kind
+        self.unit = ""
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr != "samples":
+            raise AttributeError(attr)
+        fam = self.family
+        name = fam.family_name + "_total" if fam.kind == "counter" else fam.name
+        names = fam.label_names
+        samples = [Sample(name, dict(zip(names, labels, strict=True)), value) for labels, value in fam.samples]
+        self.__dict__["samples"] = samples
+        return samples
 
 
 def _escape_label(value: str) -> str:
@@ -70,6 +91,31 @@ def _template(fam: Family) -> str:
     return name + "{{" + ",".join(f'{names[i]}="{{{i}}}"' for i in order) + "}} " + value_slot + "\n"
 
 
+def _escape_help_openmetrics(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def render_openmetrics_family(fam: Family) -> str | None:
+    """``fam`` in OpenMetrics text as prometheus_client writes it; None where this shortcut does not apply."""
+    sample_name = fam.family_name + "_total" if fam.kind == "counter" else fam.name
+    if sample_name != fam.name:
+        return None
+    out = [f"# HELP {fam.family_name} {_escape_help_openmetrics(fam.help)}\n# TYPE {fam.family_name} {fam.kind}\n"]
+    _render_samples(fam, out, {})
+    return "".join(out)
+
+
+def _render_samples(fam: Family, out: list[str], formatted: dict[float, str]) -> None:
+    template = _template(fam).format
+    for labels, value in fam.samples:
+        text = formatted.get(value)
+        if text is None:
+            text = formatted[value] = floatToGoString(value)  # type: ignore[no-untyped-call]
+        if not fam.plain_labels:
+            labels = tuple(_escape_label(v) for v in labels)
+        out.append(template(*labels, text))
+
+
 def render(families: Iterable[Family]) -> str:
     """Text exposition of ``families``, each with its HELP and TYPE lines."""
     out: list[str] = []
@@ -79,12 +125,5 @@ def render(families: Iterable[Family]) -> str:
             out.append(fam.rendered)
             continue
         out.append(f"# HELP {fam.name} {_escape_help(fam.help)}\n# TYPE {fam.name} {fam.kind}\n")
-        template = _template(fam).format
-        for labels, value in fam.samples:
-            text = formatted.get(value)
-            if text is None:
-                text = formatted[value] = floatToGoString(value)  # type: ignore[no-untyped-call]
-            if not fam.plain_labels:
-                labels = tuple(_escape_label(v) for v in labels)
-            out.append(template(*labels, text))
+        _render_samples(fam, out, formatted)
     return "".join(out)

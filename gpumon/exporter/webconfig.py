@@ -23,19 +23,21 @@ Pieces:
   file or any certificate, key or CA file it names changes (checked at most every
   ``check_interval_seconds`` when a request asks). A new file with problems is logged
   and the old configuration kept. ``reload()`` forces a re-read (SIGHUP).
-* ``WebConfigServerMixin`` for ``http.server.ThreadingHTTPServer``: each accepted
-  connection is wrapped, in its own handler thread, with the watcher's *current*
-  ``SSLContext``, so a renewed certificate applies to the next connection without a
-  restart, and a slow or silent client never blocks ``accept()``. A plain HTTP
-  request on a TLS port gets ``400 Client sent an HTTP request to an HTTPS server.``,
-  like Go's servers.
+* ``BcryptPool``: where the password checks run, so that a flood of wrong passwords
+  does not delay a client that knows the right one.
+* ``unauthenticated_paths`` (gpumon's addition to the format): ``/healthz`` and
+  ``/ready`` can be opened to probes that carry no credentials.
+
+gpumon.exporter.server applies the configuration: the current ``SSLContext`` to each new
+connection, so a renewed certificate applies without a restart, and a plain HTTP request
+on a TLS port gets ``400 Client sent an HTTP request to an HTTPS server.``, like Go's servers.
 
 Differences from the Go implementation, all on the strict side: Python's ``ssl``
 verifies every client certificate it asks for, so ``RequireAnyClientCert`` needs a
 ``client_ca_file`` and behaves like ``RequireAndVerifyClientCert``, and
 ``RequestClientCert`` verifies a certificate when one is sent and a CA is given.
 ``curve_preferences`` and ``http_server_config.http2`` are accepted and not applied
-(the stdlib server speaks HTTP/1.1 and OpenSSL picks the curves). ``cipher_suites``
+(gpumon speaks HTTP/1.1 and OpenSSL picks the curves). ``cipher_suites``
 applies to TLS 1.2 only, as in Go.
 """
 
@@ -43,18 +45,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
+import heapq
+import hmac
 import logging
 import os
 import re
-import socket
 import ssl
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +112,9 @@ _HTTP_METHOD_PREFIXES = (b"GET ", b"HEAD ", b"POST ", b"PUT ", b"OPTIO", b"DELET
 _BCRYPT_HASH = re.compile(r"^\$2[abxy]?\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit")
+_TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit", "unauthenticated_paths")
+UNAUTHENTICATED_PATHS_ALLOWED = ("/healthz", "/ready")
+"""Paths ``unauthenticated_paths`` (a gpumon addition to the format) may open to probes without credentials."""
 _TLS_KEYS = (
     "cert_file",
     "key_file",
@@ -176,6 +180,8 @@ class WebConfig:
     basic_auth_users: Mapping[str, str] = field(default_factory=dict)
     """User name -> bcrypt hash."""
     rate_limit: RateLimit | None = None
+    unauthenticated_paths: frozenset[str] = frozenset()
+    """Paths served without basic auth (for Kubernetes probes): a subset of /healthz and /ready."""
     context: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
     """The server SSLContext, built and checked at load time; None without TLS."""
 
@@ -190,8 +196,15 @@ class WebConfig:
         except OSError as exc:
             raise WebConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise WebConfigError([f"{path}: not valid YAML: {' '.join(str(exc).split())}"]) from None
+        except RecursionError:
+            raise WebConfigError([f"{path}: not valid YAML: nested too deeply"]) from None
+        except (ValueError, OverflowError) as exc:
             raise WebConfigError([f"{path}: not valid YAML: {exc}"]) from None
-        return cls.from_mapping({} if raw is None else raw, path)
+        try:
+            return cls.from_mapping({} if raw is None else raw, path)
+        except RecursionError:
+            raise WebConfigError([f"{path}: nested too deeply"]) from None
 
     @classmethod
     def from_mapping(cls, raw: Any, path: Path) -> WebConfig:
@@ -207,12 +220,13 @@ class WebConfig:
         headers = _parse_http(raw.get("http_server_config"), problems, where)
         users = _parse_users(raw.get("basic_auth_users"), problems, where)
         rate_limit = _parse_rate_limit(raw.get("rate_limit"), problems, where)
+        open_paths = _parse_unauthenticated_paths(raw.get("unauthenticated_paths"), problems, where)
         context = None
         if tls is not None and not problems:
             context = _build_context(tls, problems, where)
         if problems:
             raise WebConfigError(problems)
-        return cls(path, tls, headers, users, rate_limit, context)
+        return cls(path, tls, headers, users, rate_limit, open_paths, context)
 
     def watched_files(self) -> tuple[Path, ...]:
         """The files whose change means a re-read: this file and the certificate, key and CA files."""
@@ -416,6 +430,19 @@ def _parse_rate_limit(raw: Any, problems: list[str], where: str) -> RateLimit | 
     return RateLimit(interval_seconds=interval, burst=max(burst, 1))
 
 
+def _parse_unauthenticated_paths(raw: Any, problems: list[str], where: str) -> frozenset[str]:
+    if raw is None:
+        return frozenset()
+    allowed = ", ".join(UNAUTHENTICATED_PATHS_ALLOWED)
+    if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):
+        problems.append(f"{where}: unauthenticated_paths must be a list of paths ({allowed})")
+        return frozenset()
+    for item in raw:
+        if item not in UNAUTHENTICATED_PATHS_ALLOWED:
+            problems.append(f"{where}: unauthenticated_paths: {item!r} cannot be opened (allowed: {allowed})")
+    return frozenset(p for p in raw if p in UNAUTHENTICATED_PATHS_ALLOWED)
+
+
 def _memfd_path(name: str, pem: str) -> tuple[int, str]:
     """An anonymous in-memory file holding ``pem``, for ssl APIs that only take file names."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
@@ -502,25 +529,26 @@ def _fingerprint(files: tuple[Path, ...]) -> tuple[tuple[str, int, int, int], ..
 
 
 class _AuthCache:
-    """Recent bcrypt verdicts keyed by (user, hash, sha256(password)); bounded, with expiry."""
+    """Recent bcrypt verdicts keyed by an HMAC of the credentials (never the password); bounded, with expiry."""
 
-    def __init__(self, ttl_seconds: float, max_entries: int, clock: Callable[[], float]) -> None:
-        self._ttl = ttl_seconds
+    def __init__(self, good_seconds: float, bad_seconds: float, max_entries: int, clock: Callable[[], float]) -> None:
+        self._good = good_seconds
+        self._bad = bad_seconds
         self._max = max_entries
         self._clock = clock
-        self._entries: OrderedDict[tuple[str, str, bytes], tuple[bool, float]] = OrderedDict()
+        self._entries: OrderedDict[bytes, tuple[bool, float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str, bytes]) -> bool | None:
+    def get(self, key: bytes) -> bool | None:
         with self._lock:
             hit = self._entries.get(key)
             if hit is None or hit[1] < self._clock():
                 return None
             return hit[0]
 
-    def put(self, key: tuple[str, str, bytes], ok: bool) -> None:
+    def put(self, key: bytes, ok: bool) -> None:
         with self._lock:
-            self._entries[key] = (ok, self._clock() + self._ttl)
+            self._entries[key] = (ok, self._clock() + (self._good if ok else self._bad))
             self._entries.move_to_end(key)
             while len(self._entries) > self._max:
                 self._entries.popitem(last=False)
@@ -530,12 +558,117 @@ _DECOY_HASH = b"$2b$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi"
 """Checked for unknown users, so timing does not reveal which user names exist."""
 
 
+@dataclass(order=True)
+class _BcryptJob:
+    priority: int
+    """0: a client with no recent failed login; 1: a suspect."""
+    seq: int
+    client: str = field(compare=False)
+    password: bytes = field(compare=False, repr=False)
+    hashed: bytes = field(compare=False, repr=False)
+    future: Future[bool | None] = field(compare=False, repr=False)
+
+
+class BcryptPool:
+    """bcrypt checks on a few threads, so that a correct password never queues behind a flood of wrong ones.
+
+    A client (an IP address) whose password was wrong in the last ``suspect_seconds``
+    is a suspect: its checks wait until no other client's check is waiting. Every client
+    has at most ``max_pending_per_client`` checks queued; more are refused at once (the
+    future gives None: answer 429). So 50 attackers from one address leave a new client
+    waiting for at most the checks already running and two more. Threads start on demand
+    and end after ``idle_seconds`` without work.
+    """
+
+    def __init__(
+        self,
+        workers: int = 2,
+        *,
+        suspect_seconds: float = 300.0,
+        max_pending_per_client: int = 2,
+        max_queued: int = 256,
+        idle_seconds: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._workers = workers
+        self._suspect_seconds = suspect_seconds
+        self._max_pending_per_client = max_pending_per_client
+        self._max_queued = max_queued
+        self._idle_seconds = idle_seconds
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._queue: list[_BcryptJob] = []
+        self._seq = 0
+        self._running = 0
+        self._idle = 0
+        self._pending: dict[str, int] = {}
+        self._suspects: OrderedDict[str, float] = OrderedDict()
+        """client -> suspect until (clock seconds); bounded."""
+
+    def is_suspect(self, client: str) -> bool:
+        with self._cond:
+            return self._suspect_until(client) > self._clock()
+
+    def mark_failed(self, client: str) -> None:
+        with self._cond:
+            self._suspects[client] = self._clock() + self._suspect_seconds
+            self._suspects.move_to_end(client)
+            while len(self._suspects) > 65536:
+                self._suspects.popitem(last=False)
+
+    def _suspect_until(self, client: str) -> float:
+        return self._suspects.get(client, 0.0)
+
+    def check(self, password: bytes, hashed: bytes, client: str) -> Future[bool | None]:
+        """A future for ``bcrypt.checkpw(password, hashed)`` (False for an over-long password),
+        or None at once when ``client`` has too many checks queued already."""
+        future: Future[bool | None] = Future()
+        with self._cond:
+            suspect = self._suspect_until(client) > self._clock()
+            pending = self._pending.get(client, 0)
+            if len(self._queue) >= self._max_queued or pending >= self._max_pending_per_client:
+                future.set_result(None)
+                return future
+            self._pending[client] = pending + 1
+            self._seq += 1
+            heapq.heappush(self._queue, _BcryptJob(1 if suspect else 0, self._seq, client, password, hashed, future))
+            if self._idle == 0 and self._running < self._workers:
+                self._running += 1
+                threading.Thread(target=self._work, name="gpumon-bcrypt", daemon=True).start()
+            else:
+                self._cond.notify()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                self._idle += 1
+                if not self._queue:
+                    self._cond.wait(self._idle_seconds)
+                self._idle -= 1
+                if not self._queue:
+                    self._running -= 1
+                    return
+                job = heapq.heappop(self._queue)
+                left = self._pending.get(job.client, 1) - 1
+                if left:
+                    self._pending[job.client] = left
+                else:
+                    self._pending.pop(job.client, None)
+            try:
+                ok = bcrypt.checkpw(job.password, job.hashed)
+            except ValueError:  # longer than bcrypt's 72 bytes, or a malformed hash
+                ok = False
+            job.future.set_result(ok)
+
+
 class WebConfigWatcher:
     """The current web config, re-read when its files change; thread-safe.
 
     Construction loads the file and raises WebConfigError if it is unusable (at start,
-    a bad web config is a configuration error). Later, a changed file that does not
-    validate is logged once and the previous configuration stays in force.
+    a bad web config is a configuration error). Later, a changed file that cannot be
+    used, for whatever reason, is logged once in one line and the previous
+    configuration stays in force.
     """
 
     def __init__(
@@ -545,18 +678,21 @@ class WebConfigWatcher:
         auth_cache_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         logger: logging.Logger | None = None,
+        bcrypt_pool: BcryptPool | None = None,
     ) -> None:
         self._path = Path(path).absolute()
         self._interval = check_interval_seconds
         self._clock = clock
         self._log = logger or logging.getLogger(__name__)
         self._lock = threading.Lock()
-        self._bcrypt_lock = threading.Lock()
         self._config = WebConfig.load(self._path)
         self._fingerprint = _fingerprint(self._config.watched_files())
         self._rejected: tuple[tuple[str, int, int, int], ...] | None = None
         self._next_check = clock() + check_interval_seconds
-        self._cache = _AuthCache(auth_cache_seconds, 1024, clock)
+        # Good verdicts stay for an hour (the hash in the key changes with the file); wrong ones a minute.
+        self._cache = _AuthCache(max(auth_cache_seconds, 3600.0), auth_cache_seconds, 4096, clock)
+        self._cache_key = os.urandom(32)
+        self._bcrypt = bcrypt_pool or BcryptPool(clock=clock)
         self._tokens = float(self._config.rate_limit.burst) if self._config.rate_limit else 0.0
         self._tokens_at = clock()
 
@@ -586,12 +722,13 @@ class WebConfigWatcher:
             return True
         try:
             config = WebConfig.load(self._path)
-        except WebConfigError as exc:
+        except Exception as exc:
+            problems = exc.problems if isinstance(exc, WebConfigError) else [f"{self._path}: cannot be used: {exc!r}"]
             if force or fingerprint != self._rejected:
                 self._log.error(
-                    "web config %s has problems; keeping the previous one:\n  %s",
+                    "web config %s has problems; keeping the previous one: %s",
                     self._path,
-                    "\n  ".join(exc.problems),
+                    "; ".join(problems)[:4000],
                 )
             self._rejected = fingerprint
             return False
@@ -609,32 +746,52 @@ class WebConfigWatcher:
         """Headers to add to every response (http_server_config.headers)."""
         return dict(self.current().headers)
 
-    def check_basic_auth(self, authorization: str | None) -> bool:
-        """True when the ``Authorization`` header value lets the request in.
+    def authenticate(self, authorization: str | None, client: str = "") -> Future[bool | None]:
+        """Whether the ``Authorization`` header value lets the request in, as a future.
 
-        Always True without basic_auth_users. Verdicts are cached (sha256 of the
-        password, never the password) for ``auth_cache_seconds`` because bcrypt takes
-        milliseconds to a second; bcrypt runs one at a time.
+        Done at once without basic_auth_users, for malformed headers and for cached
+        verdicts (keyed by an HMAC of user, password and hash: never the password);
+        otherwise bcrypt runs in the BcryptPool, where ``client`` (the peer address)
+        decides the queue: a client that failed recently waits behind those that did not.
+        None: not checked, ``client`` has too many checks waiting (answer 429).
         """
         users = self.current().basic_auth_users
+        done: Future[bool | None] = Future()
         if not users:
-            return True
+            done.set_result(True)
+            return done
         credentials = _parse_basic(authorization)
         if credentials is None:
-            return False
+            done.set_result(False)
+            return done
         user, password = credentials
         known = user in users
         hashed = users[user] if known else _DECOY_HASH.decode()
-        key = (user, hashed, hashlib.sha256(password).digest())
+        key = hmac.new(self._cache_key, b"\0".join((user.encode(), hashed.encode(), password)), "sha256").digest()
         verdict = self._cache.get(key)
-        if verdict is None:
-            with self._bcrypt_lock:
-                try:
-                    verdict = bcrypt.checkpw(password, hashed.encode())
-                except ValueError:  # longer than bcrypt's 72 bytes
-                    verdict = False
-            self._cache.put(key, verdict)
-        return known and verdict
+        if verdict is not None:
+            if not (known and verdict):
+                self._bcrypt.mark_failed(client)
+            done.set_result(known and verdict)
+            return done
+        checked = self._bcrypt.check(password, hashed.encode(), client)
+
+        def finish(result: Future[bool | None]) -> None:
+            ok = result.result()
+            if ok is None:
+                done.set_result(None)
+                return
+            self._cache.put(key, ok)
+            if not (known and ok):
+                self._bcrypt.mark_failed(client)
+            done.set_result(known and ok)
+
+        checked.add_done_callback(finish)
+        return done
+
+    def check_basic_auth(self, authorization: str | None, client: str = "") -> bool:
+        """``authenticate`` waited for; False also when the check was refused as too many."""
+        return self.authenticate(authorization, client).result() is True
 
     def allow_request(self) -> bool:
         """Token bucket of ``rate_limit``; False means answer 429. Always True without one."""
@@ -667,90 +824,11 @@ def _parse_basic(authorization: str | None) -> tuple[str, bytes] | None:
     return user.decode("utf-8", "replace"), password
 
 
-def _looks_like_http(first_bytes: bytes) -> bool:
+def looks_like_http(first_bytes: bytes) -> bool:
+    """True when the first bytes of a connection look like a plain HTTP request line."""
     return any(first_bytes.startswith(p) or p.startswith(first_bytes) for p in _HTTP_METHOD_PREFIXES)
 
 
-def _answer_plain_http(raw: socket.socket) -> None:
-    """Send the 400 and read what the client sent, so closing does not reset the connection first."""
-    raw.sendall(HTTP_ON_HTTPS_RESPONSE)
-    raw.shutdown(socket.SHUT_WR)
-    raw.settimeout(1.0)
-    drained = 0
-    while drained < 65536:
-        chunk = raw.recv(4096)
-        if not chunk:
-            break
-        drained += len(chunk)
-
-
-def _peer_sans(cert: Mapping[str, Any]) -> set[str]:
+def peer_sans(cert: Mapping[str, Any]) -> set[str]:
+    """The subject alternative names of a peer certificate (``SSLSocket.getpeercert()``)."""
     return {str(value) for _kind, value in cert.get("subjectAltName", ())}
-
-
-class WebConfigServerMixin:
-    """Mix into ``ThreadingHTTPServer`` (before it) to serve TLS per the watcher's current config.
-
-    ``class Server(WebConfigServerMixin, ThreadingHTTPServer)``, then set
-    ``server.web_config = watcher`` (None: plain HTTP). The TLS handshake runs in the
-    connection's own thread (``finish_request``) with ``handshake_timeout_seconds``;
-    failures are logged at debug level and the connection closed.
-    """
-
-    web_config: WebConfigWatcher | None = None
-    handshake_timeout_seconds: float = 10.0
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        watcher = self.web_config
-        context = watcher.ssl_context() if watcher is not None else None
-        if context is None:
-            super().finish_request(request, client_address)  # type: ignore[misc]
-            return
-        assert watcher is not None
-        log = logging.getLogger(__name__)
-        raw: socket.socket = request
-        raw.settimeout(self.handshake_timeout_seconds)
-        try:
-            first = raw.recv(5, socket.MSG_PEEK)
-            if not first:
-                return
-            if first[0] != 0x16 and _looks_like_http(first):
-                _answer_plain_http(raw)
-                return
-            tls = context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
-        except OSError as exc:
-            log.debug("connection from %s closed before TLS: %s", client_address, exc)
-            return
-        try:
-            tls.do_handshake()
-            sans = watcher.current().tls
-            if sans is not None and sans.client_allowed_sans:
-                peer = _peer_sans(tls.getpeercert() or {})
-                if not peer & set(sans.client_allowed_sans):
-                    log.info("client %s rejected: certificate SANs %s not allowed", client_address, sorted(peer))
-                    return
-            tls.settimeout(None)
-            super().finish_request(tls, client_address)  # type: ignore[misc]
-        except (ssl.SSLError, OSError) as exc:
-            log.debug("TLS with %s failed: %s", client_address, exc)
-        finally:
-            tls.close()
-
-
-class WebConfigHTTPServer(WebConfigServerMixin, ThreadingHTTPServer):
-    """ThreadingHTTPServer serving TLS (or not) per a WebConfigWatcher."""
-
-    daemon_threads = True
-
-
-def server_factory(
-    watcher: WebConfigWatcher | None,
-) -> Callable[[tuple[str, int], type[BaseHTTPRequestHandler]], ThreadingHTTPServer]:
-    """A ``server_factory`` for gpumon.exporter.server.MetricsServer that applies ``watcher``."""
-
-    def make(address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
-        server = WebConfigHTTPServer(address, handler)
-        server.web_config = watcher
-        return server
-
-    return make
