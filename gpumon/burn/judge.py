@@ -12,6 +12,9 @@ from typing import Any
 
 from gpumon.burn.thresholds import Thresholds
 
+NVLINK_ERROR_TYPES = ("replay", "recovery", "crc")
+"""The NVLink counters nvidia-smi nvlink -e shows as errors; growth of any other counter is not judged."""
+
 GpuKey = tuple[int, int]
 """(node, gpu index on that node)."""
 
@@ -512,9 +515,17 @@ def _judge_telemetry(j: Judgement, key: GpuKey, tel: Mapping[str, Any]) -> None:
     rows = tel.get("remapped_rows_grown") or {}
     if rows.get("uncorrectable") or tel.get("row_remap_pending"):
         j.add("telemetry", key, "row_remap", False, f"rows remapped during the burn: {rows}; reset the GPU")
-    nvl = tel.get("nvlink_errors_grown") or {}
+    grown = tel.get("nvlink_errors_grown") or {}
+    nvl = {
+        link: errors
+        for link, counters in grown.items()
+        if (errors := {t: n for t, n in counters.items() if t in NVLINK_ERROR_TYPES and n > 0})
+    }
     if nvl:
-        j.add("telemetry", key, "nvlink_errors", True, f"NVLink error counters grew: {nvl} (warning)")
+        links = "; ".join(
+            f"link {link}: " + ", ".join(f"{t} +{n}" for t, n in sorted(errors.items())) for link, errors in nvl.items()
+        )
+        j.add("telemetry", key, "nvlink_errors", True, f"NVLink errors grew (nvidia-smi nvlink -e): {links} (warning)")
     gen, gen_max = tel.get("pcie_link_generation_under_load"), tel.get("pcie_link_generation_max")
     if gen is not None and gen_max is not None:
         j.add(
