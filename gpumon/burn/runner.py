@@ -31,19 +31,25 @@ from gpumon.burn.protocol import WorkerSpec
 from gpumon.burn.state import StateFiles, write_json_atomic
 from gpumon.burn.thresholds import Thresholds
 from gpumon.burn.watcher import Watcher, summarise
+from gpumon.processes import enrich as enrich_processes
 from gpumon.snapshot import Tier
 
 MERGE_TIMEOUT_SECONDS = 120.0
 
 
 def read_gpu(backend: GpuBackend, gpu: int) -> dict[str, Any]:
-    """All tiers of one GPU, for the sw checks and the report's identity fields."""
+    """All tiers of one GPU, for the sw checks and the report's identity fields.
+
+    Compute processes get their name, user and cgroup place from /proc, as in ``gpumon once``.
+    """
     values: dict[str, Any] = {}
     for tier in (Tier.STATIC, Tier.SLOW, Tier.FAST):
         try:
             values.update(backend.read(gpu, tier))
         except GpuLostError as exc:
             raise CannotRunError(f"GPU {gpu} is lost ({exc.reason}): reset or reboot before a burn") from exc
+    if values.get("processes"):
+        values["processes"] = enrich_processes(values["processes"])
     try:
         values["uuid"] = backend.uuid(gpu)
     except GpuLostError as exc:
