@@ -150,9 +150,7 @@ def test_slow_tier_in_base_units(fake: FakeNvml, backend: NvmlBackend) -> None:
         "compute_mode": "default",
         "fabric_state": "completed",
         "fabric_status_ok": True,
-        "nvlink_errors_total": {
-            str(link): {"replay": 0, "recovery": 0, "crc": 4} for link in range(2)
-        },
+        "nvlink_errors_total": {str(link): {"replay": 0, "recovery": 0, "crc": 4} for link in range(2)},
     }
 
 
@@ -303,7 +301,11 @@ def test_nvlink_errors_fall_back_to_the_error_counter_api_without_the_fields(fak
         got = b.read(0, Tier.SLOW)["nvlink_errors_total"]
     assert got == {str(link): {"replay": 0, "recovery": 0, "crc": 4} for link in range(18)}
     assert all("crc_data" not in c and "ecc_data" not in c for c in got.values())
-    assert fake.nvlink_counters_asked == {0, 1, 2}  # DL_REPLAY, DL_RECOVERY, DL_CRC_FLIT; never DL_CRC_DATA (3) or DL_ECC_DATA (4)
+    assert fake.nvlink_counters_asked == {
+        0,
+        1,
+        2,
+    }  # DL_REPLAY, DL_RECOVERY, DL_CRC_FLIT; never DL_CRC_DATA (3) or DL_ECC_DATA (4)
 
 
 def test_gpu_without_nvlink_has_no_nvlink_fields(fake: FakeNvml) -> None:

@@ -29,7 +29,7 @@ from gpumon.burn.live import LiveView
 from gpumon.burn.options import BurnOptions
 from gpumon.burn.protocol import WorkerSpec
 from gpumon.burn.state import StateFiles, write_json_atomic
-from gpumon.burn.thresholds import Thresholds
+from gpumon.burn.thresholds import Thresholds, group_link
 from gpumon.burn.watcher import Watcher, summarise
 from gpumon.processes import enrich as enrich_processes
 from gpumon.snapshot import Tier
@@ -123,6 +123,15 @@ def run_burn(
     watcher = Watcher(backend, local)
     models = {g: (str(info[g].get("name") or "unknown") if opts.device == "cuda" else "cpu") for g in local}
     single_node = launch.node_count == 1
+    topology = {str(g): dict(info[g].get("topology_level") or {}) for g in local}
+    pcie = {
+        str(g): {
+            "generation_max": info[g].get("pcie_link_generation_max"),
+            "width_max": info[g].get("pcie_link_width_max"),
+        }
+        for g in local
+    }
+    link = group_link(topology, pcie, list(local))
     specs = [
         WorkerSpec(
             rank=opts.rank_offset + i,
@@ -139,7 +148,7 @@ def run_burn(
             store_port=int(store.port) if launch.mode == "local" else launch.master_port,
             store_prefix=launch.run_id,
             injection=injection,
-            allreduce_floor_bytes_per_second=thresholds.allreduce_floor_bytes_per_second(models[g], single_node),
+            allreduce_floor_bytes_per_second=thresholds.allreduce_floor_bytes_per_second(models[g], single_node, link),
             link_fraction=thresholds.link_fraction,
         )
         for i, g in enumerate(local)
@@ -168,7 +177,8 @@ def run_burn(
         mine["gpus_info"] = {str(g): {"uuid": info[g].get("uuid"), "name": info[g].get("name")} for g in local}
         mine["telemetry"] = {str(g): summarise(watcher.telemetry[g]) for g in local}
         mine["sw"] = [c.to_jsonable() for c in sw_checks] if "sw" in opts.tests else []
-        mine["topology"] = {str(g): dict(info[g].get("topology_level") or {}) for g in local}
+        mine["topology"] = topology
+        mine["pcie"] = pcie
         if launch.agent_count > 1:
             final = _merge_multi(agents, opts, mine, thresholds, injection, started_at)
         else:

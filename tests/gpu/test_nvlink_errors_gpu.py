@@ -9,6 +9,7 @@ comparison per GPU, and for information the DL_CRC_DATA / DL_ECC_DATA counters g
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -38,10 +39,8 @@ def _left_out_counters(gpu: int) -> dict[str, int]:
     for name, counter in (("dl_crc_data", 3), ("dl_ecc_data", 4)):
         total = 0
         for link in range(18):
-            try:
+            with contextlib.suppress(pynvml.NVMLError):
                 total += int(pynvml.nvmlDeviceGetNvLinkErrorCounter(h, link, counter))
-            except pynvml.NVMLError:
-                pass
         out[name] = total
     return out
 
@@ -58,7 +57,9 @@ def _compare(backend: NvmlBackend, when: str) -> None:
         print(f"\n[{when}] GPU {g}: link: type nvidia-smi-before / gpumon / nvidia-smi-after")
         links = before[g]
         if set(ours[g]) != set(links):
-            problems.append(f"GPU {g}: gpumon has links {sorted(ours[g], key=int)}, nvidia-smi {sorted(links, key=int)}")
+            problems.append(
+                f"GPU {g}: gpumon has links {sorted(ours[g], key=int)}, nvidia-smi {sorted(links, key=int)}"
+            )
         for link in sorted(links, key=int):
             mine = ours[g].get(link, {})
             row = []
