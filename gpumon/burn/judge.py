@@ -101,15 +101,22 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
             for test, data in r["results"].items():
                 results.setdefault(test, {})[key] = data
     for node in nodes:
+        for r in node["ranks"]:
+            _partial_matmul(j, (node["node"], r["gpu"]), r)
+    for node in nodes:
         _judge_sw(j, node)
     # The watchdog's finding first: it names the cause, the workers' errors after it are fallout.
     seen_aborts: set[str] = set()
     for node in nodes:
         abort = node.get("abort")
-        if abort and abort["kind"] in ("hang", "dead") and abort["message"] not in seen_aborts:
+        if abort and abort["kind"] in ("hang", "dead", "lost") and abort["message"] not in seen_aborts:
             seen_aborts.add(abort["message"])
             ranks = set(abort["ranks"])
             keys = [k for k, g in j.gpus.items() if g["rank"] in ranks]
+            if not keys:  # a lost node's GPUs sent nothing, or the other nodes could not be reached
+                j.add("run", None, "node_lost" if abort["kind"] == "lost" else "worker_died", False, abort["message"])
+                j.faults[-1] = abort["message"]
+                continue
             test = _last_test(nodes, ranks)
             for i, key in enumerate(keys):
                 j.add(
@@ -170,6 +177,25 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
             )
     j.cannot_run = list(dict.fromkeys(j.cannot_run))
     return j
+
+
+def _partial_matmul(j: Judgement, key: GpuKey, rank: Mapping[str, Any]) -> None:
+    """The rounds a GPU finished before the run was stopped (a hang elsewhere, a lost node): shown, not judged."""
+    rates = (rank.get("partial") or {}).get("matmul", {}).get("tflops_rounds") or []
+    if not rates or "matmul" in rank["results"]:
+        return
+    median = statistics.median(rates)
+    j.gpus[key]["matmul"] = {"dtype": None, "tflops": median, "tflops_max": max(rates), "partial": True}
+    j.add(
+        "matmul",
+        key,
+        "partial",
+        None,
+        f"{len(rates)} rounds done when the run was stopped: median {median:.1f} TFLOP/s, "
+        f"max {max(rates):.1f} (not judged)",
+        median * 1e12,
+        "flop_per_second",
+    )
 
 
 def _last_test(nodes: list[dict[str, Any]], ranks: set[int]) -> str:

@@ -210,7 +210,7 @@ def _report(
 ) -> dict[str, Any]:
     j = judge(nodes, thresholds, opts.tests)
     models = sorted({g["model"] for g in j.gpus.values()})
-    dtypes = sorted({str(g["matmul"]["dtype"]) for g in j.gpus.values() if g.get("matmul")})
+    dtypes = sorted({str(g["matmul"]["dtype"]) for g in j.gpus.values() if (g.get("matmul") or {}).get("dtype")})
     return report_mod.build(
         j,
         options={
@@ -269,14 +269,27 @@ def _merge_multi(
 ) -> dict[str, Any]:
     """Agent 0 gathers every agent's result and publishes the merged report; the others fetch it."""
     launch = opts.launch
-    agents.set(f"node/{launch.agent_index}", json.dumps(mine))
     timeout = datetime.timedelta(seconds=MERGE_TIMEOUT_SECONDS + opts.heartbeat_timeout_seconds)
+    abort = mine.get("abort") or {}
+    lost = set(abort.get("agents") or ()) if abort.get("kind") == "lost" else set()
+    try:
+        agents.set(f"node/{launch.agent_index}", json.dumps(mine))
+    except Exception as exc:
+        if launch.is_leader:
+            raise
+        final = _report([mine], opts, thresholds, injection, started_at)  # the store went with agent 0
+        if not final["faults"]:
+            final["faults"].append(f"lost contact with agent 0 (it hosts the rendezvous store): {exc}")
+            final["exit_code"], final["verdict"] = 1, "fail"
+        return final
     if launch.is_leader:
         nodes = [mine]
         missing = []
         deadline = time.monotonic() + timeout.total_seconds()
         for i in range(1, launch.agent_count):
             key = f"node/{i}"
+            if i in lost:  # named in the abort; nothing will come
+                continue
             while not agents.check([key]) and time.monotonic() < deadline:
                 time.sleep(0.2)
             if agents.check([key]):
@@ -290,16 +303,21 @@ def _merge_multi(
         agents.set("report", json.dumps(final))
         with contextlib.suppress(Exception):  # stay up (we may host the store) until everyone has the report
             agents.wait(
-                [f"fetched/{i}" for i in range(1, launch.agent_count) if i not in missing],
+                [f"fetched/{i}" for i in range(1, launch.agent_count) if i not in missing and i not in lost],
                 datetime.timedelta(seconds=30),
             )
         return final
+    if 0 in lost or (abort.get("kind") == "dead" and not abort.get("ranks")):
+        # agent 0 (and the store it hosts) is gone: this node reports what it has
+        return _report([mine], opts, thresholds, injection, started_at)
     try:
         agents.wait(["report"], timeout)
         final = json.loads(agents.get("report"))
         agents.set(f"fetched/{launch.agent_index}", "1")
     except Exception as exc:
-        raise CannotRunError(f"no merged report from agent 0 within {timeout.total_seconds():.0f} s: {exc}") from exc
+        final = _report([mine], opts, thresholds, injection, started_at)
+        final["faults"].append(f"no merged report from agent 0 within {timeout.total_seconds():.0f} s ({exc})")
+        final["exit_code"], final["verdict"] = 1, "fail"
     return dict(final)
 
 
