@@ -663,3 +663,20 @@ def test_the_mutation_check_would_catch_a_setter() -> None:
         assert MUTATING.search(call), call
     for call in ("nvmlEventSetCreate", "nvmlEventSetWait_v2", "nvmlDeviceGetPowerUsage", "nvmlGpmSampleGet"):
         assert not MUTATING.search(call), call
+
+
+def test_a_link_whose_error_fields_fail_is_omitted_and_the_other_links_still_report(fake: FakeNvml) -> None:
+    real = fake.nvmlDeviceGetFieldValues
+
+    def one_link_down(h, ids):  # type: ignore[no-untyped-def]
+        out = real(h, ids)
+        for v, requested in zip(out, ids, strict=True):
+            if isinstance(requested, tuple) and requested[1] == 5:
+                v.nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
+        return out
+
+    fake.nvmlDeviceGetFieldValues = one_link_down  # type: ignore[method-assign]
+    b = NvmlBackend(fake)
+    b.init()
+    got = b.read(0, Tier.SLOW)["nvlink_errors_total"]
+    assert "5" not in got and got["4"] == {"replay": 0, "recovery": 0, "crc": 4} and len(got) == 17

@@ -904,21 +904,25 @@ class NvmlBackend:
                 for name in by_field
                 for link in range(count)
             ]
-            got = self._opt(g, "nvlink_field.call", nv.nvmlDeviceGetFieldValues, h, ids)
+            try:
+                got = self._opt(g, "nvlink_field.call", nv.nvmlDeviceGetFieldValues, h, ids)
+            except (TypeError, AttributeError):  # a binding without (fieldId, scopeId) pairs
+                got = None
             values = list(got) if got is not None else []
             if got is None:
                 g.unsupported.update(f"nvlink_field.{name}" for name in by_field)
-            else:
-                for i, name in enumerate(by_field):
-                    mine = values[i * count : (i + 1) * count]
-                    codes = [int(v.nvmlReturn) for v in mine]
-                    if any(code in UNSUPPORTED_CODES for code in codes):
-                        g.unsupported.add(f"nvlink_field.{name}")  # this driver: the error counter API
-                        continue
-                    for link, (code, value) in enumerate(zip(codes, mine, strict=True)):
-                        if code != NVML_SUCCESS:
-                            raise _nvml_error(nv, code)
+            for i, name in enumerate(by_field if got is not None else ()):
+                mine = values[i * count : (i + 1) * count]
+                codes = [int(v.nvmlReturn) for v in mine]
+                if all(code in UNSUPPORTED_CODES for code in codes):
+                    g.unsupported.add(f"nvlink_field.{name}")  # this driver: the error counter API
+                    continue
+                for link, (code, value) in enumerate(zip(codes, mine, strict=True)):
+                    if code == NVML_SUCCESS:
                         links[str(link)][name] = int(_field_value(value))
+                    elif code in NVML_GONE_CODES:
+                        raise _nvml_error(nv, code)
+                    # else: this link's counter is not available now (a link down): omitted
         for name, counter in NVLINK_ERROR_COUNTERS.items():
             if f"nvlink_field.{name}" not in g.unsupported:
                 continue
