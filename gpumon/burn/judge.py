@@ -26,6 +26,8 @@ class Judgement:
     cannot_run: list[str] = field(default_factory=list)
     gpus: dict[GpuKey, dict[str, Any]] = field(default_factory=dict)
     multi_node: bool = False
+    busy: set[GpuKey] = field(default_factory=set)
+    """GPUs other compute processes used when the burn started (run with --force), sw test or not."""
 
     def name(self, key: GpuKey) -> str:
         node, gpu = key
@@ -101,6 +103,7 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
             for test, data in r["results"].items():
                 results.setdefault(test, {})[key] = data
     for node in nodes:
+        j.busy |= {(node["node"], int(g)) for g in node.get("busy_gpus", ())}
         for r in node["ranks"]:
             _partial_matmul(j, (node["node"], r["gpu"]), r)
     for node in nodes:
@@ -436,7 +439,7 @@ def _judge_p2p(j: Judgement, res: Mapping[GpuKey, Any], nodes: list[dict[str, An
 
 def _suspects(j: Judgement, members: list[GpuKey]) -> dict[GpuKey, list[str]]:
     """Members of a group that other tests already name: failed checks, or shared with other processes."""
-    out: dict[GpuKey, list[str]] = {}
+    out: dict[GpuKey, list[str]] = {k: ["shared with other compute processes"] for k in members if k in j.busy}
     for c in j.checks:
         key = (c["node"], c["gpu"])
         if key not in members or c["test"] == "allreduce":

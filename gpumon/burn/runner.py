@@ -177,6 +177,7 @@ def run_burn(
         mine["gpus_info"] = {str(g): {"uuid": info[g].get("uuid"), "name": info[g].get("name")} for g in local}
         mine["telemetry"] = {str(g): summarise(watcher.telemetry[g]) for g in local}
         mine["sw"] = [c.to_jsonable() for c in sw_checks] if "sw" in opts.tests else []
+        mine["busy_gpus"] = sorted({c.gpu for c in busy if c.gpu is not None})
         mine["topology"] = topology
         mine["pcie"] = pcie
         if launch.agent_count > 1:

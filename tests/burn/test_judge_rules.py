@@ -353,3 +353,9 @@ def test_an_nvlink_pair_keeps_the_model_floor():
     results = {g: _ar(100e9) for g in (0, 1)}
     j = judge([_node(results, topology={"0": {"1": "nvlink"}, "1": {"0": "nvlink"}})], TH, ("allreduce",))
     assert any("below the floor 240.0 over NVLink" in c["detail"] for c in j.checks)
+
+
+def test_a_gpu_shared_with_another_process_takes_the_slow_all_reduce_even_without_the_sw_test():
+    j = judge([_node({g: _ar(100e9) for g in (0, 1)}, busy_gpus=[1])], TH, ("allreduce",))
+    assert [(c["gpu"], c["passed"]) for c in j.checks if c["check"] == "busbw"] == [(1, False)]
+    assert j.gpus[(0, 0)]["tests"]["allreduce"] is True
