@@ -224,7 +224,7 @@ class Agent:
             if self.agent_count > 1:
                 if now - st.died_at < DEATH_GRACE_SECONDS:
                     return
-                if any(self._last_heard(a) < st.died_at for a in self._others()):
+                if any(self._last_heard(a) < st.died_at and not self._finished(a) for a in self._others()):
                     return
             code = self._procs[rank].exitcode
             how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
@@ -240,6 +240,11 @@ class Agent:
     def _others(self) -> list[int]:
         return [a for a in range(self.agent_count) if a != self.agent_index]
 
+    def _finished(self, agent: int) -> bool:
+        """Whether ``agent``'s last beat says all its ranks are done (it stops beating on purpose)."""
+        seen = self._remote.get(agent)
+        return seen is not None and bool(seen[2]) and all(r["done"] for r in seen[2])
+
     def _last_heard(self, agent: int) -> float:
         """When this agent last saw ``agent``'s beat change (the start of the run before its first beat)."""
         seen = self._remote.get(agent)
@@ -252,9 +257,9 @@ class Agent:
         now = time.monotonic()
         lost, parts, ranks = [], [], []
         for agent in self._others():
+            if self._finished(agent):
+                continue  # it stopped beating on purpose
             seen = self._remote.get(agent)
-            if seen is not None and seen[2] and all(r["done"] for r in seen[2]):
-                continue  # finished: it stopped beating on purpose
             limit = self.heartbeat_timeout_seconds if seen is not None else self.startup_timeout_seconds
             silent = now - self._last_heard(agent)
             if silent <= limit:
