@@ -52,7 +52,7 @@ class LiveView:
         sample = self.watcher.latest(st.gpu) if self.watcher is not None else None
         rate = ""
         silent = time.monotonic() - st.last_progress
-        if not st.done and st.exit_code is None and silent >= STALL_SECONDS:
+        if st.ready and not st.done and st.exit_code is None and silent >= STALL_SECONDS:  # start-up has its own limit
             rate = f"no progress for {silent:.0f} s" if st.collective is None else f"waiting {silent:.0f} s"
         elif "tflops" in st.metrics:
             rate = f"{st.metrics['tflops']:.1f} TFLOP/s"

@@ -168,20 +168,21 @@ def test_a_node_killed_mid_run_is_named_within_the_heartbeat_timeout_and_survivo
             str(state / "report.json"),
         ]
 
-    node0 = subprocess.Popen(cmd(0), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    node0 = subprocess.Popen(cmd(0), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), bufsize=1)
     node1 = subprocess.Popen(
         cmd(1), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), start_new_session=True
     )
     try:
-        marker = tmp_path / "node1" / "burn" / "running.json"
-        deadline = time.monotonic() + 90
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert marker.exists(), "node 1 never started"
-        time.sleep(6)  # both nodes are in matmul now
+        seen = []
+        for line in node0.stdout:  # node 0's progress lines: wait until its matmul rounds are under way
+            seen.append(line)
+            if "matmul" in line and "TFLOP/s" in line:
+                break
+        assert seen and "TFLOP/s" in seen[-1], "".join(seen)
         os.killpg(node1.pid, signal.SIGKILL)  # the whole node: agent and workers
         killed_at = time.monotonic()
         out, err = node0.communicate(timeout=60)
+        out = "".join(seen) + out
         stopped_after = time.monotonic() - killed_at
     finally:
         node0.kill()
