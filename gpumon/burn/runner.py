@@ -35,6 +35,9 @@ from gpumon.processes import enrich as enrich_processes
 from gpumon.snapshot import Tier
 
 MERGE_TIMEOUT_SECONDS = 120.0
+LOST_MERGE_GRACE_SECONDS = 5.0
+"""How long agent 0 still waits for the result of an agent named lost (one that was only starved of CPU
+comes back within it and is merged; a node that is gone costs this much)."""
 
 
 def read_gpu(backend: GpuBackend, gpu: int) -> dict[str, Any]:
@@ -289,13 +292,13 @@ def _merge_multi(
         deadline = time.monotonic() + timeout.total_seconds()
         for i in range(1, launch.agent_count):
             key = f"node/{i}"
-            if i in lost:  # named in the abort; nothing will come
-                continue
-            while not agents.check([key]) and time.monotonic() < deadline:
+            until = min(deadline, time.monotonic() + LOST_MERGE_GRACE_SECONDS) if i in lost else deadline
+            while not agents.check([key]) and time.monotonic() < until:
                 time.sleep(0.2)
             if agents.check([key]):
                 nodes.append(json.loads(agents.get(key)))
-            else:
+                lost.discard(i)
+            elif i not in lost:  # a lost agent is named in the abort already
                 missing.append(i)
         final = _report(nodes, opts, thresholds, injection, started_at)
         for i in missing:
