@@ -32,6 +32,7 @@ import pynvml
 from gpumon.backends.base import NvmlUnavailableError
 from gpumon.backends.nvml import (
     NVLINK_ERROR_COUNTERS,
+    NVLINK_ERROR_FIELDS,
     P2P_CAPABILITIES,
     PERF_POLICIES,
     NvmlBackend,
@@ -151,6 +152,9 @@ def bare_groups(nv: Any, index: int, count: int) -> dict[str, list[Call]]:
         "compute_mode": [lambda: nv.nvmlDeviceGetComputeMode(h)],
         "fabric": [lambda: nv.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(fabric_info))],
         "nvlink_errors": [
+            lambda: nv.nvmlDeviceGetFieldValues(h, [(f, link) for f in NVLINK_ERROR_FIELDS.values() for link in links])
+        ],
+        "nvlink_errors_fallback": [
             lambda link=link, c=c: nv.nvmlDeviceGetNvLinkErrorCounter(h, link, c)
             for link in links
             for c in NVLINK_ERROR_COUNTERS.values()

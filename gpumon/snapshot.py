@@ -183,7 +183,7 @@ class GpuSnapshot:
     nvlink_up: Mapping[str, bool] | None = _m(Tier.FAST, "NVLink state by link index (nvidia-smi nvlink --status)")
     nvlink_errors_total: Mapping[str, Mapping[str, int]] | None = _m(
         Tier.SLOW,
-        "NVLink error counters by link index, then type crc_flit|crc_data|replay|recovery (nvidia-smi nvlink -e)",
+        "NVLink error counters by link index, then type replay|recovery|crc (nvidia-smi nvlink -e)",
     )
 
     # topology (static)

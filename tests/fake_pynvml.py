@@ -96,7 +96,11 @@ class FakeGpu:
     fabric_status: int = 0
     nvlink_states: list[int] = field(default_factory=list)
     nvlink_remote_bus_ids: list[str] = field(default_factory=list)
-    nvlink_errors: dict[int, int] = field(default_factory=lambda: {0: 0, 1: 0, 2: 4, 3: 1})
+    nvlink_errors: dict[int, int] = field(default_factory=lambda: {0: 0, 1: 0, 2: 4, 3: 1460, 4: 2219})
+    """nvmlDeviceGetNvLinkErrorCounter by NVML_NVLINK_ERROR_DL_*: as on an H200, DL_CRC_DATA (3) and DL_ECC_DATA (4)
+    count corrected events on a healthy link, which nvidia-smi nvlink -e does not show."""
+    nvlink_error_fields: dict[int, int] = field(default_factory=lambda: {161: 0, 162: 0, 163: 4})
+    """NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY/_RECOVERY/_CRC per link (field values, scopeId = link); {} = unsupported."""
     """counter type -> count, the same on every link."""
     p2p: dict[tuple[int, int], int] = field(default_factory=dict)
     """(peer index, capability index) -> NVML_P2P_STATUS_*; missing -> OK."""
@@ -127,6 +131,8 @@ class FakeNvml:
     def __init__(self, gpus: list[FakeGpu]) -> None:
         self.gpus = gpus
         self.calls: Counter[str] = Counter()
+        self.nvlink_counters_asked: set[int] = set()
+        """NVML_NVLINK_ERROR_DL_* values passed to nvmlDeviceGetNvLinkErrorCounter."""
         self.failures: dict[tuple[str, int | None], int] = {}
         self.lost: set[int] = set()
         self.init_error: int | None = None
@@ -260,8 +266,18 @@ class FakeNvml:
     def nvmlDeviceGetFieldValues(self, h: FakeHandle, field_ids: list[int]) -> list[Any]:
         g = self._gpu("nvmlDeviceGetFieldValues", h)
         out = []
-        for field_id in field_ids:
-            if field_id == _real.NVML_FI_DEV_MEMORY_TEMP and g.memory_temperature is not None:
+        for requested in field_ids:
+            field_id, link = requested if isinstance(requested, tuple) else (requested, 0)
+            if field_id in g.nvlink_error_fields and link < len(g.nvlink_states):
+                out.append(
+                    SimpleNamespace(
+                        fieldId=field_id,
+                        nvmlReturn=0,
+                        valueType=_real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                        value=SimpleNamespace(ullVal=g.nvlink_error_fields[field_id]),
+                    )
+                )
+            elif field_id == _real.NVML_FI_DEV_MEMORY_TEMP and g.memory_temperature is not None:
                 out.append(
                     SimpleNamespace(
                         fieldId=field_id,
@@ -334,6 +350,7 @@ class FakeNvml:
 
     def nvmlDeviceGetNvLinkErrorCounter(self, h: FakeHandle, link: int, counter: int) -> int:
         g = self._gpu("nvmlDeviceGetNvLinkErrorCounter", h)
+        self.nvlink_counters_asked.add(counter)
         if counter not in g.nvlink_errors:
             raise NVMLError(NOT_SUPPORTED)
         return g.nvlink_errors[counter]

@@ -159,7 +159,7 @@ SCENARIO = {
                 "ecc_errors_total": {"uncorrected_volatile": 2, "uncorrected_aggregate": 2,
                                      "corrected_volatile": 40, "corrected_aggregate": 120},
                 "nvlink_up": [{str(i): True for i in range(18)}] * 3 + [{**{str(i): True for i in range(18)}, "3": False}],
-                "nvlink_errors_total": [{"3": {"crc_flit": t, "crc_data": 0, "replay": t // 2, "recovery": 0}}
+                "nvlink_errors_total": [{"3": {"crc": t, "replay": t // 2, "recovery": 0}}
                                         for t in range(400)],
                 "energy_joules_total": [1000.0 * 100 * t for t in range(400)],
                 "processes": [{"pid": 777, "used_memory_bytes": 30 * 2**30, "name": "stuck", "user": "bob"}],

@@ -59,7 +59,7 @@ def busy_gpu() -> GpuSnapshot:
         remapped_rows={"correctable": 4, "uncorrectable": 1},
         row_remap_pending=False,
         row_remap_failure=True,
-        nvlink_errors_total={"0": {"crc_flit": 1, "replay": 2}, "1": {"crc_flit": 3, "replay": 0}},
+        nvlink_errors_total={"0": {"crc": 1, "replay": 2}, "1": {"crc": 3, "replay": 0}},
         sm_active_ratio=0.9,
         sm_occupancy_ratio=0.45,
         tensor_active_ratio=0.62,
@@ -131,7 +131,7 @@ def test_every_series_carries_dcgm_exporters_label_set() -> None:
         ("DCGM_FI_DEV_ROW_REMAP_FAILURE", 1.0),
         ("DCGM_FI_DEV_ROW_REMAP_PENDING", 0.0),
         ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", 4.0),  # summed over links
-        ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", 2.0),
+        ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", 2.0),  # nvidia-smi nvlink -e: Replay Errors
         ("DCGM_FI_PROF_SM_ACTIVE", 0.9),  # ratios 0-1, as DCGM gives them
         ("DCGM_FI_PROF_SM_OCCUPANCY", 0.45),
         ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.62),

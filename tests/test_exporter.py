@@ -145,7 +145,7 @@ def test_nvlink_p2p_and_topology_series() -> None:
     crc = [
         v
         for labels, v in samples(text, "gpumon_nvlink_errors_total")
-        if labels["gpu"] == "0" and labels["link"] == "1" and labels["type"] == "crc_flit"
+        if labels["gpu"] == "0" and labels["link"] == "1" and labels["type"] == "crc"
     ]
     assert crc == [3.0]
     p2p = {

@@ -150,9 +150,7 @@ def test_slow_tier_in_base_units(fake: FakeNvml, backend: NvmlBackend) -> None:
         "compute_mode": "default",
         "fabric_state": "completed",
         "fabric_status_ok": True,
-        "nvlink_errors_total": {
-            str(link): {"replay": 0, "recovery": 0, "crc_flit": 4, "crc_data": 1} for link in range(2)
-        },
+        "nvlink_errors_total": {str(link): {"replay": 0, "recovery": 0, "crc": 4} for link in range(2)},
     }
 
 
@@ -258,8 +256,9 @@ def test_not_supported_is_omitted_and_never_asked_again(fake: FakeNvml, backend:
     # GPU 0 asked once, GPU 1 every time
     assert fake.calls["nvmlDeviceGetPowerUsage"] == 1 + 4
     assert "pcie_bytes_total" not in slow0
-    # memory temperature and PCIe bytes asked once on GPU 0; memory temperature on every read of GPU 1
-    assert fake.calls["nvmlDeviceGetFieldValues"] == 2 + 4
+    # memory temperature and PCIe bytes asked once on GPU 0; memory temperature on every read of GPU 1;
+    # GPU 0's NVLink error fields (supported) on each of its 4 slow reads
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 2 + 4 + 4
     assert fake.calls["nvmlDeviceGetNumFans"] == 2  # no fans on SXM: once per GPU
     assert fake.calls["nvmlDeviceGetRetiredPages"] == 2  # both causes, once
     assert backend.take_errors() == {}
@@ -279,6 +278,34 @@ def test_nvlink_links_are_counted_once(fake: FakeNvml, backend: NvmlBackend) -> 
     assert first == (18 + 1) + 18  # probe: 18 links and the INVALID_ARGUMENT that ends them; then the read
     backend.read(0, Tier.FAST)
     assert fake.calls["nvmlDeviceGetNvLinkState"] - first == 18
+
+
+def test_nvlink_errors_are_nvidia_smis_three_from_field_values_per_link(fake: FakeNvml, backend: NvmlBackend) -> None:
+    """nvidia-smi nvlink -e shows Replay, Recovery and CRC Errors per link: NVML_FI_DEV_NVLINK_ERROR_DL_*.
+
+    DL_CRC_DATA / DL_ECC_DATA (nvmlDeviceGetNvLinkErrorCounter 3 and 4) grow on healthy H200 links and
+    are not errors to nvidia-smi: they are not reported at all.
+    """
+    fake.gpus[0].nvlink_error_fields = {161: 1, 162: 2, 163: 3}
+    got = backend.read(0, Tier.SLOW)["nvlink_errors_total"]
+    assert got == {str(link): {"replay": 1, "recovery": 2, "crc": 3} for link in range(18)}
+    assert fake.calls["nvmlDeviceGetNvLinkErrorCounter"] == 0
+    assert fake.calls["nvmlDeviceGetFieldValues"] >= 1
+
+
+def test_nvlink_errors_fall_back_to_the_error_counter_api_without_the_fields(fake: FakeNvml) -> None:
+    fake.gpus[0].nvlink_error_fields = {}  # a driver without NVML_FI_DEV_NVLINK_ERROR_DL_*
+    b = NvmlBackend(fake)
+    b.init()
+    for _ in range(2):
+        got = b.read(0, Tier.SLOW)["nvlink_errors_total"]
+    assert got == {str(link): {"replay": 0, "recovery": 0, "crc": 4} for link in range(18)}
+    assert all("crc_data" not in c and "ecc_data" not in c for c in got.values())
+    assert fake.nvlink_counters_asked == {
+        0,
+        1,
+        2,
+    }  # DL_REPLAY, DL_RECOVERY, DL_CRC_FLIT; never DL_CRC_DATA (3) or DL_ECC_DATA (4)
 
 
 def test_gpu_without_nvlink_has_no_nvlink_fields(fake: FakeNvml) -> None:
@@ -685,3 +712,20 @@ def test_the_mutation_check_would_catch_a_setter() -> None:
         assert MUTATING.search(call), call
     for call in ("nvmlEventSetCreate", "nvmlEventSetWait_v2", "nvmlDeviceGetPowerUsage", "nvmlGpmSampleGet"):
         assert not MUTATING.search(call), call
+
+
+def test_a_link_whose_error_fields_fail_is_omitted_and_the_other_links_still_report(fake: FakeNvml) -> None:
+    real = fake.nvmlDeviceGetFieldValues
+
+    def one_link_down(h, ids):  # type: ignore[no-untyped-def]
+        out = real(h, ids)
+        for v, requested in zip(out, ids, strict=True):
+            if isinstance(requested, tuple) and requested[1] == 5:
+                v.nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
+        return out
+
+    fake.nvmlDeviceGetFieldValues = one_link_down  # type: ignore[method-assign]
+    b = NvmlBackend(fake)
+    b.init()
+    got = b.read(0, Tier.SLOW)["nvlink_errors_total"]
+    assert "5" not in got and got["4"] == {"replay": 0, "recovery": 0, "crc": 4} and len(got) == 17

@@ -289,9 +289,7 @@ def _static_defaults(i: int, count: int) -> dict[str, Any]:
         "fabric_state": "completed",
         "fabric_status_ok": True,
         "nvlink_up": {str(link): True for link in range(18)},
-        "nvlink_errors_total": {
-            str(link): {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0} for link in range(18)
-        },
+        "nvlink_errors_total": {str(link): {"replay": 0, "recovery": 0, "crc": 0} for link in range(18)},
         "p2p_status": tuple(
             P2pStatus(peer_index=p, capability=c, ok=True)
             for p in peers

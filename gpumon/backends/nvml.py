@@ -121,7 +121,12 @@ _ECC_COUNTERS = {  # (NVML_MEMORY_ERROR_TYPE_*, NVML_VOLATILE_ECC / NVML_AGGREGA
 }
 _RETIREMENT_CAUSES = {"single_bit": 0, "double_bit": 1}  # NVML_PAGE_RETIREMENT_CAUSE_*
 _COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
-NVLINK_ERROR_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}  # NVML_NVLINK_ERROR_DL_*
+NVLINK_ERROR_FIELDS = {"replay": 161, "recovery": 162, "crc": 163}
+"""NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY / _RECOVERY / _CRC (scopeId = link): nvidia-smi nvlink -e's three errors."""
+NVLINK_ERROR_COUNTERS = {"replay": 0, "recovery": 1, "crc": 2}
+"""NVML_NVLINK_ERROR_DL_REPLAY / _RECOVERY / _CRC_FLIT for nvmlDeviceGetNvLinkErrorCounter (drivers without the
+fields). DL_CRC_DATA (3) and DL_ECC_DATA (4) are not read: on Hopper they count events the link corrects, grow by
+hundreds a minute on healthy links, and nvidia-smi nvlink -e does not show them as errors."""
 P2P_CAPABILITIES = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}  # NVML_P2P_CAPS_INDEX_*
 _P2P_STATUS_OK = 0
 TOPOLOGY_LEVELS = {0: "internal", 10: "single", 20: "multiple", 30: "hostbridge", 40: "node", 50: "system"}
@@ -933,20 +938,53 @@ class NvmlBackend:
         return {"fabric_state": _FABRIC_STATES[state], "fabric_status_ok": int(info.status) == NVML_SUCCESS}
 
     def _read_nvlink_errors(self, g: _Gpu, h: Any) -> dict[str, Any]:
-        """nvmlDeviceGetNvLinkErrorCounter per link and type (nvidia-smi nvlink -e)."""
+        """nvidia-smi nvlink -e per link: Replay / Recovery / CRC Errors -> ``replay``, ``recovery``, ``crc``.
+
+        One nvmlDeviceGetFieldValues call for every link and type (NVML_FI_DEV_NVLINK_ERROR_DL_*,
+        scopeId = link); a type whose field this driver does not support is read with
+        nvmlDeviceGetNvLinkErrorCounter(DL_REPLAY / DL_RECOVERY / DL_CRC_FLIT) instead. Both agree
+        with nvidia-smi on H200 (driver 580). DL_CRC_DATA / DL_ECC_DATA are left out (see
+        NVLINK_ERROR_COUNTERS).
+        """
         count = self._nvlink_count(g)
         if count == 0:
             raise _Unsupported
         nv = self._nv
-        links: dict[str, dict[str, int]] = {}
-        for link in range(count):
-            counters = {}
-            for name, counter in NVLINK_ERROR_COUNTERS.items():
+        links: dict[str, dict[str, int]] = {str(link): {} for link in range(count)}
+        by_field = [name for name in NVLINK_ERROR_FIELDS if f"nvlink_field.{name}" not in g.unsupported]
+        if by_field:
+            ids = [
+                (int(getattr(nv, f"NVML_FI_DEV_NVLINK_ERROR_DL_{name.upper()}", NVLINK_ERROR_FIELDS[name])), link)
+                for name in by_field
+                for link in range(count)
+            ]
+            try:
+                got = self._opt(g, "nvlink_field.call", nv.nvmlDeviceGetFieldValues, h, ids)
+            except (TypeError, AttributeError):  # a binding without (fieldId, scopeId) pairs
+                got = None
+            values = list(got) if got is not None else []
+            if got is None:
+                g.unsupported.update(f"nvlink_field.{name}" for name in by_field)
+            for i, name in enumerate(by_field if got is not None else ()):
+                mine = values[i * count : (i + 1) * count]
+                codes = [int(v.nvmlReturn) for v in mine]
+                if all(code in UNSUPPORTED_CODES for code in codes):
+                    g.unsupported.add(f"nvlink_field.{name}")  # this driver: the error counter API
+                    continue
+                for link, (code, value) in enumerate(zip(codes, mine, strict=True)):
+                    if code == NVML_SUCCESS:
+                        links[str(link)][name] = int(_field_value(value))
+                    elif code in NVML_GONE_CODES:
+                        raise _nvml_error(nv, code)
+                    # else: this link's counter is not available now (a link down): omitted
+        for name, counter in NVLINK_ERROR_COUNTERS.items():
+            if f"nvlink_field.{name}" not in g.unsupported:
+                continue
+            for link in range(count):
                 n = self._opt(g, f"nvlink_error.{name}", nv.nvmlDeviceGetNvLinkErrorCounter, h, link, counter)
                 if n is not None:
-                    counters[name] = int(n)
-            if counters:
-                links[str(link)] = counters
+                    links[str(link)][name] = int(n)
+        links = {link: counters for link, counters in links.items() if counters}
         if not links:
             raise _Unsupported
         return {"nvlink_errors_total": links}

@@ -24,6 +24,11 @@ from gpumon.burn.protocol import NO_MULTICAST_ENV, WorkerSpec
 
 BEAT_PUBLISH_SECONDS = 1.0
 KILL_GRACE_SECONDS = 2.0
+REMOTE_EXTRAPOLATE_SECONDS = 2.0
+"""A remote rank's age is what its agent last said plus at most this; longer silence is the agent's (a lost node)."""
+DEATH_GRACE_SECONDS = 2.5
+"""After a local worker dies in a multi-node run, every other agent gets this long to speak: one that stays
+silent since before the death is the likelier cause (a lost node), and is named once past its limit."""
 
 
 @dataclass
@@ -41,6 +46,9 @@ class RankState:
     exit_code: int | None = None
     model: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    rates: dict[str, list[float]] = field(default_factory=dict)
+    """TFLOP/s of every round reported so far, by test: kept when the run is stopped before the result."""
+    died_at: float | None = None
     results: dict[str, Any] = field(default_factory=dict)
     errors: list[dict[str, Any]] = field(default_factory=list)
 
@@ -48,12 +56,14 @@ class RankState:
 @dataclass
 class Abort:
     kind: str
-    """hang | dead | cannot_run | interrupted"""
+    """hang | dead | lost (another node's agent went silent) | cannot_run | interrupted"""
     message: str
     ranks: tuple[int, ...] = ()
+    agents: tuple[int, ...] = ()
+    """For ``lost``: the agents that went silent (the merge does not wait for them)."""
 
     def to_jsonable(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": self.message, "ranks": list(self.ranks)}
+        return {"kind": self.kind, "message": self.message, "ranks": list(self.ranks), "agents": list(self.agents)}
 
 
 class Agent:
@@ -85,6 +95,8 @@ class Agent:
         self._procs: dict[int, Any] = {}
         self._beat_seq = 0
         self._remote: dict[int, tuple[int, float, list[dict[str, Any]]]] = {}
+        """agent -> (beat sequence, when this agent saw it change, its ranks)."""
+        self._started = time.monotonic()
 
     # ------------------------------------------------------------------
     def run(self) -> None:
@@ -96,6 +108,7 @@ class Agent:
         ctx = multiprocessing.get_context("spawn")
         q = ctx.Queue()
         next_beat = 0.0
+        self._started = time.monotonic()
         try:
             # Ctrl-C / SIGTERM wait until every worker has its start-up data: an interrupt in the
             # middle of that handover left a worker printing a traceback (EOFError).
@@ -116,7 +129,8 @@ class Agent:
                     self._exchange_beats()
                     self._check_watchdog()
                 self.on_tick(self.states)
-                if self.abort is not None or all(not p.is_alive() for p in self._procs.values()):
+                pending = any(st.died_at is not None for st in self.states.values())  # a death not yet judged
+                if self.abort is not None or (all(not p.is_alive() for p in self._procs.values()) and not pending):
                     break
         except KeyboardInterrupt:
             self.abort = Abort("interrupted", "interrupted (Ctrl-C)")
@@ -128,6 +142,8 @@ class Agent:
             self._drain(q, timeout=0.0)
             q.close()
             q.cancel_join_thread()
+            with contextlib.suppress(Exception):  # the others see this agent's ranks done, not a silent node
+                self._exchange_beats()
 
     # ------------------------------------------------------------------
     def _drain(self, q: Any, timeout: float) -> None:
@@ -156,6 +172,8 @@ class Agent:
             st.collective = msg.get("collective")
             if msg.get("metrics"):
                 st.metrics = dict(msg["metrics"])
+                if "tflops" in st.metrics:
+                    st.rates.setdefault(test, []).append(float(st.metrics["tflops"]))
         elif kind == "ready":
             st.ready = True
             st.collective = None
@@ -168,6 +186,7 @@ class Agent:
             self._adopt_remote_abort()
             err = {k: msg.get(k) for k in ("test", "kind", "message", "traceback")}
             err["after_abort"] = self.abort is not None
+            err["at"] = time.monotonic()
             st.errors.append(err)
             if msg.get("kind") == "cannot_run" and self.abort is None:
                 self.abort = Abort("cannot_run", str(msg.get("message")), (st.rank,))
@@ -184,17 +203,86 @@ class Agent:
                 if not st.done and self.abort is None:
                     self._adopt_remote_abort()
                 if not st.done and self.abort is None:
-                    code = proc.exitcode
-                    how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
                     if any(e.get("kind") == "cannot_run" for e in st.errors):
                         continue
-                    last = st.errors[-1]["message"] if st.errors else ""
-                    self.abort = Abort(
-                        "dead",
-                        f"rank {rank} (GPU {st.gpu}) died ({how}) during {st.test}" + (f": {last}" if last else ""),
-                        (rank,),
-                    )
-                    self._publish_abort()
+                    st.died_at = time.monotonic()
+                    self._judge_deaths()
+
+    def _judge_deaths(self) -> None:
+        """A local worker that died is the fault, unless another node went silent before it died.
+
+        In a multi-node run a worker also dies because a peer node vanished (its collective fails):
+        the agents that stay silent since before the death are then named as lost instead, by
+        ``_check_lost_agents`` once past their limit.
+        """
+        if self.abort is not None:
+            return
+        now = time.monotonic()
+        for rank, st in self.states.items():
+            if st.died_at is None:
+                continue
+            if self.agent_count > 1:
+                if now - st.died_at < DEATH_GRACE_SECONDS:
+                    return
+                if any(self._last_heard(a) < st.died_at and not self._finished(a) for a in self._others()):
+                    return
+            code = self._procs[rank].exitcode
+            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            last = st.errors[-1]["message"] if st.errors else ""
+            self.abort = Abort(
+                "dead",
+                f"rank {rank} (GPU {st.gpu}) died ({how}) during {st.test}" + (f": {last}" if last else ""),
+                (rank,),
+            )
+            self._publish_abort()
+            return
+
+    def _others(self) -> list[int]:
+        return [a for a in range(self.agent_count) if a != self.agent_index]
+
+    def _finished(self, agent: int) -> bool:
+        """Whether ``agent``'s last beat says all its ranks are done (it stops beating on purpose)."""
+        seen = self._remote.get(agent)
+        return seen is not None and bool(seen[2]) and all(r["done"] for r in seen[2])
+
+    def _last_heard(self, agent: int) -> float:
+        """When this agent last saw ``agent``'s beat change (the start of the run before its first beat)."""
+        seen = self._remote.get(agent)
+        return seen[1] if seen is not None else self._started
+
+    def _check_lost_agents(self) -> None:
+        """Agents silent past the heartbeat limit (start-up limit before their first beat) are lost nodes."""
+        if self.abort is not None or self.agent_count <= 1:
+            return
+        now = time.monotonic()
+        lost, parts, ranks = [], [], []
+        for agent in self._others():
+            if self._finished(agent):
+                continue  # it stopped beating on purpose
+            seen = self._remote.get(agent)
+            limit = self.heartbeat_timeout_seconds if seen is not None else self.startup_timeout_seconds
+            silent = now - self._last_heard(agent)
+            if silent <= limit:
+                continue
+            lost.append(agent)
+            theirs = seen[2] if seen is not None else []
+            ranks += [r["rank"] for r in theirs]
+            nodes = sorted({r["node"] for r in theirs})
+            where = f"node {', '.join(map(str, nodes))}" if nodes else f"agent {agent}"
+            named = ", ".join(f"rank {r['rank']} (GPU {r['gpu']})" for r in theirs)
+            parts.append(
+                f"{where} lost: its agent sent nothing for {silent:.0f} s (limit {limit:.0f} s)"
+                + (f"; {named} went with it" if named else "")
+            )
+        if not lost:
+            return
+        since = min(self._last_heard(a) for a in lost)
+        for st in self.states.values():
+            for err in st.errors:
+                if err.get("at", 0.0) >= since - BEAT_PUBLISH_SECONDS:
+                    err["after_abort"] = True  # a collective that failed because the node vanished
+        self.abort = Abort("lost", "; ".join(parts), tuple(ranks), tuple(lost))
+        self._publish_abort()
 
     def _views(self) -> list[watchdog.RankView]:
         now = time.monotonic()
@@ -212,6 +300,7 @@ class Agent:
             for s in self.states.values()
         ]
         for _agent, (_seq, seen_at, ranks) in self._remote.items():
+            silent = min(now - seen_at, REMOTE_EXTRAPOLATE_SECONDS)
             for r in ranks:
                 views.append(
                     watchdog.RankView(
@@ -220,7 +309,7 @@ class Agent:
                         node=r["node"],
                         test=r["test"],
                         collective=r["collective"],
-                        age_seconds=r["age"] + (now - seen_at),
+                        age_seconds=r["age"] + silent,
                         ready=r["ready"],
                         done=r["done"],
                     )
@@ -228,6 +317,8 @@ class Agent:
         return views
 
     def _check_watchdog(self) -> None:
+        self._check_lost_agents()
+        self._judge_deaths()
         if self.abort is not None:
             return
         hang = watchdog.decide(self._views(), self.heartbeat_timeout_seconds, self.startup_timeout_seconds)
@@ -325,6 +416,11 @@ class Agent:
                     "done": s.done,
                     "exit_code": s.exit_code,
                     "last_test": s.test,
+                    "partial": {
+                        test: {"tflops_rounds": rates}
+                        for test, rates in s.rates.items()
+                        if rates and test not in s.results
+                    },
                 }
                 for s in self.states.values()
             ],

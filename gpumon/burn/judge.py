@@ -10,7 +10,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpumon.burn.thresholds import Thresholds
+from gpumon.burn.thresholds import GroupLink, Thresholds, group_link
+
+NVLINK_ERROR_TYPES = ("replay", "recovery", "crc")
+"""The NVLink counters nvidia-smi nvlink -e shows as errors; growth of any other counter is not judged."""
 
 GpuKey = tuple[int, int]
 """(node, gpu index on that node)."""
@@ -23,6 +26,8 @@ class Judgement:
     cannot_run: list[str] = field(default_factory=list)
     gpus: dict[GpuKey, dict[str, Any]] = field(default_factory=dict)
     multi_node: bool = False
+    busy: set[GpuKey] = field(default_factory=set)
+    """GPUs other compute processes used when the burn started (run with --force), sw test or not."""
 
     def name(self, key: GpuKey) -> str:
         node, gpu = key
@@ -40,8 +45,12 @@ class Judgement:
         threshold: float | None = None,
         peer: int | None = None,
         fault: str | None = None,
+        group: list[GpuKey] | None = None,
     ) -> None:
-        """Record a check; a failed one adds ``fault`` (or a line built from it) to the faults."""
+        """Record a check; a failed one adds ``fault`` (or a line built from it) to the faults.
+
+        ``group``: a result of several GPUs together (``key`` None): it counts for each of them.
+        """
         row: dict[str, Any] = {
             "test": test,
             "check": check,
@@ -57,6 +66,8 @@ class Judgement:
         }
         if peer is not None:
             row["peer_gpu"] = peer
+        if group is not None:
+            row["group"] = [list(k) for k in group]
         self.checks.append(row)
         if passed is False and fault != "":
             where = self.name(key) if key else "host"
@@ -92,15 +103,23 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
             for test, data in r["results"].items():
                 results.setdefault(test, {})[key] = data
     for node in nodes:
+        j.busy |= {(node["node"], int(g)) for g in node.get("busy_gpus", ())}
+        for r in node["ranks"]:
+            _partial_matmul(j, (node["node"], r["gpu"]), r)
+    for node in nodes:
         _judge_sw(j, node)
     # The watchdog's finding first: it names the cause, the workers' errors after it are fallout.
     seen_aborts: set[str] = set()
     for node in nodes:
         abort = node.get("abort")
-        if abort and abort["kind"] in ("hang", "dead") and abort["message"] not in seen_aborts:
+        if abort and abort["kind"] in ("hang", "dead", "lost") and abort["message"] not in seen_aborts:
             seen_aborts.add(abort["message"])
             ranks = set(abort["ranks"])
             keys = [k for k, g in j.gpus.items() if g["rank"] in ranks]
+            if not keys:  # a lost node's GPUs sent nothing, or the other nodes could not be reached
+                j.add("run", None, "node_lost" if abort["kind"] == "lost" else "worker_died", False, abort["message"])
+                j.faults[-1] = abort["message"]
+                continue
             test = _last_test(nodes, ranks)
             for i, key in enumerate(keys):
                 j.add(
@@ -130,10 +149,14 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
         _judge_memory(j, results.get("memory", {}), thresholds)
     if "p2p" in tests:
         _judge_p2p(j, results.get("p2p", {}), nodes, thresholds)
-    if "allreduce" in tests:
-        _judge_allreduce(j, results.get("allreduce", {}), thresholds, single_node=len(nodes) == 1)
     for key, g in j.gpus.items():
         _judge_telemetry(j, key, g["telemetry"])
+    if "allreduce" in tests:
+        link = None
+        if len(nodes) == 1:
+            gpus = [g for (_n, g), d in results.get("allreduce", {}).items() if "skipped" not in d]
+            link = group_link(nodes[0].get("topology") or {}, nodes[0].get("pcie") or {}, sorted(gpus))
+        _judge_allreduce(j, results.get("allreduce", {}), thresholds, single_node=len(nodes) == 1, link=link)
     for key, g in j.gpus.items():
         for test in tests:
             mine = [
@@ -146,6 +169,7 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
                     and (c["node"], c["peer_gpu"]) == key
                     and c["passed"] is False
                 )
+                or (c["test"] == test and list(key) in c.get("group", ()))
             ]
             verdicts = [c["passed"] for c in mine if c["passed"] is not None]
             g["tests"][test] = all(verdicts) if verdicts else None
@@ -156,6 +180,25 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
             )
     j.cannot_run = list(dict.fromkeys(j.cannot_run))
     return j
+
+
+def _partial_matmul(j: Judgement, key: GpuKey, rank: Mapping[str, Any]) -> None:
+    """The rounds a GPU finished before the run was stopped (a hang elsewhere, a lost node): shown, not judged."""
+    rates = (rank.get("partial") or {}).get("matmul", {}).get("tflops_rounds") or []
+    if not rates or "matmul" in rank["results"]:
+        return
+    median = statistics.median(rates)
+    j.gpus[key]["matmul"] = {"dtype": None, "tflops": median, "tflops_max": max(rates), "partial": True}
+    j.add(
+        "matmul",
+        key,
+        "partial",
+        None,
+        f"{len(rates)} rounds done when the run was stopped: median {median:.1f} TFLOP/s, "
+        f"max {max(rates):.1f} (not judged)",
+        median * 1e12,
+        "flop_per_second",
+    )
 
 
 def _last_test(nodes: list[dict[str, Any]], ranks: set[int]) -> str:
@@ -394,7 +437,65 @@ def _judge_p2p(j: Judgement, res: Mapping[GpuKey, Any], nodes: list[dict[str, An
     j.faults += _blame_links(j, "p2p", slow_pairs)
 
 
-def _judge_allreduce(j: Judgement, res: Mapping[GpuKey, Any], th: Thresholds, single_node: bool) -> None:
+def _suspects(j: Judgement, members: list[GpuKey]) -> dict[GpuKey, list[str]]:
+    """Members of a group that other tests already name: failed checks, or shared with other processes."""
+    out: dict[GpuKey, list[str]] = {k: ["shared with other compute processes"] for k in members if k in j.busy}
+    for c in j.checks:
+        key = (c["node"], c["gpu"])
+        if key not in members or c["test"] == "allreduce":
+            continue
+        if c["passed"] is False:
+            reason = f"failed {c['test']}"
+        elif c["test"] == "sw" and c["check"] == "processes" and c["passed"] is None:
+            reason = "shared with other compute processes"
+        else:
+            continue
+        reasons = out.setdefault(key, [])
+        if reason not in reasons:
+            reasons.append(reason)
+    return out
+
+
+def _group_too_slow(
+    j: Judgement, members: list[GpuKey], busbw: float, floor: float, detail: str, ran: Mapping[GpuKey, Any]
+) -> None:
+    """A group all-reduce below its floor: the GPUs other tests name get it, else the whole group does."""
+    head = f"all-reduce over {len(members)} ranks: busbw {busbw / 1e9:.1f} GB/s below the floor {floor / 1e9:.1f}"
+    tail = "; pairwise runs follow" if any("pairwise" in d for d in ran.values()) else ""
+    suspects = _suspects(j, members)
+    if suspects:
+        named = "; ".join(f"{j.name(k)} {', '.join(why)}" for k, why in suspects.items())
+        for i, key in enumerate(suspects):
+            j.add(
+                "allreduce",
+                key,
+                "busbw",
+                False,
+                f"busbw GB/s: {detail}; the likely cause, as other tests name it: {named}",
+                busbw,
+                "bytes_per_second",
+                floor,
+                fault=f"{head}; likely cause: {named}{tail}" if i == 0 else "",
+            )
+        return
+    names = ", ".join(j.name(k) for k in members)
+    j.add(
+        "allreduce",
+        None,
+        "busbw",
+        False,
+        f"busbw GB/s: {detail}; no other test names one of {names}: the group fails together",
+        busbw,
+        "bytes_per_second",
+        floor,
+        fault=f"{head} ({names}: no other test names one of them){tail}",
+        group=members,
+    )
+
+
+def _judge_allreduce(
+    j: Judgement, res: Mapping[GpuKey, Any], th: Thresholds, single_node: bool, link: GroupLink | None = None
+) -> None:
     ran = {k: d for k, d in res.items() if "skipped" not in d}
     for key, d in res.items():
         if "skipped" in d:
@@ -420,8 +521,10 @@ def _judge_allreduce(j: Judgement, res: Mapping[GpuKey, Any], th: Thresholds, si
     largest = sizes[-1]
     busbw = largest["busbw_bytes_per_second"]
     models = sorted({j.gpus[k]["model"] for k in ran})
-    floors = [f for m in models if (f := th.allreduce_floor_bytes_per_second(m, single_node)) is not None]
+    floors = [f for m in models if (f := th.allreduce_floor_bytes_per_second(m, single_node, link)) is not None]
     floor = min(floors) if floors else None
+    members = sorted(ran, key=lambda k: j.gpus[k]["rank"])
+    over = f" over {link.describe()}" if link is not None and link.kind != "unknown" else ""
     for key in ran:
         j.gpus[key]["allreduce"] = {
             "busbw_bytes_per_second": busbw,
@@ -436,31 +539,29 @@ def _judge_allreduce(j: Judgement, res: Mapping[GpuKey, Any], th: Thresholds, si
     if floor is None:
         j.add(
             "allreduce",
-            lead,
+            None,
             "busbw",
             None,
-            f"busbw GB/s: {figures} (no floor for {', '.join(models)})",
+            f"busbw GB/s: {figures} (no floor for {', '.join(models)}{over})",
             busbw,
             "bytes_per_second",
+            group=members,
         )
-    else:
-        ok = busbw >= floor
+    elif busbw >= floor:
         j.add(
             "allreduce",
-            lead,
+            None,
             "busbw",
-            ok,
-            f"busbw GB/s: {figures}; {'>=' if ok else 'below'} the floor {floor / 1e9:.1f} at "
+            True,
+            f"busbw GB/s: {figures}; >= the floor {floor / 1e9:.1f}{over} at "
             f"{largest['bytes'] / 2**20:.0f} MiB over {len(ran)} ranks",
             busbw,
             "bytes_per_second",
             floor,
-            fault=None
-            if ok
-            else f"all-reduce over {len(ran)} ranks: busbw {busbw / 1e9:.1f} GB/s below the "
-            f"floor {floor / 1e9:.1f}"
-            + ("; pairwise runs follow" if any("pairwise" in d for d in ran.values()) else ""),
+            group=members,
         )
+    else:
+        _group_too_slow(j, members, busbw, floor, f"{figures}; below the floor {floor / 1e9:.1f}{over}", ran)
     pairs = [p for d in ran.values() for p in d.get("pairwise", [])]
     if pairs:
         by_rank = {g["rank"]: k for k, g in j.gpus.items()}
@@ -512,9 +613,17 @@ def _judge_telemetry(j: Judgement, key: GpuKey, tel: Mapping[str, Any]) -> None:
     rows = tel.get("remapped_rows_grown") or {}
     if rows.get("uncorrectable") or tel.get("row_remap_pending"):
         j.add("telemetry", key, "row_remap", False, f"rows remapped during the burn: {rows}; reset the GPU")
-    nvl = tel.get("nvlink_errors_grown") or {}
+    grown = tel.get("nvlink_errors_grown") or {}
+    nvl = {
+        link: errors
+        for link, counters in grown.items()
+        if (errors := {t: n for t, n in counters.items() if t in NVLINK_ERROR_TYPES and n > 0})
+    }
     if nvl:
-        j.add("telemetry", key, "nvlink_errors", True, f"NVLink error counters grew: {nvl} (warning)")
+        links = "; ".join(
+            f"link {link}: " + ", ".join(f"{t} +{n}" for t, n in sorted(errors.items())) for link, errors in nvl.items()
+        )
+        j.add("telemetry", key, "nvlink_errors", True, f"NVLink errors grew (nvidia-smi nvlink -e): {links} (warning)")
     gen, gen_max = tel.get("pcie_link_generation_under_load"), tel.get("pcie_link_generation_max")
     if gen is not None and gen_max is not None:
         j.add(

@@ -18,6 +18,8 @@ from gpumon.burn.interrupts import signals_deferred
 from gpumon.burn.watcher import Watcher
 
 PLAIN_EVERY_SECONDS = 5.0
+STALL_SECONDS = 3.0
+"""A rank silent this long shows how long it has been silent instead of its last rate (workers report every 0.5 s)."""
 
 
 class LiveView:
@@ -49,7 +51,10 @@ class LiveView:
     def _row(self, st: RankState) -> list[str]:
         sample = self.watcher.latest(st.gpu) if self.watcher is not None else None
         rate = ""
-        if "tflops" in st.metrics:
+        silent = time.monotonic() - st.last_progress
+        if st.ready and not st.done and st.exit_code is None and silent >= STALL_SECONDS:  # start-up has its own limit
+            rate = f"no progress for {silent:.0f} s" if st.collective is None else f"waiting {silent:.0f} s"
+        elif "tflops" in st.metrics:
             rate = f"{st.metrics['tflops']:.1f} TFLOP/s"
         elif "gbps" in st.metrics:
             rate = f"{st.metrics['gbps']:.1f} GB/s"

@@ -29,22 +29,31 @@ from gpumon.burn.live import LiveView
 from gpumon.burn.options import BurnOptions
 from gpumon.burn.protocol import WorkerSpec
 from gpumon.burn.state import StateFiles
-from gpumon.burn.thresholds import Thresholds
+from gpumon.burn.thresholds import Thresholds, group_link
 from gpumon.burn.watcher import Watcher, summarise
 from gpumon.jsonout import emit_json
+from gpumon.processes import enrich as enrich_processes
 from gpumon.snapshot import Tier
 
 MERGE_TIMEOUT_SECONDS = 120.0
+LOST_MERGE_GRACE_SECONDS = 5.0
+"""How long agent 0 still waits for the result of an agent named lost (one that was only starved of CPU
+comes back within it and is merged; a node that is gone costs this much)."""
 
 
 def read_gpu(backend: GpuBackend, gpu: int) -> dict[str, Any]:
-    """All tiers of one GPU, for the sw checks and the report's identity fields."""
+    """All tiers of one GPU, for the sw checks and the report's identity fields.
+
+    Compute processes get their name, user and cgroup place from /proc, as in ``gpumon once``.
+    """
     values: dict[str, Any] = {}
     for tier in (Tier.STATIC, Tier.SLOW, Tier.FAST):
         try:
             values.update(backend.read(gpu, tier))
         except GpuLostError as exc:
             raise CannotRunError(f"GPU {gpu} is lost ({exc.reason}): reset or reboot before a burn") from exc
+    if values.get("processes"):
+        values["processes"] = enrich_processes(values["processes"])
     try:
         values["uuid"] = backend.uuid(gpu)
     except GpuLostError as exc:
@@ -120,6 +129,15 @@ def run_burn(
     watcher = Watcher(backend, local)
     models = {g: (str(info[g].get("name") or "unknown") if opts.device == "cuda" else "cpu") for g in local}
     single_node = launch.node_count == 1
+    topology = {str(g): dict(info[g].get("topology_level") or {}) for g in local}
+    pcie = {
+        str(g): {
+            "generation_max": info[g].get("pcie_link_generation_max"),
+            "width_max": info[g].get("pcie_link_width_max"),
+        }
+        for g in local
+    }
+    link = group_link(topology, pcie, list(local))
     specs = [
         WorkerSpec(
             rank=opts.rank_offset + i,
@@ -136,7 +154,7 @@ def run_burn(
             store_port=int(store.port) if launch.mode == "local" else launch.master_port,
             store_prefix=launch.run_id,
             injection=injection,
-            allreduce_floor_bytes_per_second=thresholds.allreduce_floor_bytes_per_second(models[g], single_node),
+            allreduce_floor_bytes_per_second=thresholds.allreduce_floor_bytes_per_second(models[g], single_node, link),
             link_fraction=thresholds.link_fraction,
         )
         for i, g in enumerate(local)
@@ -165,7 +183,9 @@ def run_burn(
         mine["gpus_info"] = {str(g): {"uuid": info[g].get("uuid"), "name": info[g].get("name")} for g in local}
         mine["telemetry"] = {str(g): summarise(watcher.telemetry[g]) for g in local}
         mine["sw"] = [c.to_jsonable() for c in sw_checks] if "sw" in opts.tests else []
-        mine["topology"] = {str(g): dict(info[g].get("topology_level") or {}) for g in local}
+        mine["busy_gpus"] = sorted({c.gpu for c in busy if c.gpu is not None})
+        mine["topology"] = topology
+        mine["pcie"] = pcie
         if launch.agent_count > 1:
             final = _merge_multi(agents, opts, mine, thresholds, injection, started_at)
         else:
@@ -191,7 +211,7 @@ def _report(
 ) -> dict[str, Any]:
     j = judge(nodes, thresholds, opts.tests)
     models = sorted({g["model"] for g in j.gpus.values()})
-    dtypes = sorted({str(g["matmul"]["dtype"]) for g in j.gpus.values() if g.get("matmul")})
+    dtypes = sorted({str(g["matmul"]["dtype"]) for g in j.gpus.values() if (g.get("matmul") or {}).get("dtype")})
     return report_mod.build(
         j,
         options={
@@ -250,19 +270,32 @@ def _merge_multi(
 ) -> dict[str, Any]:
     """Agent 0 gathers every agent's result and publishes the merged report; the others fetch it."""
     launch = opts.launch
-    agents.set(f"node/{launch.agent_index}", json.dumps(mine))
     timeout = datetime.timedelta(seconds=MERGE_TIMEOUT_SECONDS + opts.heartbeat_timeout_seconds)
+    abort = mine.get("abort") or {}
+    lost = set(abort.get("agents") or ()) if abort.get("kind") == "lost" else set()
+    try:
+        agents.set(f"node/{launch.agent_index}", json.dumps(mine))
+    except Exception as exc:
+        if launch.is_leader:
+            raise
+        final = _report([mine], opts, thresholds, injection, started_at)  # the store went with agent 0
+        if not final["faults"]:
+            final["faults"].append(f"lost contact with agent 0 (it hosts the rendezvous store): {exc}")
+            final["exit_code"], final["verdict"] = 1, "fail"
+        return final
     if launch.is_leader:
         nodes = [mine]
         missing = []
         deadline = time.monotonic() + timeout.total_seconds()
         for i in range(1, launch.agent_count):
             key = f"node/{i}"
-            while not agents.check([key]) and time.monotonic() < deadline:
+            until = min(deadline, time.monotonic() + LOST_MERGE_GRACE_SECONDS) if i in lost else deadline
+            while not agents.check([key]) and time.monotonic() < until:
                 time.sleep(0.2)
             if agents.check([key]):
                 nodes.append(json.loads(agents.get(key)))
-            else:
+                lost.discard(i)
+            elif i not in lost:  # a lost agent is named in the abort already
                 missing.append(i)
         final = _report(nodes, opts, thresholds, injection, started_at)
         for i in missing:
@@ -271,16 +304,21 @@ def _merge_multi(
         agents.set("report", json.dumps(final))
         with contextlib.suppress(Exception):  # stay up (we may host the store) until everyone has the report
             agents.wait(
-                [f"fetched/{i}" for i in range(1, launch.agent_count) if i not in missing],
+                [f"fetched/{i}" for i in range(1, launch.agent_count) if i not in missing and i not in lost],
                 datetime.timedelta(seconds=30),
             )
         return final
+    if 0 in lost or (abort.get("kind") == "dead" and not abort.get("ranks")):
+        # agent 0 (and the store it hosts) is gone: this node reports what it has
+        return _report([mine], opts, thresholds, injection, started_at)
     try:
         agents.wait(["report"], timeout)
         final = json.loads(agents.get("report"))
         agents.set(f"fetched/{launch.agent_index}", "1")
     except Exception as exc:
-        raise CannotRunError(f"no merged report from agent 0 within {timeout.total_seconds():.0f} s: {exc}") from exc
+        final = _report([mine], opts, thresholds, injection, started_at)
+        final["faults"].append(f"no merged report from agent 0 within {timeout.total_seconds():.0f} s ({exc})")
+        final["exit_code"], final["verdict"] = 1, "fail"
     return dict(final)
 
 

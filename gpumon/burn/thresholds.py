@@ -63,6 +63,56 @@ _MODEL_FLOORS: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ),
 )
 
+PCIE_LANE_GBPS: Mapping[int, float] = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+"""Usable GB/s per lane and direction of each PCIe generation (after line coding)."""
+PCIE_ALLREDUCE_FRACTION = 0.3
+"""All-reduce busbw floor between GPUs that reach each other only over PCIe: this share of the
+slowest GPU's link rate (generation and width at their max). An estimate, not a measurement:
+NCCL over PCIe usually reaches well over half the link rate, so only a broken, downtrained or
+contended path falls below it (PCIe gen4 x16: 9.5 GB/s, gen5 x16: 18.9 GB/s)."""
+
+
+@dataclass(frozen=True)
+class GroupLink:
+    """The slowest kind of path between the GPUs of a one-node all-reduce, from NVML's topology."""
+
+    kind: str
+    """nvlink (every pair over NVLink) | pcie (some pair only over PCIe) | unknown"""
+    pcie_generation: int | None = None
+    """Lowest max PCIe generation of the GPUs (pcie.link.gen.max), for kind pcie."""
+    pcie_width: int | None = None
+    """Lowest max PCIe width of the GPUs (pcie.link.width.max), for kind pcie."""
+
+    def describe(self) -> str:
+        if self.kind == "pcie":
+            gen = f"gen{self.pcie_generation}" if self.pcie_generation else "gen ?"
+            width = f"x{self.pcie_width}" if self.pcie_width else "x?"
+            return f"PCIe {gen} {width}"
+        return {"nvlink": "NVLink"}.get(self.kind, "links of unknown type")
+
+
+def group_link(
+    topology: Mapping[str, Mapping[str, str]], pcie: Mapping[str, Mapping[str, Any]], gpus: list[int]
+) -> GroupLink:
+    """The path type of an all-reduce over ``gpus`` of one node.
+
+    ``topology``: GPU -> peer -> NVML level ("nvlink", or a PCIe level); ``pcie``: GPU ->
+    {"generation_max", "width_max"}.
+    """
+    levels = [topology.get(str(a), {}).get(str(b)) for a in gpus for b in gpus if a != b]
+    if not levels or any(level is None for level in levels):
+        return GroupLink("unknown")
+    if all(level == "nvlink" for level in levels):
+        return GroupLink("nvlink")
+    gens = [x for g in gpus if isinstance(x := pcie.get(str(g), {}).get("generation_max"), int)]
+    widths = [x for g in gpus if isinstance(x := pcie.get(str(g), {}).get("width_max"), int)]
+    return GroupLink(
+        "pcie",
+        min(gens) if len(gens) == len(gpus) else None,
+        min(widths) if len(widths) == len(gpus) else None,
+    )
+
+
 # Largest relative error allowed between the GPU's small product and a float64 CPU
 # reference on the same (already rounded) inputs: max|C - C_ref| / max|C_ref|.
 REFERENCE_REL_TOLERANCE: Mapping[str, float] = {
@@ -114,12 +164,24 @@ class Thresholds:
         value = table.get("nvlink" if path == "nvlink" else "pcie")
         return float(value) * GB if value is not None else None
 
-    def allreduce_floor_bytes_per_second(self, model: str, single_node: bool) -> float | None:
-        """Floor of busbw at sizes >= 256 MiB; None across nodes (the network decides) unless overridden."""
+    def allreduce_floor_bytes_per_second(
+        self, model: str, single_node: bool, link: GroupLink | None = None
+    ) -> float | None:
+        """Floor of busbw at sizes >= 256 MiB, by the path between the GPUs.
+
+        NVLink (or unknown): the model's figure. PCIe only: PCIE_ALLREDUCE_FRACTION of the slowest
+        GPU's PCIe link rate, whatever the model (None when its generation or width is unknown).
+        None across nodes (the network decides). GPUMON_BURN_FLOORS overrides all of these.
+        """
         if "allreduce_busbw_gbps" in self.floor_overrides:
             return self.floor_overrides["allreduce_busbw_gbps"] * GB
         if not single_node:
             return None
+        if link is not None and link.kind == "pcie":
+            lane = PCIE_LANE_GBPS.get(link.pcie_generation or 0)
+            if lane is None or not link.pcie_width:
+                return None
+            return PCIE_ALLREDUCE_FRACTION * lane * link.pcie_width * GB
         value = self.model_floors(model).get("allreduce_busbw_gbps")
         return float(value) * GB if value is not None else None
 
@@ -130,13 +192,15 @@ class Thresholds:
             "link_fraction": self.link_fraction,
             "reference_rel_tolerance": dict(self.reference_rel_tolerance),
             "floor_overrides": dict(self.floor_overrides),
+            "allreduce_pcie_fraction": PCIE_ALLREDUCE_FRACTION,
+            "pcie_lane_gbps": {str(k): v for k, v in PCIE_LANE_GBPS.items()},
             "floors": {
                 m: {
                     "matmul_tflops": self.matmul_floor_tflops(m, dtype),
                     "memory_bytes_per_second": self.memory_floor_bytes_per_second(m),
                     "p2p_nvlink_bytes_per_second": self.p2p_floor_bytes_per_second(m, "nvlink"),
                     "p2p_pcie_bytes_per_second": self.p2p_floor_bytes_per_second(m, "pcie"),
-                    "allreduce_busbw_bytes_per_second": self.allreduce_floor_bytes_per_second(m, True),
+                    "allreduce_busbw_nvlink_bytes_per_second": self.allreduce_floor_bytes_per_second(m, True),
                 }
                 for m in sorted(set(models))
             },

@@ -319,14 +319,8 @@ def dcgm_fields() -> tuple[DcgmField, ...]:
         DcgmField(
             "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
             u,
-            "Total number of NVLink flow-control CRC errors.",
-            _nvlink_sum("crc_flit"),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
-            u,
-            "Total number of NVLink data CRC errors.",
-            _nvlink_sum("crc_data"),
+            "Total number of NVLink flow-control CRC errors (nvidia-smi nvlink -e: CRC Errors).",
+            _nvlink_sum("crc"),
         ),
         DcgmField(
             "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",

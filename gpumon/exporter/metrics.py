@@ -415,7 +415,7 @@ def gpu_rows() -> tuple[MetricRow, ...]:
         MetricRow(
             "gpumon_nvlink_errors_total",
             "counter",
-            "NVLink errors by link and type crc_flit|crc_data|replay|recovery (nvidia-smi nvlink -e).",
+            "NVLink errors by link and type replay|recovery|crc, as nvidia-smi nvlink -e shows them.",
             S,
             _nvlink_errors,
             ("link", "type"),

@@ -40,6 +40,20 @@ def test_quick_healthy_run_passes_on_all_gpus(burn):
         assert g["tests"]["matmul"] and g["tests"]["memory"]
 
 
+def test_quick_healthy_burn_on_two_gpus_has_no_warning(burn, two_gpus):
+    """A healthy --quick burn on two GPUs: exit 0, and no check carries a warning (NVLink counters included)."""
+    r = burn(["--quick", "--gpus", "0,1"], env=NO_MULTICAST, timeout=180)
+    _show(r)
+    assert r.report is not None, r.err
+    warnings = [c for c in r.report["checks"] if "(warning)" in str(c["detail"])]
+    for c in warnings:
+        print(f"WARNING GPU {c['gpu']} {c['test']}/{c['check']}: {c['detail']}")
+    for g in r.report["gpus"]:
+        print(f"GPU {g['gpu']} NVLink counters grown: {g['telemetry'].get('nvlink_errors_grown')}")
+    assert r.code == 0, r.report["faults"]
+    assert warnings == [], "a healthy burn must not warn"
+
+
 def test_corruption_is_caught_on_gpu_1(burn, two_gpus):
     r = burn(
         ["--gpus", "0,1", "--quick", "--duration", "5", "--tests", "matmul,memory,p2p,allreduce"],

@@ -291,3 +291,71 @@ def test_an_error_that_follows_another_nodes_abort_is_marked_as_fallout():
     agent._handle({"rank": 0, "type": "error", "test": "allreduce", "kind": "error", "message": "Connection closed"})
     assert agent.abort is not None and agent.abort.message == "rank 3 (node 1 GPU 1) hung in matmul"
     assert agent.states[0].errors[0]["after_abort"] is True
+
+
+def _ar(busbw: float) -> dict[str, Any]:
+    size = {
+        "bytes": 2**30,
+        "iterations": 10,
+        "seconds_per_op": 1,
+        "algbw_bytes_per_second": 1,
+        "busbw_bytes_per_second": busbw,
+        "mismatched_elements": 0,
+    }
+    return {"allreduce": {"dtype": "bf16", "world_size": 2, "sizes": [size]}}
+
+
+def test_a_slow_group_all_reduce_is_marked_on_the_gpu_other_tests_name_not_on_rank_0():
+    # GPU 1 shared with a competing process (--force): slow in matmul, and the all-reduce is slow too
+    busy = {"name": "processes", "gpu": 1, "severity": "busy", "detail": "1 other compute process(es): 2422 (python3)"}
+    results = {g: {"matmul": _matmul(700 if g == 0 else 400), **_ar(100e9)} for g in (0, 1)}
+    j = judge([_node(results, sw=[busy])], TH, ("sw", "matmul", "allreduce"))
+    busbw = [c for c in j.checks if c["check"] == "busbw"]
+    assert [(c["gpu"], c["passed"]) for c in busbw] == [(1, False)]
+    assert j.gpus[(0, 0)]["tests"]["allreduce"] is True
+    assert j.gpus[(0, 1)]["tests"]["allreduce"] is False
+    line = next(f for f in j.faults if f.startswith("all-reduce over 2 ranks"))
+    assert "likely cause: GPU 1 shared with other compute processes, failed matmul" in line
+
+
+def test_a_slow_group_all_reduce_nobody_else_explains_belongs_to_the_whole_group():
+    j = judge([_node({g: _ar(100e9) for g in (0, 1)})], TH, ("allreduce",))
+    (busbw,) = [c for c in j.checks if c["check"] == "busbw"]
+    assert busbw["gpu"] is None and busbw["group"] == [[0, 0], [0, 1]] and busbw["passed"] is False
+    assert [j.gpus[(0, g)]["tests"]["allreduce"] for g in (0, 1)] == [False, False]
+    assert any("(GPU 0, GPU 1: no other test names one of them)" in f for f in j.faults)
+
+
+def _pcie_host(model: str, gen: int, busbw: float) -> Any:
+    results = {g: _ar(busbw) for g in (0, 1)}
+    node = _node(
+        results,
+        topology={"0": {"1": "hostbridge"}, "1": {"0": "hostbridge"}},
+        pcie={str(g): {"generation_max": gen, "width_max": 16} for g in (0, 1)},
+    )
+    for r in node["ranks"]:
+        r["model"] = model
+    return judge([node], TH, ("allreduce",))
+
+
+def test_a_healthy_pcie_only_host_passes_the_all_reduce_floor_of_its_pcie_links():
+    # two H100 PCIe / A100 PCIe cards without NVLink: ~40 / ~20 GB/s busbw is what their PCIe gives
+    h100 = _pcie_host("NVIDIA H100 PCIe", 5, 40e9)
+    a100 = _pcie_host("NVIDIA A100 80GB PCIe", 4, 20e9)
+    assert h100.faults == [] and a100.faults == []
+    (check,) = [c for c in h100.checks if c["check"] == "busbw"]
+    assert "over PCIe gen5 x16" in check["detail"] and abs(check["threshold"] - 0.3 * 3.938 * 16e9) < 1
+    # a PCIe path far below its link rate still fails
+    assert any("below the floor 9.5 over PCIe gen4 x16" in c["detail"] for c in _pcie_host("A100", 4, 5e9).checks)
+
+
+def test_an_nvlink_pair_keeps_the_model_floor():
+    results = {g: _ar(100e9) for g in (0, 1)}
+    j = judge([_node(results, topology={"0": {"1": "nvlink"}, "1": {"0": "nvlink"}})], TH, ("allreduce",))
+    assert any("below the floor 240.0 over NVLink" in c["detail"] for c in j.checks)
+
+
+def test_a_gpu_shared_with_another_process_takes_the_slow_all_reduce_even_without_the_sw_test():
+    j = judge([_node({g: _ar(100e9) for g in (0, 1)}, busy_gpus=[1])], TH, ("allreduce",))
+    assert [(c["gpu"], c["passed"]) for c in j.checks if c["check"] == "busbw"] == [(1, False)]
+    assert j.gpus[(0, 0)]["tests"]["allreduce"] is True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -127,3 +128,74 @@ def test_node_flags_two_nodes_hang_is_named_on_both(tmp_path):
     fault = next(line for line in o0.splitlines() if line.startswith("FAULT"))
     assert "(node 0 GPU 1) hung in matmul" in fault or "(node 1 GPU 1) hung in matmul" in fault
     assert "Traceback" not in e0 + e1
+
+
+def test_a_node_killed_mid_run_is_named_within_the_heartbeat_timeout_and_survivors_keep_their_results(tmp_path):
+    """Node 1 (agent and workers) SIGKILLed during matmul: node 0 names it, stops, and reports its own GPU."""
+    import json
+    import signal
+    import time
+
+    port = _free_port()
+
+    def cmd(rank: int) -> list[str]:
+        state = tmp_path / f"node{rank}"
+        return [
+            sys.executable,
+            "-m",
+            "gpumon.burn",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(rank),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+            "--device",
+            "cpu",
+            "--gpus",
+            "0",
+            "--tests",
+            "matmul,allreduce",
+            "--duration",
+            "60",
+            "--heartbeat-timeout",
+            "5",
+            "--state-dir",
+            str(state),
+            "--json",
+            str(state / "report.json"),
+        ]
+
+    node0 = subprocess.Popen(cmd(0), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), bufsize=1)
+    node1 = subprocess.Popen(
+        cmd(1), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), start_new_session=True
+    )
+    try:
+        seen = []
+        for line in node0.stdout:  # node 0's progress lines: wait until its matmul rounds are under way
+            seen.append(line)
+            if "matmul" in line and "TFLOP/s" in line:
+                break
+        assert seen and "TFLOP/s" in seen[-1], "".join(seen)
+        os.killpg(node1.pid, signal.SIGKILL)  # the whole node: agent and workers
+        killed_at = time.monotonic()
+        out, err = node0.communicate(timeout=60)
+        out = "".join(seen) + out
+        stopped_after = time.monotonic() - killed_at
+    finally:
+        node0.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node1.pid, signal.SIGKILL)
+        node1.wait()
+    print(out[-3000:], err[-2000:], f"node 0 stopped {stopped_after:.1f} s after the kill")
+    assert node0.returncode == 1, err
+    assert "Traceback" not in err
+    assert stopped_after < 5 + 15  # the heartbeat timeout, then a clean stop (was: 140 s waiting for a result)
+    report = json.loads((tmp_path / "node0" / "report.json").read_text())
+    assert report["faults"][0].startswith("node 1 lost: its agent sent nothing for"), report["faults"]
+    assert "rank 1 (GPU 0) went with it" in report["faults"][0]
+    assert len(report["faults"]) == 1, report["faults"]  # node 0's own GPU is not blamed
+    (gpu,) = report["gpus"]
+    assert (gpu["node"], gpu["gpu"]) == (0, 0) and gpu["matmul"]["tflops"] > 0  # kept, not "—"

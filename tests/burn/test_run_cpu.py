@@ -136,3 +136,18 @@ def test_ctrl_c_stops_workers_and_removes_the_marker(tmp_path):
     assert proc.returncode == 130
     assert "interrupted" in err and "Traceback" not in err
     assert not marker.exists()
+
+
+def test_a_healthy_gpu_keeps_the_matmul_rounds_it_ran_when_a_hang_elsewhere_stops_the_run(burn):
+    r = burn(
+        ["--device", "cpu", "--gpus", "0,1", "--tests", "matmul", "--duration", "30", "--heartbeat-timeout", "3"],
+        env={"GPUMON_BURN_INJECT": "hang:1"},
+        timeout=90,
+    )
+    assert r.code == 1
+    assert r.report["faults"][0].startswith("rank 1 (GPU 1) hung in matmul")
+    healthy = r.report["gpus"][0]
+    assert healthy["matmul"]["partial"] is True and healthy["matmul"]["tflops"] > 0
+    assert healthy["tests"]["matmul"] is None  # shown, not judged
+    row = next(line for line in r.out.splitlines() if line.strip().startswith("│ 0"))
+    assert "—" not in row.split("│")[4], row  # the verdict table shows GPU 0's TFLOP/s

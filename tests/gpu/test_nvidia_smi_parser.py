@@ -1,0 +1,49 @@
+"""The ``nvidia-smi nvlink -e`` parser the GPU tests compare gpumon with (runs everywhere, no GPU needed)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.gpu.nvidia_smi_nvlink import parse_nvlink_errors, render_nvlink_errors
+
+H200_SAMPLE = """GPU 0: NVIDIA H200 (UUID: GPU-2e2b6342-3996-51b9-5480-e20df571e09c)
+\t Link 0: Replay Errors: 0
+\t Link 0: Recovery Errors: 0
+\t Link 0: CRC Errors: 0
+
+\t Link 1: Replay Errors: 3
+\t Link 1: Recovery Errors: 1
+\t Link 1: CRC Errors: 12
+
+GPU 1: NVIDIA H200 (UUID: GPU-67ff7ed1-19b8-1998-84ef-59fc0cbb0f3e)
+\t Link 0: Replay Errors: 0
+\t Link 0: Recovery Errors: N/A
+\t Link 0: CRC Errors: 0
+"""
+
+
+def test_nvidia_smi_nvlink_e_of_an_h200_is_read_per_gpu_link_and_type():
+    assert parse_nvlink_errors(H200_SAMPLE) == {
+        0: {"0": {"replay": 0, "recovery": 0, "crc": 0}, "1": {"replay": 3, "recovery": 1, "crc": 12}},
+        1: {"0": {"replay": 0, "crc": 0}},  # N/A is left out, as gpumon omits what NVML does not support
+    }
+
+
+_counters = st.dictionaries(
+    st.sampled_from(["replay", "recovery", "crc", "effective_errors"]), st.integers(0, 2**64 - 1), min_size=1
+)
+_links = st.dictionaries(st.integers(0, 17).map(str), _counters, max_size=18)
+_errors = st.dictionaries(st.integers(0, 63), _links, max_size=8)
+
+
+@given(_errors, st.sampled_from(["NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"]))
+def test_whatever_nvidia_smi_prints_reads_back_the_same(errors, name):
+    text = render_nvlink_errors(errors, names={g: name for g in errors})
+    assert parse_nvlink_errors(text) == errors
+
+
+@given(st.text())
+def test_any_text_gives_a_result_never_an_exception(text):
+    parsed = parse_nvlink_errors(text)
+    assert all(isinstance(n, int) and n >= 0 for links in parsed.values() for c in links.values() for n in c.values())
