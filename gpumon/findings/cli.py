@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import getpass
-import json
 import logging
 import os
 import subprocess
@@ -32,6 +31,7 @@ from gpumon.findings.config import HealthConfig
 from gpumon.findings.model import ACTION_WORDS, CRITICAL, Finding, HealthReport
 from gpumon.findings.service import STATUS_VALUES, HealthService, add_clear, load_inventory
 from gpumon.findings.xid_lifecycle import Clear
+from gpumon.jsonout import add_json_option, emit_json, to_stdout
 from gpumon.snapshot import Snapshot
 
 EXIT_USAGE = 2
@@ -52,7 +52,7 @@ def add_parser(sub: Any) -> None:
         "Asks the running daemon (/api/health), else polls the GPUs itself.",
     )
     _add_common(p)
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_json_option(p, "the verdict")
     p.add_argument(
         "--mode",
         choices=["nagios", "npd"],
@@ -255,12 +255,16 @@ def cmd_health(args: argparse.Namespace) -> int:
     if args.mode == "npd":
         print(npd_line(report))
         return NPD_EXIT[report.status]
-    if args.json:
+    if args.json is not None:
         data = report.to_json()
         if decision is not None:
             data["slurm"] = decision.to_json()
-        print(json.dumps(data, indent=2, sort_keys=True))
-    else:
+        try:
+            emit_json(data, args.json)
+        except OSError as exc:
+            print(f"gpumon: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_USAGE
+    if not to_stdout(args.json):
         print_report(report)
         if decision is not None:
             print(f"slurm: {decision.step}: {decision.message}")

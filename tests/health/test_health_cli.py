@@ -75,6 +75,16 @@ def test_json_has_the_verdict_and_the_findings(tmp_path: Path) -> None:
     assert [g["status"] for g in report["gpus"]] == ["OK", "CRITICAL"]
 
 
+def test_json_follows_the_one_convention_of_every_command(tmp_path: Path) -> None:
+    """``--json -`` is stdout (JSON only); ``--json PATH`` writes the file and still prints the table."""
+    to_stdout = health(tmp_path, LOST_GPU, "--json", "-")
+    assert json.loads(to_stdout.stdout)["status"] == "CRITICAL" and not (tmp_path / "-").exists()
+    path = tmp_path / "verdict.json"
+    to_file = health(tmp_path, LOST_GPU, "--json", str(path))
+    assert to_file.returncode == 2 and to_file.stdout.startswith("gpumon health: CRITICAL - ")
+    assert json.loads(path.read_text())["status"] == "CRITICAL"
+
+
 def test_npd_line_is_cut_to_the_plugin_limit() -> None:
     long = Finding(kind="xid", severity="CRITICAL", action="replace", summary="x" * 200, gpu=3)
     line = npd_line(verdict([long], [(3, None)], 0.0, "local"))
