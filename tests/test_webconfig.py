@@ -558,3 +558,20 @@ def test_a_stalled_tls_handshake_is_closed_after_the_header_timeout(tmp_path: Pa
         assert ok.text == "x 1.0\n"
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    "tls",
+    [
+        {"cert_file": "a.crt", "key_file": "a.key", "cipher_suites": [[]]},
+        {"cert_file": "a.crt", "key_file": "a.key", "cipher_suites": [{"x": 1}]},
+        {"cert_file": [["x"]], "key_file": {"k": "v"}},
+    ],
+)
+def test_values_of_the_wrong_shape_are_problems_not_type_errors(tmp_path: Path, tls: dict[str, Any]) -> None:
+    """A list or mapping where a name goes (found by fuzzing: TypeError: unhashable type) is a listed problem."""
+    path = tmp_path / "web.yml"
+    path.write_text(yaml.safe_dump({"tls_server_config": tls}))
+    with pytest.raises(WebConfigError) as raised:
+        WebConfig.load(path)
+    assert raised.value.problems and all("\n" not in p for p in raised.value.problems)

@@ -205,6 +205,8 @@ class WebConfig:
             return cls.from_mapping({} if raw is None else raw, path)
         except RecursionError:
             raise WebConfigError([f"{path}: nested too deeply"]) from None
+        except (TypeError, ValueError) as exc:  # a value of a type no key takes (a list where a name goes)
+            raise WebConfigError([f"{path}: a value has the wrong type ({exc})"]) from None
 
     @classmethod
     def from_mapping(cls, raw: Any, path: Path) -> WebConfig:
@@ -318,7 +320,7 @@ def _parse_tls(raw: Any, base: Path, problems: list[str], where: str) -> TlsServ
         problems.append(f"{where}: tls_server_config.cipher_suites must be a list")
         suites = []
     for suite in suites:
-        if suite not in CIPHER_SUITES:
+        if not isinstance(suite, str) or suite not in CIPHER_SUITES:
             problems.append(
                 f"{where}: tls_server_config.cipher_suites: unknown or insecure suite {suite!r} "
                 f"(known: {', '.join(CIPHER_SUITES)})"
