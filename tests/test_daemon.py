@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.alerts import config as alerts_config
@@ -158,7 +161,10 @@ def test_a_reloaded_configuration_without_alerting_brings_back_the_built_in_rule
     """A Config with no alerting section (as built by hand or by an embedding program) means
     the built-in pack and no receivers, on reload as at start."""
     mine = alerts_config.parse(
-        {"builtin_rules": False, "rules": [{"name": "MyHot", "field": "temperature_celsius", "op": ">", "threshold": 50}]}
+        {
+            "builtin_rules": False,
+            "rules": [{"name": "MyHot", "field": "temperature_celsius", "op": ">", "threshold": 50}],
+        }
     )[0]
     base = Config(listen="127.0.0.1:0", backend="fake", state_dir=tmp_path, kernel_log=False)
     backend = FakeBackend.from_mapping({"gpus": [{"values": {"temperature_celsius": 99}}]})
@@ -173,5 +179,35 @@ def test_a_reloaded_configuration_without_alerting_brings_back_the_built_in_rule
         daemon.reload()
         wait_for(lambda: "MyHot" not in names() and names(), what="the built-in pack instead")
         assert all(name.startswith("Gpu") for name in names()), names()
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"interval_seconds": 2.0, "xid_catalog": {79: {"severity": "apocalyptic"}}},
+        {"interval_seconds": math.inf, "slow_interval_seconds": math.inf, "static_interval_seconds": math.inf},
+        {"interval_seconds": 2.0, "stale_after_seconds": math.nan},
+    ],
+    ids=["a bad XID override after a good interval", "infinite intervals", "a NaN stale_after"],
+)
+def test_a_reload_that_cannot_be_applied_changes_nothing(tmp_path: Path, change: dict[str, Any]) -> None:
+    """A configuration that passed loading but cannot be put in force is refused whole: the
+    interval, the HELP texts and /ready's staleness stay as they were."""
+    base = Config(listen="127.0.0.1:0", backend="fake", state_dir=tmp_path, kernel_log=False)
+    daemon = Daemon(
+        base, FakeBackend.from_mapping({"count": 1}), reload_config=lambda: Config(**{**vars(base), **change})
+    )
+    daemon.start()
+    try:
+        wait_for(lambda: daemon.store.latest() is not None, what="a first poll")
+        assert daemon.reload() is False
+        assert daemon.config is base
+        assert "Refreshed every 1s" in daemon.collector.render().decode()
+        trigger = daemon.poll_job.scheduler.get_job("poll").trigger
+        assert trigger.interval_length == 1.0
+        text = daemon.collector.render().decode()
+        assert "gpumon_config_last_reload_successful 0.0" in text
     finally:
         daemon.stop()

@@ -98,9 +98,7 @@ class Run:
         scenario = tmp_path / "scenario.yaml"
         gpu = "{}" if hang_at_tick is None else f"{{hang_at_tick: {hang_at_tick}, hang_seconds: 600}}"
         scenario.write_text(f"gpus: [{gpu}, {{}}]\n")
-        self.daemon = start(
-            "--backend", f"fake:{scenario}", "--config", str(self.config), env=systemd.env(), wait=True
-        )
+        self.daemon = start("--backend", f"fake:{scenario}", "--config", str(self.config), env=systemd.env(), wait=True)
         self.hanging = False
         self.reloads = 0
         wait_for(lambda: systemd.count("READY=1") >= 1, what="READY=1 on the notification socket")
@@ -277,9 +275,7 @@ def test_a_broken_file_on_sighup_keeps_the_running_configuration(
 
     config.write_text("interval_seconds: 2\n")
     daemon.signal(signal.SIGHUP)
-    wait_for(
-        lambda: value(daemon.metrics(), "gpumon_config_last_reload_successful") == 1.0, what="a good reload"
-    )
+    wait_for(lambda: value(daemon.metrics(), "gpumon_config_last_reload_successful") == 1.0, what="a good reload")
     text = daemon.metrics()
     assert "Refreshed every 2s" in text
     assert (value(text, "gpumon_config_last_reload_success_timestamp_seconds") or 0) > started
