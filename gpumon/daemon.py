@@ -214,14 +214,14 @@ class Daemon:
         log.info("gpumon stopping")
         self.notifier.stopping()
         self.events.request_stop()  # its NVML wait ends within 0.5 s, while the rest stops
+        self.poll_job.shutdown()  # no new poll; returns at once (the scheduler's thread runs none)
         deadline = self._mono() + 0.5  # a normal poll ends within milliseconds; a hung one never does
-        while self.poller.poll_running and self._mono() < deadline:
+        while self.poll_job.running and self._mono() < deadline:
             time.sleep(0.01)
-        stuck = self.poller.poll_running
+        stuck = self.poll_job.running
         if stuck:
             # leave the poll's daemon thread inside the hung call and do not touch NVML from here
             log.warning("a poll is stuck inside the backend; exiting without waiting for it")
-        self.poll_job.shutdown()  # the scheduler's thread never runs a poll: this returns at once
         self.server.stop()
         self.events.stop(timeout=0.5)
         self.alerts.stop(timeout=0.5)

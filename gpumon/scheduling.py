@@ -42,6 +42,13 @@ class DaemonThreadExecutor(BaseExecutor):  # type: ignore[misc]  # apscheduler h
     def __init__(self, thread_name: str = "gpumon-poll") -> None:
         super().__init__()
         self._thread_name = thread_name
+        self._active_lock = threading.Lock()
+        self._active = 0
+
+    @property
+    def active(self) -> int:
+        """Jobs handed to a thread and not finished (a hung poll stays counted)."""
+        return self._active
 
     def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
         def run() -> None:
@@ -51,8 +58,18 @@ class DaemonThreadExecutor(BaseExecutor):  # type: ignore[misc]  # apscheduler h
                 self._run_job_error(job.id, exc, exc.__traceback__)
             else:
                 self._run_job_success(job.id, events)
+            finally:
+                with self._active_lock:
+                    self._active -= 1
 
-        threading.Thread(target=run, name=self._thread_name, daemon=True).start()
+        with self._active_lock:
+            self._active += 1
+        try:
+            threading.Thread(target=run, name=self._thread_name, daemon=True).start()
+        except BaseException:
+            with self._active_lock:
+                self._active -= 1
+            raise
 
     def shutdown(self, wait: bool = True) -> None:
         """Nothing to join: a running job ends by itself or is left behind (a daemon thread)."""
@@ -97,8 +114,9 @@ class PollJob:
         self._skipped_in_overrun = 0
         self._running_since: float | None = None
         self._last_run_time: datetime | None = None
+        self._executor = DaemonThreadExecutor()
         self.scheduler = BackgroundScheduler(
-            executors={"default": DaemonThreadExecutor()},
+            executors={"default": self._executor},
             job_defaults={"coalesce": True, "max_instances": 1},
             timezone=timezone.utc,
             daemon=True,
@@ -146,8 +164,8 @@ class PollJob:
 
     @property
     def running(self) -> bool:
-        """True while a poll runs (a hung backend read keeps it True)."""
-        return self._running_since is not None
+        """True from the moment a poll is handed to its thread until it returns (a hung read keeps it True)."""
+        return self._executor.active > 0
 
     # ---- internals ---------------------------------------------------------------
     def _run(self) -> None:
