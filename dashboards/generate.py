@@ -516,7 +516,14 @@ def gpu_detail() -> dict[str, Any]:
                    "{{instance}} evaluation errors"),
             target(f"increase(gpumon_alert_spool_write_errors_total{{{HOST}}}[$__rate_interval])",
                    "{{instance}} spool write errors"),
-        ], "short", w=24),
+        ], "short", w=16),
+        table("Configuration", [
+            target(f"gpumon_config_last_reload_successful{{{HOST}}}", instant=True, table=True),
+            target(f"gpumon_config_last_reload_success_timestamp_seconds{{{HOST}}} * 1000", instant=True, table=True),
+        ], description="Last reload (SIGHUP) applied (1) or rejected, the running configuration kept (0); "
+           "when the running configuration was loaded.",
+            hide=("Time", "__name__", "job"), rename={"Value #A": "last reload ok", "Value #B": "loaded at"},
+            units={"loaded at": "dateTimeAsIso"}, w=8),
     ]  # fmt: skip
     return dashboard(
         "gpumon-gpu-detail",
