@@ -534,6 +534,13 @@ def gpu_detail() -> dict[str, Any]:
             target(f"time() - gpumon_alert_sender_last_attempt_timestamp_seconds{{{HOST}}}",
                    "{{instance}} {{receiver}} seconds since last attempt"),
         ], "short", w=12),
+        table("Configuration", [
+            target(f"gpumon_config_last_reload_successful{{{HOST}}}", instant=True, table=True),
+            target(f"gpumon_config_last_reload_success_timestamp_seconds{{{HOST}}} * 1000", instant=True, table=True),
+        ], description="Last reload (SIGHUP) applied (1) or rejected, the running configuration kept (0); "
+           "when the running configuration was loaded.",
+            hide=("Time", "__name__", "job"), rename={"Value #A": "last reload ok", "Value #B": "loaded at"},
+            units={"loaded at": "dateTimeAsIso"}, w=8),
     ]  # fmt: skip
     return dashboard(
         "gpumon-gpu-detail",

@@ -2,26 +2,30 @@
 
 Order of construction: XID catalog and tracker -> store -> poller -> alert service ->
 exporter (collector with the alerts, burn-results and DCGM collectors; HTTP server with
-the web config) -> scheduler (the only caller of the backend's read) -> XID event thread
-and kernel-log follower -> systemd notifications. Shutdown goes in reverse. SIGTERM/SIGINT stop within 2 s even while an NVML call hangs (the
-polling and event threads are daemon threads); SIGHUP reloads the configuration and
-keeps the old one when the new one is invalid.
+the web config) -> poll job (APScheduler; the only caller of the backend's read) -> XID
+event thread and kernel-log follower -> systemd notifications. Shutdown goes in reverse.
+
+Signals only set flags; the main thread acts on them and pings the systemd watchdog. It
+never waits on a poll, so SIGTERM/SIGINT stop within 2 s in every state, even while an
+NVML call hangs (the poll and event threads are daemon threads). SIGHUP reloads the
+configuration: all of it is read and checked first, then applied; a reload that fails for
+any reason keeps the running configuration, is logged in one line and shows in
+``gpumon_config_last_reload_successful``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from types import FrameType
 
-from apscheduler.executors.debug import DebugExecutor
-from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
 
 from gpumon.alerts import config as alerts_config
 from gpumon.alerts.service import AlertService
@@ -41,6 +45,7 @@ from gpumon.exporter.webconfig import WebConfigWatcher
 from gpumon.findings.service import HealthService
 from gpumon.poller import Poller, PollIntervals
 from gpumon.processes import ProcessEnricher
+from gpumon.scheduling import PollJob, interval_trigger
 from gpumon.snapshot import to_jsonable
 from gpumon.store import SnapshotStore
 from gpumon.systemd_notify import SystemdNotifier
@@ -62,7 +67,51 @@ def configure_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         force=True,
     )
-    logging.getLogger("apscheduler").setLevel(logging.WARNING if level != "debug" else logging.INFO)
+    # gpumon logs skipped and late polls itself, once per overrun rather than once per skip
+    logging.getLogger("apscheduler").setLevel(logging.ERROR if level != "debug" else logging.INFO)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reload:
+    """A new configuration, read and checked, with everything built that could fail."""
+
+    config: Config
+    alerting: alerts_config.AlertingConfig
+    """The new alerting section; the built-in pack and no receivers when there is none."""
+    catalog: XidCatalog | None
+    """None when xid_catalog did not change."""
+    trigger: IntervalTrigger | None
+    """None when interval_seconds did not change."""
+    restart_only: tuple[str, ...]
+    """Settings that changed but take effect only after a restart (kept as they run)."""
+
+
+_RESTART_ONLY = ("listen", "backend", "fake_gpus", "state_dir", "web_config_file", "kernel_log")
+
+
+def check_intervals(config: Config) -> None:
+    """Raise ConfigError unless every interval is a finite number > 0 (and stale_after_seconds finite, >= 0)."""
+    problems = [
+        f"{key} must be a finite number greater than 0, not {getattr(config, key)!r}"
+        for key in ("interval_seconds", "slow_interval_seconds", "static_interval_seconds")
+        if not (math.isfinite(getattr(config, key)) and getattr(config, key) > 0)
+    ]
+    if not (math.isfinite(config.stale_after_seconds) and config.stale_after_seconds >= 0):
+        problems.append(f"stale_after_seconds must be a finite number >= 0, not {config.stale_after_seconds!r}")
+    if problems:
+        raise ConfigError(problems)
+
+
+def _one_line_reason(exc: BaseException) -> str:
+    """Why a reload failed, on one line and not too long."""
+    if isinstance(exc, ConfigError):
+        text = "; ".join(exc.problems)
+    elif isinstance(exc, RecursionError):
+        text = "nested too deeply to read (RecursionError)"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    text = " ".join(text.split())
+    return text if len(text) <= 600 else text[:600] + " …"
 
 
 class Daemon:
@@ -83,8 +132,13 @@ class Daemon:
         self.config = config
         self._reload_config = reload_config
         self._mono = monotonic
+        self._wall = wall_clock
+        self._wake = threading.Event()
         self._stop = threading.Event()
+        """Set by SIGTERM/SIGINT and never cleared: a stop cannot be lost to a reload."""
         self._reload = threading.Event()
+        self._reload_ok = True
+        self._reload_success_at = wall_clock()
         self.notifier = notifier or SystemdNotifier()
         self.backend = backend
         self.catalog = XidCatalog.load(config.xid_catalog)
@@ -124,7 +178,7 @@ class Daemon:
             self.store,
             intervals_of(config),
             monotonic=monotonic,
-            self_stats=lambda: SelfStats(poll_skipped_total=self.poller.skipped_polls_total),
+            self_stats=self._self_stats,
             processes=config.exporter.processes,
         )
         self.collector.add("alerts", self.alerts.collector())
@@ -133,8 +187,11 @@ class Daemon:
         if callable(read_errors):  # per GPU and reader: a field's error, not a lost GPU
             self.collector.add("read_errors", ReadErrorsCollector(read_errors))
         self.collector.add("health", self.health.collector())
-        if "dcgm" in config.exporter.compat:
-            self.collector.add("dcgm", DcgmCompatCollector(self.store, hostname(), self.catalog))
+        self.dcgm = (
+            DcgmCompatCollector(self.store, hostname(), self.catalog) if "dcgm" in config.exporter.compat else None
+        )
+        if self.dcgm is not None:
+            self.collector.add("dcgm", self.dcgm)
         self.web = WebConfigWatcher(config.web_config_file) if config.web_config_file else None
         web = self.web
         self.server = MetricsServer(
@@ -150,11 +207,7 @@ class Daemon:
         self.server.add_route("/api/health", lambda: json_response(self.health.report().to_json()))
         for path, route in self.alerts.routes().items():
             self.server.add_route(path, route)
-        self.scheduler = BackgroundScheduler(
-            executors={"default": DebugExecutor()},
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-            daemon=True,
-        )
+        self.poll_job = PollJob(self.poller.poll, config.interval_seconds, monotonic=monotonic)
         self.events = XidEventThread(backend, self.tracker.record, ready=lambda: self.poller.nvml_up)
         self.kernel_log: KernelLogFollower | None = None
 
@@ -162,14 +215,7 @@ class Daemon:
     def start(self) -> None:
         self.alerts.start()
         self.server.start()
-        self.scheduler.add_job(
-            self.poller.poll,
-            "interval",
-            seconds=self.config.interval_seconds,
-            id="poll",
-            next_run_time=_now(),
-        )
-        self.scheduler.start()
+        self.poll_job.start()
         self.events.start()
         if self.config.kernel_log and self.backend.name != "fake":  # the host's log is not the simulated GPUs'
             self._start_kernel_log()
@@ -187,16 +233,14 @@ class Daemon:
         self.events.request_stop()  # its NVML wait ends within 0.5 s, while the rest stops
         if self.kernel_log is not None:
             self.kernel_log.request_stop()  # its read ends within 0.25 s
+        self.poll_job.shutdown()  # no new poll; returns at once (the scheduler's thread runs none)
         deadline = self._mono() + 0.5  # a normal poll ends within milliseconds; a hung one never does
-        while self.poller.poll_running and self._mono() < deadline:
+        while self.poll_job.running and self._mono() < deadline:
             time.sleep(0.01)
-        stuck = self.poller.poll_running
+        stuck = self.poll_job.running
         if stuck:
-            # BackgroundScheduler.shutdown joins its thread, which is inside the hung call:
-            # leave it (a daemon thread) and do not touch NVML from here.
+            # leave the poll's daemon thread inside the hung call and do not touch NVML from here
             log.warning("a poll is stuck inside the backend; exiting without waiting for it")
-        else:
-            self.scheduler.shutdown(wait=False)
         self.server.stop()
         self.events.stop(timeout=0.5)
         if self.kernel_log is not None:
@@ -210,10 +254,11 @@ class Daemon:
 
     def request_stop(self) -> None:
         self._stop.set()
+        self._wake.set()
 
     def request_reload(self) -> None:
         self._reload.set()
-        self._stop.set()
+        self._wake.set()
 
     def run_forever(self) -> int:
         """Serve until SIGTERM/SIGINT; reload on SIGHUP. Returns the exit code."""
@@ -222,44 +267,63 @@ class Daemon:
         ping = self.notifier.watchdog_ping_period_seconds() or 1.0
         ready_sent = False
         try:
-            while True:
-                self._stop.wait(min(1.0, ping))
+            while not self._stop.is_set():
+                self._wake.wait(min(1.0, ping))
+                self._wake.clear()
                 # The watchdog proves the main loop lives; a GPU hung in NVML is reported
                 # through metrics and /ready, since restarting gpumon would not free it.
                 self.notifier.watchdog()
+                if self._stop.is_set():
+                    break
                 if not ready_sent and self.store.latest() is not None:
                     self.notifier.ready(self._status())
                     ready_sent = True
                 if self._reload.is_set():
                     self._reload.clear()
-                    self._stop.clear()
-                    self.notifier.reloading("reloading configuration")
-                    self.reload()
-                    self.notifier.ready(self._status())
-                    continue
-                if self._stop.is_set():
-                    break
+                    if ready_sent:
+                        self.notifier.reloading("reloading configuration")
+                    ok = self.reload()
+                    if ready_sent:
+                        self.notifier.ready(self._status() + ("" if ok else "; reload rejected, see the log"))
         finally:
             self.stop()
         return 0
 
-    def reload(self) -> None:
-        """Re-read the configuration; apply what can change live, keep the old one on errors."""
+    def reload(self) -> bool:
+        """Re-read the configuration and apply what can change live. True when applied.
+
+        Never raises: whatever goes wrong while reading or checking the new configuration
+        (a ConfigError, a file that is not UTF-8, nesting too deep, numbers no timer can use,
+        anything) keeps the running configuration, untouched, and is logged in one line."""
         if self._reload_config is None:
-            return
+            return False
         try:
-            new = self._reload_config()
-        except ConfigError as exc:
-            log.error("reload rejected, keeping the running configuration:\n  %s", "\n  ".join(exc.problems))
-            return
+            plan = self._prepare_reload(self._reload_config())
+            # first, as it is all or nothing: what could fail is built before anything changes
+            self.alerts.reload(plan.alerting)
+        except Exception as exc:
+            self._reload_ok = False
+            log.error(
+                "reload rejected, keeping the running configuration (%s): %s",
+                self.config.source or "defaults",
+                _one_line_reason(exc),
+            )
+            log.debug("reload failure", exc_info=True)
+            return False
+        self._apply_reload(plan)
+        self._reload_ok = True
+        self._reload_success_at = self._wall()
+        log.info("configuration reloaded from %s", plan.config.source or "defaults")
+        return True
+
+    def _prepare_reload(self, new: Config) -> _Reload:
+        """Check ``new`` and build what could fail (timer, XID catalog, alerting); changes nothing."""
         old = self.config
-        for key in ("listen", "backend", "fake_gpus", "state_dir", "web_config_file", "kernel_log"):
-            if getattr(new, key) != getattr(old, key):
-                log.warning("%s changed in the configuration; it takes effect after a restart", key)
+        restart_only = [key for key in _RESTART_ONLY if getattr(new, key) != getattr(old, key)]
         if new.exporter.compat != old.exporter.compat:
-            log.warning("exporter.compat changed in the configuration; it takes effect after a restart")
+            restart_only.append("exporter.compat")
         if new.health != old.health:
-            log.warning("health changed in the configuration; it takes effect after a restart")
+            restart_only.append("health")
         new = dataclasses.replace(
             new,
             listen=old.listen,
@@ -271,20 +335,36 @@ class Daemon:
             exporter=dataclasses.replace(new.exporter, compat=old.exporter.compat),
             health=old.health,
         )
+        check_intervals(new)
+        return _Reload(
+            config=new,
+            alerting=new.alerting if new.alerting is not None else default_alerting(),
+            catalog=XidCatalog.load(new.xid_catalog) if new.xid_catalog != old.xid_catalog else None,
+            trigger=interval_trigger(new.interval_seconds) if new.interval_seconds != old.interval_seconds else None,
+            restart_only=tuple(restart_only),
+        )
+
+    def _apply_reload(self, plan: _Reload) -> None:
+        """Put a prepared configuration in force (the alerting part already is); nothing here can fail."""
+        new = plan.config
         configure_logging(new.log_level)
-        if new.interval_seconds != old.interval_seconds:
-            self.scheduler.reschedule_job("poll", trigger="interval", seconds=new.interval_seconds)
+        for key in plan.restart_only:
+            log.warning("%s changed in the configuration; it takes effect after a restart", key)
+        if plan.trigger is not None:
+            self.poll_job.set_interval(plan.trigger, new.interval_seconds)
         self.poller.set_intervals(intervals_of(new))
         self.collector.set_options(intervals_of(new), processes=new.exporter.processes)
         self.server.set_stale_after(new.stale_after)
-        if self.web is not None:
-            self.web.reload()
-        if new.alerting is not None:
-            self.alerts.reload(new.alerting)
-        if new.xid_catalog != old.xid_catalog:
-            self.catalog = XidCatalog.load(new.xid_catalog)
+        if plan.catalog is not None:
+            self.catalog = plan.catalog
+            if self.dcgm is not None:
+                self.dcgm.set_catalog(plan.catalog)
         self.config = new
-        log.info("configuration reloaded from %s", new.source or "defaults")
+        if self.web is not None:
+            try:  # a file of its own, kept as it was when invalid (the watcher logs why)
+                self.web.reload()
+            except Exception as exc:
+                log.error("web config %s not reloaded: %s", self.config.web_config_file, _one_line_reason(exc))
 
     # ------------------------------------------------------------------
     def _start_kernel_log(self) -> None:
@@ -298,6 +378,13 @@ class Daemon:
 
         self.kernel_log = KernelLogFollower(backfill, self.tracker.record, logger=log)
         self.kernel_log.start()
+
+    def _self_stats(self) -> SelfStats:
+        return SelfStats(
+            poll_skipped_total=self.poll_job.skipped_total,
+            config_last_reload_successful=self._reload_ok,
+            config_last_reload_success_timestamp_seconds=self._reload_success_at,
+        )
 
     def _status(self) -> str:
         snapshot = self.store.latest()
@@ -326,10 +413,6 @@ class Daemon:
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_term)
         signal.signal(signal.SIGHUP, on_hup)
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def default_alerting() -> alerts_config.AlertingConfig:

@@ -141,7 +141,6 @@ class Poller:
         self._running_since: float | None = None
         self._next_slower_due = 0.0
         """No slow or static read is due before this monotonic time (skips planning on most polls)."""
-        self._skipped_done = 0
 
     def set_intervals(self, intervals: PollIntervals) -> None:
         """Use new tier intervals from the next poll on (SIGHUP)."""
@@ -152,7 +151,8 @@ class Poller:
         return self._nvml_up
 
     def poll(self) -> Snapshot:
-        """One poll; publishes and returns the snapshot. Never raises."""
+        """One poll; publishes and returns the snapshot. Never raises (a failing store listener
+        is the store's to log)."""
         start = self._mono()
         self._running_since = start
         try:
@@ -171,8 +171,8 @@ class Poller:
                 host=self._host,
                 tiers=self._stats_view(),
             )
-        self._running_since = None
-        self._skipped_done += int((self._mono() - start) // self._intervals.fast_seconds)
+        finally:
+            self._running_since = None
         self._store.publish(snapshot)
         return snapshot
 
@@ -180,13 +180,6 @@ class Poller:
     def poll_running(self) -> bool:
         """True while a poll is inside the backend (a hung NVML call keeps it True)."""
         return self._running_since is not None
-
-    @property
-    def skipped_polls_total(self) -> int:
-        """Polls that could not start on time because one was still running (an NVML call hangs)."""
-        running = self._running_since
-        ongoing = 0 if running is None else int((self._mono() - running) // self._intervals.fast_seconds)
-        return self._skipped_done + ongoing
 
     # ------------------------------------------------------------------
     def _poll(self, start: float) -> Snapshot:

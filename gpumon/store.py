@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
+from gpumon.failure_log import FailureLog
 from gpumon.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
 
 
 class SnapshotStore:
@@ -14,15 +18,21 @@ class SnapshotStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._latest: Snapshot | None = None
-        self._listeners: list[Callable[[Snapshot], None]] = []
+        self._listeners: list[tuple[Callable[[Snapshot], None], FailureLog]] = []
 
     def publish(self, snapshot: Snapshot) -> None:
-        """Replace the latest snapshot and tell listeners (the alert engine)."""
+        """Replace the latest snapshot and tell listeners (the alert engine). Never raises:
+        a listener that raises is logged (once, then a summary a minute) and the others still run."""
         with self._lock:
             self._latest = snapshot
             listeners = list(self._listeners)
-        for listener in listeners:
-            listener(snapshot)
+        for listener, failures in listeners:
+            try:
+                listener(snapshot)
+            except Exception as exc:
+                failures.failed(f"{type(exc).__name__}: {exc}", exc_info=True)
+            else:
+                failures.succeeded()
 
     def latest(self) -> Snapshot | None:
         with self._lock:
@@ -30,5 +40,6 @@ class SnapshotStore:
 
     def subscribe(self, listener: Callable[[Snapshot], None]) -> None:
         """Call ``listener(snapshot)`` on the polling thread after each publish."""
+        name = getattr(listener, "__qualname__", None) or repr(listener)
         with self._lock:
-            self._listeners.append(listener)
+            self._listeners.append((listener, FailureLog(log, f"snapshot listener {name}")))

@@ -8,14 +8,15 @@ How the daemon uses it (see ``systemd/gpumon.service``, ``Type=notify``,
 ``WatchdogSec=30``):
 
 * ``ready()`` once the first snapshot is published and the HTTP server listens.
-* ``watchdog()`` every ``watchdog_interval_seconds() / 2`` from a scheduler job, so
-  the ping proves the main loop and the scheduler are alive. It is deliberately NOT
-  tied to the poll result: a GPU fallen off the bus hangs NVML, and a restart of
+* ``watchdog()`` every ``watchdog_interval_seconds() / 2`` (at least every second)
+  from the daemon's main loop, which runs no poll and waits on no lock a poll holds,
+  so the ping proves the process is alive and answering signals. It is deliberately
+  NOT tied to the poll result: a GPU fallen off the bus hangs NVML, and a restart of
   gpumon cannot fix that — gpumon keeps serving the last snapshot with its age and
-  alerts on it, which is worth more than a restart loop. A wedged scheduler or a
-  deadlocked process, on the other hand, is exactly what a restart fixes.
-* ``reloading()`` when SIGHUP arrives, then ``ready()`` once the new configuration is
-  in effect (``status`` says whether it was accepted).
+  alerts on it, which is worth more than a restart loop. A deadlocked main loop, on
+  the other hand, is exactly what a restart fixes.
+* ``reloading()`` when SIGHUP arrives, then ``ready()`` once the reload is over
+  (``status`` says when it was rejected and the running configuration kept).
 * ``stopping()`` when SIGTERM arrives.
 """
 

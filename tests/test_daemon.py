@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpumon.alerts import config as alerts_config
+from gpumon.backends.fake import FakeBackend
+from gpumon.config import Config
+from gpumon.daemon import Daemon
 from tests.helpers import DaemonProcess, run_cli, wait_for
 
 
@@ -127,3 +135,82 @@ def test_port_in_use_is_a_clear_error(start_daemon: Callable[..., DaemonProcess]
     )
     assert result.returncode == 1
     assert "cannot listen on" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_sighup_with_a_new_xid_catalog_changes_the_dcgm_err_msg(
+    start_daemon: Callable[..., DaemonProcess], tmp_path: Path
+) -> None:
+    scenario = tmp_path / "xid.yaml"
+    scenario.write_text("gpus:\n  - xid_events: [{tick: 1, xid: 79}]\n")
+    config = tmp_path / "c.yaml"
+    config.write_text("exporter: {compat: [dcgm]}\nxid_catalog: {79: {meaning: first words}}\n")
+    daemon = start_daemon("--backend", f"fake:{scenario}", "--config", str(config))
+
+    def err_msg() -> str | None:
+        for family in text_string_to_metric_families(daemon.metrics()):
+            for s in family.samples:
+                if s.name == "DCGM_FI_DEV_XID_ERRORS":
+                    return s.labels.get("err_msg")
+        return None
+
+    wait_for(lambda: err_msg() == "first words", what="XID 79 with the configured meaning")
+    config.write_text("exporter: {compat: [dcgm]}\nxid_catalog: {79: {meaning: second words}}\n")
+    daemon.signal(signal.SIGHUP)
+    wait_for(lambda: "configuration reloaded" in daemon.log(), what="reload")
+    assert err_msg() == "second words"
+
+
+def test_a_reloaded_configuration_without_alerting_brings_back_the_built_in_rules(tmp_path: Path) -> None:
+    """A Config with no alerting section (as built by hand or by an embedding program) means
+    the built-in pack and no receivers, on reload as at start."""
+    mine = alerts_config.parse(
+        {
+            "builtin_rules": False,
+            "rules": [{"name": "MyHot", "field": "temperature_celsius", "op": ">", "threshold": 50}],
+        }
+    )[0]
+    base = Config(listen="127.0.0.1:0", backend="fake", state_dir=tmp_path, kernel_log=False)
+    backend = FakeBackend.from_mapping({"gpus": [{"values": {"temperature_celsius": 99}}]})
+    daemon = Daemon(dataclasses.replace(base, alerting=mine), backend, reload_config=lambda: base)
+    daemon.start()
+    try:
+
+        def names() -> set[str]:
+            return {a["labels"]["alertname"] for a in daemon.alerts.active_alerts()}
+
+        wait_for(lambda: names() == {"MyHot"}, what="the configured rule firing")
+        daemon.reload()
+        wait_for(lambda: "MyHot" not in names() and names(), what="the built-in pack instead")
+        assert all(name.startswith("Gpu") for name in names()), names()
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"interval_seconds": 2.0, "xid_catalog": {79: {"severity": "apocalyptic"}}},
+        {"interval_seconds": math.inf, "slow_interval_seconds": math.inf, "static_interval_seconds": math.inf},
+        {"interval_seconds": 2.0, "stale_after_seconds": math.nan},
+    ],
+    ids=["a bad XID override after a good interval", "infinite intervals", "a NaN stale_after"],
+)
+def test_a_reload_that_cannot_be_applied_changes_nothing(tmp_path: Path, change: dict[str, Any]) -> None:
+    """A configuration that passed loading but cannot be put in force is refused whole: the
+    interval, the HELP texts and /ready's staleness stay as they were."""
+    base = Config(listen="127.0.0.1:0", backend="fake", state_dir=tmp_path, kernel_log=False)
+    daemon = Daemon(
+        base, FakeBackend.from_mapping({"count": 1}), reload_config=lambda: Config(**{**vars(base), **change})
+    )
+    daemon.start()
+    try:
+        wait_for(lambda: daemon.store.latest() is not None, what="a first poll")
+        assert daemon.reload() is False
+        assert daemon.config is base
+        assert "Refreshed every 1s" in daemon.collector.render().decode()
+        trigger = daemon.poll_job.scheduler.get_job("poll").trigger
+        assert trigger.interval_length == 1.0
+        text = daemon.collector.render().decode()
+        assert "gpumon_config_last_reload_successful 0.0" in text
+    finally:
+        daemon.stop()

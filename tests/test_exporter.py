@@ -81,6 +81,8 @@ def test_every_per_gpu_series_has_gpu_and_uuid_labels_and_no_nan() -> None:
         "gpumon_build_info",
         "gpumon_nvml_up",
         "gpumon_poll_skipped_total",
+        "gpumon_config_last_reload_successful",
+        "gpumon_config_last_reload_success_timestamp_seconds",
         "gpumon_snapshot_age_seconds",
         "gpumon_snapshot_timestamp_seconds",
         "gpumon_poll_duration_seconds",

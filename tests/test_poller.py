@@ -223,3 +223,27 @@ def test_assembled_snapshots_equal_constructed_ones() -> None:
     assert on_base == built and repr(on_base) == repr(built)
     with pytest.raises(AttributeError):
         assembled.temperature_celsius = 1.0  # type: ignore[misc]
+
+
+def test_poll_never_raises_even_when_a_snapshot_listener_does(caplog: pytest.LogCaptureFixture) -> None:
+    """A listener (the alert engine, the XID tracker) that raises costs only itself: the poll
+    returns, the snapshot is served, the other listeners still hear of it, and the log says it
+    once, not once per poll."""
+    backend = FakeBackend.from_mapping({"gpus": [{}]})
+    store = SnapshotStore()
+    clock = Clock()
+    heard: list[Snapshot] = []
+
+    def broken(snapshot: Snapshot) -> None:
+        raise RuntimeError("listener bug")
+
+    store.subscribe(broken)
+    store.subscribe(heard.append)
+    poller = Poller(backend, store, monotonic=clock, wall_clock=clock, host_figures=dict)
+    with caplog.at_level(logging.ERROR):
+        snapshots = [poll(poller, clock) for _ in range(5)]
+    assert store.latest() is snapshots[-1]
+    assert heard == snapshots
+    assert not poller.poll_running
+    errors = [r for r in caplog.records if "listener" in r.getMessage()]
+    assert len(errors) == 1 and "listener bug" in errors[0].getMessage()

@@ -35,6 +35,7 @@ from gpumon.alerts.engine import Alert, AlertEngine, BurnHoldBack
 from gpumon.alerts.notify import Notification, Receiver, replace_status, sender_metric_families
 from gpumon.alerts.spool import Spool
 from gpumon.events.model import XidEvent
+from gpumon.failure_log import FailureLog
 from gpumon.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ class AlertService:
         self._burn_reader = BurnMarkerReader(state_dir)
         self._burn: BurnHoldBack | None = None
         self._spool = Spool(state_dir)
+        self._spool_failures = FailureLog(log, f"writing the alert spool {self._spool.path}", clock=clock)
+        """A full or read-only state directory fails every second: logged once, then once a minute."""
         self._delivered: dict[str, Notification] = {}
         self._receivers: dict[str, Receiver] = {}
         self._errors_total = 0
@@ -126,20 +129,27 @@ class AlertService:
         """Apply a new config (SIGHUP): alert states of kept rules and queues of kept receivers survive."""
         with self._lock:
             now = self._clock()
-            self._engine.host = config.host or self._default_host
-            self._engine.host_label = config.host_label
-            self._engine.set_rules(config.all_rules(), now)
+            # everything that may fail first, so that a failure changes nothing
+            rules = config.all_rules()
             wanted = {url: "alertmanager" for url in config.alertmanagers}
             wanted.update({url: "webhook" for url in config.webhooks})
+            added = {
+                url: self._make_receiver(kind, url, config)
+                for url, kind in wanted.items()
+                if url not in self._receivers or self._receivers[url].kind != kind
+            }
+            self._engine.host = config.host or self._default_host
+            self._engine.host_label = config.host_label
+            self._engine.set_rules(rules, now)
             for url, receiver in list(self._receivers.items()):
                 if wanted.get(url) != receiver.kind:
                     receiver.stop(0.5)
                     del self._receivers[url]
-            for url, kind in wanted.items():
-                if url not in self._receivers:
-                    self._receivers[url] = self._make_receiver(kind, url, config)
+            for url in wanted:
+                if url in added:
+                    self._receivers[url] = added[url]
                     if self._running:
-                        self._receivers[url].start()
+                        added[url].start()
                 receiver = self._receivers[url]
                 receiver.retry = config.retry
                 receiver.capacity = config.queue_capacity
@@ -330,8 +340,9 @@ class AlertService:
             self._spool.save(self._spool_document())
         except OSError as exc:
             self._spool_errors_total += 1
-            log.error("cannot write the alert spool %s: %s", self._spool.path, exc)
+            self._spool_failures.failed(str(exc))
             return False
+        self._spool_failures.succeeded()
         with self._spool_cond:
             self._written = max(self._written, target)
             self._spool_cond.notify_all()
@@ -357,6 +368,11 @@ class AlertService:
             return
         engine_state = data.get("engine")
         if isinstance(engine_state, dict):
+            # Staleness is judged from this process's start until its first snapshot (the
+            # start-up grace is the rule's threshold): the previous process's last snapshot
+            # says nothing about this one, and a first poll slower than the 1 s timer would
+            # otherwise find a snapshot hours old.
+            engine_state = {k: v for k, v in engine_state.items() if k != "last_snapshot_at"}
             self._engine.restore_state(engine_state)
         for raw in data.get("delivered") or []:
             try:

@@ -54,6 +54,11 @@ class SelfStats:
     """Daemon figures that are not part of a snapshot."""
 
     poll_skipped_total: int = 0
+    """Scheduled polls that did not run (one was still running, or it could not start in time)."""
+    config_last_reload_successful: bool = True
+    """Whether the last configuration reload (SIGHUP) was applied; True at start."""
+    config_last_reload_success_timestamp_seconds: float = 0.0
+    """Unix time the running configuration was loaded (start-up or the last good reload)."""
 
 
 def _refreshed(tier: Tier, intervals: PollIntervals) -> str:
@@ -174,13 +179,28 @@ class GpumonCollector:
         build.add([self._version, self._python_version], 1.0)
         nvml_up = Family("gpumon_nvml_up", "gauge", "1 when NVML is loaded and answering.")
         nvml_up.add([], 1.0 if snapshot is not None and snapshot.nvml_up else 0.0)
+        stats = self._self_stats()
         skipped = Family(
             "gpumon_poll_skipped_total",
             "counter",
-            "Polls skipped because the previous one was still running (an NVML call hangs).",
+            "Scheduled polls that did not run: the previous poll was still running (a slow or hung backend read), "
+            "or the poll could not start in time (the host was suspended or short of CPU).",
         )
-        skipped.add([], float(self._self_stats().poll_skipped_total))
-        out = [build, nvml_up, skipped]
+        skipped.add([], float(stats.poll_skipped_total))
+        reload_ok = Family(
+            "gpumon_config_last_reload_successful",
+            "gauge",
+            "1 when the last configuration reload (SIGHUP) was applied, 0 when it was rejected and the running "
+            "configuration kept.",
+        )
+        reload_ok.add([], 1.0 if stats.config_last_reload_successful else 0.0)
+        reload_at = Family(
+            "gpumon_config_last_reload_success_timestamp_seconds",
+            "gauge",
+            "Unix time the running configuration was loaded (start-up or the last successful reload).",
+        )
+        reload_at.add([], stats.config_last_reload_success_timestamp_seconds)
+        out = [build, nvml_up, skipped, reload_ok, reload_at]
         if snapshot is not None:
             out += self._self_metrics(snapshot)
             out += self._host_metrics(snapshot)

@@ -427,6 +427,10 @@ class DcgmCompatCollector:
         self._catalog = catalog
         self._fields = dcgm_fields()
 
+    def set_catalog(self, catalog: XidCatalog) -> None:
+        """Use ``catalog`` for ``err_msg`` from the next scrape on (a reload changed ``xid_catalog``)."""
+        self._catalog = catalog
+
     def _labels(self, gpu: GpuSnapshot, snapshot: Snapshot) -> dict[str, str]:
         labels = {
             "gpu": str(gpu.index),

@@ -1,0 +1,212 @@
+"""The polling job: APScheduler calls the poll on an executor thread, one poll at a time.
+
+The scheduler's own thread only decides when the poll is due and hands it to the
+executor, so no scheduler lock is held while a backend call runs: a read that hangs in
+NVML blocks its poll thread and nothing else. SIGHUP can change the interval and
+SIGTERM can stop the scheduler in every state.
+
+* ``DaemonThreadExecutor``: an APScheduler executor that runs each job on a new daemon
+  thread. APScheduler's ``ThreadPoolExecutor`` would do the same work, but Python joins
+  ``concurrent.futures`` workers at exit, so a poll hung inside NVML would keep the process
+  from ever exiting. A daemon thread is left behind instead.
+* ``PollJob``: the poll as an interval job with ``max_instances=1`` (never two polls at
+  once), ``coalesce=True`` (a late scheduler runs one poll, not a burst) and a misfire grace
+  (a poll that could not start within the grace is dropped). Every scheduled poll that did
+  not run is counted (``skipped_total``); a poll that overruns is logged once, not once per
+  skipped poll, and once more when it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, EVENT_JOB_SUBMITTED
+from apscheduler.executors.base import BaseExecutor, run_job
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+log = logging.getLogger("gpumon")
+
+JOB_ID = "poll"
+
+
+class DaemonThreadExecutor(BaseExecutor):  # type: ignore[misc]  # apscheduler has no type hints
+    """Runs every job on its own daemon thread (one poll: tens of µs to start a thread)."""
+
+    def __init__(self, thread_name: str = "gpumon-poll") -> None:
+        super().__init__()
+        self._thread_name = thread_name
+        self._active_lock = threading.Lock()
+        self._active = 0
+
+    @property
+    def active(self) -> int:
+        """Jobs handed to a thread and not finished (a hung poll stays counted)."""
+        return self._active
+
+    def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
+        def run() -> None:
+            try:
+                events = run_job(job, job._jobstore_alias, run_times, self._logger.name)
+            except BaseException as exc:
+                self._run_job_error(job.id, exc, exc.__traceback__)
+            else:
+                self._run_job_success(job.id, events)
+            finally:
+                with self._active_lock:
+                    self._active -= 1
+
+        with self._active_lock:
+            self._active += 1
+        try:
+            threading.Thread(target=run, name=self._thread_name, daemon=True).start()
+        except BaseException:
+            with self._active_lock:
+                self._active -= 1
+            raise
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Nothing to join: a running job ends by itself or is left behind (a daemon thread)."""
+
+
+def interval_trigger(seconds: float) -> IntervalTrigger:
+    """The trigger for a poll every ``seconds``; raises ValueError when no timer can use it.
+
+    Checked before anything is changed (a reload): the interval must be finite, positive and
+    small enough for a datetime (1e300 s is not)."""
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"interval_seconds must be a finite number greater than 0, not {seconds!r}")
+    try:
+        trigger = IntervalTrigger(seconds=seconds, timezone=timezone.utc)
+        trigger.get_next_fire_time(None, datetime.now(timezone.utc))
+    except (OverflowError, ValueError) as exc:
+        raise ValueError(f"interval_seconds {seconds:g} is too large for a timer ({exc})") from exc
+    return trigger
+
+
+def misfire_grace_seconds(interval_seconds: float) -> int:
+    """How late a poll may start before it is dropped: one interval, at least 1 s (APScheduler wants whole seconds)."""
+    return max(1, math.ceil(interval_seconds))
+
+
+class PollJob:
+    """The poll on a BackgroundScheduler, its interval changeable live, its skips counted."""
+
+    def __init__(
+        self,
+        poll: Callable[[], object],
+        interval_seconds: float,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._poll = poll
+        self._interval = interval_seconds
+        self._trigger = interval_trigger(interval_seconds)
+        self._mono = monotonic
+        self._lock = threading.Lock()
+        self._skipped = 0
+        self._skipped_in_overrun = 0
+        self._running_since: float | None = None
+        self._last_run_time: datetime | None = None
+        self._executor = DaemonThreadExecutor()
+        self.scheduler = BackgroundScheduler(
+            executors={"default": self._executor},
+            job_defaults={"coalesce": True, "max_instances": 1},
+            timezone=timezone.utc,
+            daemon=True,
+        )
+        self.scheduler.add_listener(self._on_event, EVENT_JOB_SUBMITTED | EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
+
+    # ---- lifecycle ---------------------------------------------------------------
+    def start(self) -> None:
+        """Start the scheduler with the first poll due now."""
+        self.scheduler.add_job(
+            self._run,
+            self._trigger,
+            id=JOB_ID,
+            name="gpumon poll",
+            misfire_grace_time=misfire_grace_seconds(self._interval),
+            next_run_time=datetime.now(timezone.utc),
+        )
+        self.scheduler.start()
+
+    def shutdown(self) -> None:
+        """Stop scheduling polls; returns at once even while a poll hangs (it is not waited for)."""
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+
+    def set_interval(self, trigger: IntervalTrigger, interval_seconds: float) -> None:
+        """Poll on ``trigger`` (from ``interval_trigger``) from now on; the next poll is one interval away."""
+        with self._lock:
+            self._interval = interval_seconds
+            self._trigger = trigger
+            self._last_run_time = None
+        if self.scheduler.get_job(JOB_ID) is None:
+            return  # not started yet: start() uses the new trigger
+        self.scheduler.modify_job(
+            JOB_ID,
+            trigger=trigger,
+            next_run_time=trigger.get_next_fire_time(None, datetime.now(timezone.utc)),
+            misfire_grace_time=misfire_grace_seconds(interval_seconds),
+        )
+
+    # ---- figures -----------------------------------------------------------------
+    @property
+    def skipped_total(self) -> int:
+        """Scheduled polls that did not run: one was still running, or it could not start in time."""
+        return self._skipped
+
+    @property
+    def running(self) -> bool:
+        """True from the moment a poll is handed to its thread until it returns (a hung read keeps it True)."""
+        return self._executor.active > 0
+
+    # ---- internals ---------------------------------------------------------------
+    def _run(self) -> None:
+        start = self._mono()
+        self._running_since = start
+        try:
+            self._poll()
+        finally:
+            self._running_since = None
+            with self._lock:
+                skipped, self._skipped_in_overrun = self._skipped_in_overrun, 0
+            if skipped:
+                log.warning(
+                    "poll returned after %.1f s; %d scheduled poll(s) skipped meanwhile", self._mono() - start, skipped
+                )
+
+    def _on_event(self, event: Any) -> None:
+        """Count the scheduled polls that did not run (called on scheduler and executor threads)."""
+        if event.job_id != JOB_ID:
+            return
+        with self._lock:
+            if event.code == EVENT_JOB_MISSED:
+                self._skipped += 1
+                log.warning("a poll could not start within its grace time (the host was suspended or short of CPU)")
+                return
+            # with coalesce, polls whose time passed while the scheduler itself was late are folded into this one
+            run_time: datetime = event.scheduled_run_times[-1]
+            if self._last_run_time is not None:
+                gap = (run_time - self._last_run_time).total_seconds()
+                self._skipped += max(0, round(gap / self._interval) - 1)
+            self._last_run_time = run_time
+            if event.code != EVENT_JOB_MAX_INSTANCES:
+                return
+            self._skipped += 1
+            running = self._running_since
+            if running is None:
+                return  # the poll has just returned; the executor has not yet noted it
+            self._skipped_in_overrun += 1
+            first = self._skipped_in_overrun == 1
+        if first:
+            log.warning(
+                "poll still running after %.1f s (a backend read is slow or hangs); polls are skipped until it returns",
+                self._mono() - running,
+            )
