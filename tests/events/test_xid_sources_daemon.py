@@ -56,7 +56,7 @@ def start(
 
     yield make
     for d in made:
-        if d.scheduler.running:  # not stopped by the test itself
+        if d.poll_job.scheduler.running:  # not stopped by the test itself
             d.stop()
 
 
