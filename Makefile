@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 LISTEN ?= 127.0.0.1:10480
 BACKEND ?= $(shell (ldconfig -p 2>/dev/null | grep -q libnvidia-ml.so) && echo nvml || echo fake)
 
-.PHONY: setup run-setup run test test-deps lint typecheck check golden
+.PHONY: setup run-setup run test test-faults test-deps lint typecheck check golden
 
 # Two stamps: the daemon's own dependencies (make run), then the test extras and torch (make test).
 # torch stays pinned: an unpinned torch would pull a multi-GB CUDA build.
@@ -41,6 +41,11 @@ test-deps:
 # The whole suite: ruff, mypy --strict on gpumon/, then pytest (real Prometheus/Alertmanager included).
 test: setup test-deps lint typecheck
 	$(PY) -m pytest -q
+
+# The daemon under faults, as one suite (also part of make test): receiver down for thousands of
+# attempts then back, hang + reload + stop in every order, broken files on reload, NVML UNKNOWN, XID sources.
+test-faults: setup test-deps
+	$(PY) -m pytest -q -m faults
 
 lint: setup
 	$(VENV)/bin/ruff check gpumon tests benchmarks dashboards

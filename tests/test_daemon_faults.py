@@ -23,6 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import DaemonProcess, wait_for
 
+pytestmark = pytest.mark.faults  # the daemon under faults, as a user meets them: make test-faults
+
 
 def value(text: str, name: str, **labels: str) -> float | None:
     for family in text_string_to_metric_families(text):

@@ -20,6 +20,8 @@ from tests.fake_pynvml import FakeNvml, h200_pair
 from tests.helpers import wait_for
 from tests.test_daemon import value
 
+pytestmark = pytest.mark.faults  # the daemon under faults, as a user meets them: make test-faults
+
 
 @pytest.fixture
 def fake() -> FakeNvml:

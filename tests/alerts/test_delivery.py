@@ -302,6 +302,7 @@ def cli_output(service: AlertService, capsys: pytest.CaptureFixture[str]) -> str
     return capsys.readouterr().out
 
 
+@pytest.mark.faults
 @needs_alertmanager
 @pytest.mark.integration
 def test_alertmanager_down_for_thousands_of_attempts_then_up_gets_the_alert_once(
@@ -333,6 +334,7 @@ def test_alertmanager_down_for_thousands_of_attempts_then_up_gets_the_alert_once
         hook.stop()
 
 
+@pytest.mark.faults
 def test_an_exception_inside_the_sender_is_logged_once_counted_and_the_sender_goes_on(
     receiver: TestReceiver, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -377,6 +379,7 @@ class _HangingSession(requests.Session):
         raise requests.ConnectionError("released")
 
 
+@pytest.mark.faults
 def test_a_stuck_sender_shows_in_metrics_api_and_cli_but_not_as_down(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

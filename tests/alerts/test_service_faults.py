@@ -15,6 +15,8 @@ from tests.alerts.helpers import FakeClock, alerting, gpu, snap, wait_for
 
 T0 = 1_800_000_000.0
 
+pytestmark = pytest.mark.faults  # the daemon under faults, as a user meets them: make test-faults
+
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[tuple[AlertService, FakeClock, Path]]:
