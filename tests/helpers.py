@@ -183,3 +183,14 @@ def run_server(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+def value(text: str, name: str, **labels: str) -> float | None:
+    """The sample ``name`` with these labels in a Prometheus text exposition, or None."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return float(s.value)
+    return None

@@ -17,15 +17,7 @@ from gpumon.alerts import config as alerts_config
 from gpumon.backends.fake import FakeBackend
 from gpumon.config import Config
 from gpumon.daemon import Daemon
-from tests.helpers import DaemonProcess, run_cli, wait_for
-
-
-def value(text: str, name: str, **labels: str) -> float | None:
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                return float(s.value)
-    return None
+from tests.helpers import DaemonProcess, run_cli, value, wait_for
 
 
 def test_serves_metrics_healthz_and_ready(start_daemon: Callable[..., DaemonProcess]) -> None:

@@ -19,19 +19,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import DaemonProcess, wait_for
+from tests.helpers import DaemonProcess, value, wait_for
 
 pytestmark = pytest.mark.faults  # the daemon under faults, as a user meets them: make test-faults
-
-
-def value(text: str, name: str, **labels: str) -> float | None:
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                return float(s.value)
-    return None
 
 
 class Systemd:

@@ -17,8 +17,7 @@ from gpumon.backends.nvml import NvmlBackend
 from gpumon.config import Config
 from gpumon.daemon import Daemon, default_alerting
 from tests.fake_pynvml import FakeNvml, h200_pair
-from tests.helpers import wait_for
-from tests.test_daemon import value
+from tests.helpers import value, wait_for
 
 pytestmark = pytest.mark.faults  # the daemon under faults, as a user meets them: make test-faults
 

@@ -20,8 +20,7 @@ from gpumon.daemon import Daemon, default_alerting
 from gpumon.events.kernel_follow import KernelLogFollower
 from tests.events.test_kernel_follow import BOOT, kmsg_line
 from tests.fake_pynvml import FakeNvml, h200_pair
-from tests.helpers import wait_for
-from tests.test_daemon import value
+from tests.helpers import value, wait_for
 
 pytestmark = pytest.mark.faults  # the daemon under faults, as a user meets them: make test-faults
 
