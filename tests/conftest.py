@@ -1,11 +1,21 @@
 """Fixtures shared by every test module (helpers live in tests/helpers.py)."""
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from tests.helpers import start_daemon
 from tests.pki import OPENSSL, Pki, make_pki
 
 __all__ = ["pki", "start_daemon"]
+
+# Property tests: random examples on a developer's machine (where they keep finding new cases),
+# the same examples on every CI run (CI=true), so that a submission's result does not depend on
+# the draw; no per-example deadline on a shared 2-core box.
+settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
+settings.register_profile("dev", deadline=None, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") == "true" else "dev")
 
 
 @pytest.fixture(scope="session")

@@ -110,3 +110,12 @@ def test_burn_gpus_in_a_real_process_exits_2_with_one_line(tmp_path: Path) -> No
     assert result.returncode == 2, result.stderr
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_a_control_character_beside_a_gpu_index_is_a_problem() -> None:
+    """Found by hypothesis in CI: str.strip() dropped '\\x1f', so '0\\x1f' passed as GPU 0."""
+    from gpumon.burn.options import parse_gpus
+
+    _, problems = parse_gpus("0\x1f", 2)
+    assert problems and "not a GPU index" in problems[0]
+    assert parse_gpus(" 0,\t1 ", 2) == ((0, 1), [])

@@ -93,16 +93,20 @@ MAX_GPU_INDEX = 4095
 """Highest GPU index ``--gpus`` accepts before the GPUs are counted (NVML numbers GPUs from 0)."""
 
 
+_BLANKS = " \t"
+"""What may stand around an entry (``0, 1``); str.strip() would also drop control characters like \x1f."""
+
+
 def parse_gpus(text: str | None, device_count: int | None) -> tuple[tuple[int, ...] | None, list[str]]:
     """``all`` / ``0,1`` -> indices. Range is checked only when ``device_count`` is known.
 
     Every entry must be an index: ``0,,1`` or a trailing comma is a problem, not a skipped entry."""
     problems: list[str] = []
-    if text is None or text.strip() == "all":
+    if text is None or text.strip(_BLANKS) == "all":
         return (tuple(range(device_count)) if device_count is not None else None), problems
     out: list[int] = []
-    parts = [part.strip() for part in text.split(",")]
-    if not text.strip():
+    parts = [part.strip(_BLANKS) for part in text.split(",")]
+    if not text.strip(_BLANKS):
         return (), ["--gpus: no GPU selected (use e.g. 0,1 or all)"]
     if any(not part for part in parts):
         problems.append(f"--gpus: empty entry in {_shown(text)} (use e.g. 0,1 or all)")
