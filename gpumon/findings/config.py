@@ -209,10 +209,16 @@ def parse_slurm(raw: Any, where: str = "health.slurm") -> tuple[SlurmConfig, lis
     return SlurmConfig(**values), problems
 
 
-def _ratio(raw: Mapping[str, Any], key: str, where: str, problems: list[str], upper: float) -> float | None:
+def _ratio(raw: Mapping[str, Any], key: str, where: str, problems: list[str], up_to_1: bool) -> float | None:
+    """A share: 0 < value <= 1 (``up_to_1``) or 0 < value < 1."""
     value = raw[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < upper:
-        problems.append(f"{where}.{key} must be a number greater than 0 and below {upper:g}, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (0 < value <= 1 if up_to_1 else 0 < value < 1)
+    ):
+        bound = "at most 1" if up_to_1 else "below 1"
+        problems.append(f"{where}.{key} must be a number greater than 0 and {bound}, got {value!r}")
         return None
     return float(value)
 
@@ -252,9 +258,9 @@ def parse_stragglers(raw: Any, where: str, problems: list[str]) -> StragglerConf
         values["enabled"] = _bool(raw, "enabled", where, problems)
     if "window_seconds" in raw:
         values["window_seconds"] = _window(raw, "window_seconds", where, problems)
-    for key, upper in (("busy_utilization_ratio", 1.0001), ("margin_ratio", 1.0), ("persistence_ratio", 1.0001)):
+    for key, up_to_1 in (("busy_utilization_ratio", True), ("margin_ratio", False), ("persistence_ratio", True)):
         if key in raw:
-            values[key] = _ratio(raw, key, where, problems, upper)
+            values[key] = _ratio(raw, key, where, problems, up_to_1)
     return StragglerConfig(**{k: v for k, v in values.items() if v is not None})
 
 

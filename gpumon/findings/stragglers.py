@@ -226,7 +226,10 @@ class StragglerDetector:
         found = []
         for index, entry in sorted(self._per_gpu(now).items()):
             times: Sequence[float] = entry["samples"]
-            if not times or times[-1] - times[0] < cfg.persistence_ratio * cfg.window_seconds:
+            if len(times) < 2:
+                continue
+            covered = (times[-1] - times[0]) * len(times) / (len(times) - 1)  # each sample stands for one poll
+            if covered < cfg.persistence_ratio * cfg.window_seconds:
                 continue
             worst: tuple[float, str, int] | None = None
             for signal in FIRING_SIGNALS:
