@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+from pathlib import Path
 from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpumon.findings.config import parse_health
 from gpumon.findings.trends import TrendRule, TrendsConfig, TrendTracker
+from tests.helpers import run_cli
 from tests.signals.helpers import gpu, snap
 
 T0 = 1_000_000.0
@@ -126,3 +132,24 @@ def test_thresholds_and_windows_are_configurable_and_checked_all_at_once() -> No
         "health.trends.ecc_corrected.window_seconds must be a number of seconds from 1 to 604800, got 0",
         "health.trends.ecc_corrected.max_increase must be a number from 0 to 1e+12, got -1",
     ]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10**9), min_size=1, max_size=40))
+def test_the_rise_is_never_negative_and_counts_a_drop_as_a_reset(values: list[int]) -> None:
+    """As Prometheus' increase(): each step up counts its size, a drop counts the new value."""
+    tracker = TrendTracker(TrendsConfig(rules={"pcie_replays": TrendRule(3600.0, 0.0)}))
+    for t, value in enumerate(values):
+        tracker.observe(snap(T0 + t, gpu(0, pcie_replays_total=value)))
+    expected = sum(b - a if b >= a else b for a, b in itertools.pairwise(values))
+    (increase,) = tracker.increases(T0 + len(values))
+    assert increase.increase == expected >= 0
+
+
+def test_check_config_lists_every_early_signal_problem_and_exits_2(tmp_path: Path) -> None:
+    config = tmp_path / "gpumon.yaml"
+    config.write_text("health:\n  stragglers: {window_seconds: 0}\n  trends: {pcie_replays: {max_increase: x}}\n")
+    done = run_cli("check-config", str(config))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    out = done.stdout + done.stderr
+    assert "health.stragglers.window_seconds must be a number of seconds from 1 to 604800, got 0" in out
+    assert "health.trends.pcie_replays.max_increase must be a number from 0 to 1e+12, got 'x'" in out
