@@ -69,18 +69,26 @@ class StragglerConfig:
 
 
 @dataclass(frozen=True)
-class _Gpu:
+class _Compared:
+    """One GPU in one compared poll, already set against its peers (computed once, at observe)."""
+
     index: int
     uuid: str
-    values: Mapping[str, float]
+    group: str
+    deviations: Mapping[str, float]
+    """Per signal: value / median of the peers' values - 1."""
     reasons: frozenset[str]
+    peer_reason_shares: Mapping[str, float]
+    """Per slowing reason: the share of the peers that had it active."""
     processes: int
+    peer_processes: float
+    peers: int
 
 
 @dataclass(frozen=True)
 class _Sample:
     t: float
-    groups: tuple[tuple[str, tuple[_Gpu, ...]], ...]
+    gpus: tuple[_Compared, ...]
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,37 @@ def _values(gpu: GpuSnapshot) -> dict[str, float]:
     return out
 
 
+def _compare(group: str, gpus: list[GpuSnapshot]) -> list[_Compared]:
+    values = {g.index: _values(g) for g in gpus}
+    reasons = {g.index: frozenset(r for r, on in (g.clock_events_active or {}).items() if on) for g in gpus}
+    processes = {g.index: len(g.processes or ()) for g in gpus}
+    out = []
+    for gpu in gpus:
+        peers = [p.index for p in gpus if p.index != gpu.index]
+        deviations = {}
+        for signal, value in values[gpu.index].items():
+            peer_values = [values[p][signal] for p in peers if signal in values[p]]
+            if len(peer_values) < len(peers):
+                continue
+            median = statistics.median(peer_values)
+            if median > 0:
+                deviations[signal] = value / median - 1.0
+        out.append(
+            _Compared(
+                index=gpu.index,
+                uuid=gpu.uuid,
+                group=group,
+                deviations=deviations,
+                reasons=reasons[gpu.index],
+                peer_reason_shares={r: sum(r in reasons[p] for p in peers) / len(peers) for r in REASONS},
+                processes=processes[gpu.index],
+                peer_processes=statistics.median(processes[p] for p in peers),
+                peers=len(peers),
+            )
+        )
+    return out
+
+
 class StragglerDetector:
     """Keeps the compared samples of the last window (one per snapshot, a few hundred bytes each)."""
 
@@ -141,27 +180,12 @@ class StragglerDetector:
         grouped: dict[str, list[GpuSnapshot]] = {}
         for gpu in snapshot.gpus:
             grouped.setdefault(f"{gpu.name or '?'}|{job_of(gpu)}", []).append(gpu)
-        groups = []
+        compared: list[_Compared] = []
         for key, gpus in sorted(grouped.items()):
-            if len(gpus) < 2 or not all(self._busy(g) for g in gpus):
-                continue
-            groups.append(
-                (
-                    key,
-                    tuple(
-                        _Gpu(
-                            index=g.index,
-                            uuid=g.uuid,
-                            values=_values(g),
-                            reasons=frozenset(r for r, on in (g.clock_events_active or {}).items() if on),
-                            processes=len(g.processes or ()),
-                        )
-                        for g in gpus
-                    ),
-                )
-            )
-        if groups:
-            self._samples.append(_Sample(snapshot.timestamp_seconds, tuple(groups)))
+            if len(gpus) >= 2 and all(self._busy(g) for g in gpus):
+                compared += _compare(key, gpus)
+        if compared:
+            self._samples.append(_Sample(snapshot.timestamp_seconds, tuple(compared)))
 
     def _busy(self, gpu: GpuSnapshot) -> bool:
         return (
@@ -174,41 +198,22 @@ class StragglerDetector:
 
     # ---- output -------------------------------------------------------------
     def _per_gpu(self, now: float) -> dict[int, dict[str, Any]]:
-        """Per GPU index: for each signal the per-sample (deviation, below) list, reasons seen, peers."""
+        """Per GPU index: its compared polls' times, per signal (deviation, below) points, reason counts."""
         self._prune(now)
         out: dict[int, dict[str, Any]] = {}
         for sample in self._samples:
-            for key, gpus in sample.groups:
-                for gpu in gpus:
-                    peers = [p for p in gpus if p.index != gpu.index]
-                    entry = out.setdefault(
-                        gpu.index,
-                        {"uuid": gpu.uuid, "group": key, "samples": [], "signals": {}, "reasons": {}, "peers": 0},
-                    )
-                    if entry["group"] != key:  # the GPU changed job: start over with the new one
-                        entry.update(group=key, samples=[], signals={}, reasons={})
-                    entry["samples"].append(sample.t)
-                    entry["peers"] = len(peers)
-                    entry["processes"] = gpu.processes
-                    entry["peer_processes"] = statistics.median(p.processes for p in peers)
-                    for reason in REASONS:
-                        on = reason in gpu.reasons
-                        peer_share = sum(reason in p.reasons for p in peers) / len(peers)
-                        mine = entry["reasons"].setdefault(reason, [0, 0.0])
-                        mine[0] += on
-                        mine[1] += peer_share
-                    for signal in SIGNALS:
-                        value = gpu.values.get(signal)
-                        peer_values = [p.values[signal] for p in peers if signal in p.values]
-                        if value is None or len(peer_values) < len(peers):
-                            continue
-                        median = statistics.median(peer_values)
-                        if median <= 0:
-                            continue
-                        deviation = value / median - 1.0
-                        entry["signals"].setdefault(signal, []).append(
-                            (deviation, deviation < -self.config.margin_ratio)
-                        )
+            for gpu in sample.gpus:
+                entry = out.get(gpu.index)
+                if entry is None or entry["group"] != gpu.group:  # new, or it changed job: start over
+                    entry = out[gpu.index] = {"group": gpu.group, "samples": [], "signals": {}, "reasons": {}}
+                entry.update(uuid=gpu.uuid, peers=gpu.peers, processes=gpu.processes, peer_processes=gpu.peer_processes)
+                entry["samples"].append(sample.t)
+                for reason in REASONS:
+                    mine = entry["reasons"].setdefault(reason, [0, 0.0])
+                    mine[0] += reason in gpu.reasons
+                    mine[1] += gpu.peer_reason_shares[reason]
+                for signal, deviation in gpu.deviations.items():
+                    entry["signals"].setdefault(signal, []).append((deviation, deviation < -self.config.margin_ratio))
         return out
 
     def deviations(self, now: float) -> list[Deviation]:
