@@ -133,7 +133,8 @@ class TrendTracker:
         self._words = words
         self._series: dict[tuple[str, str, str], tuple[int, _Series]] = {}
         self._longest = max((r.window_seconds for r in config.rules.values()), default=0.0)
-        self._seen: set[str] = set()
+        self._first_seen: dict[str, float] = {}
+        """When each GPU (uuid) was first observed."""
 
     def observe(self, snapshot: Snapshot) -> None:
         if not self.config.enabled or not snapshot.nvml_up:
@@ -148,15 +149,22 @@ class TrendTracker:
                 key = (gpu.uuid, counter, label)
                 known = self._series.get(key)
                 if known is None:
-                    # a counter that appears on a GPU already watched (a new XID code) starts from 0
-                    series = _Series(t, 0 if counter == "xid" and gpu.uuid in self._seen else raw)
+                    series = _Series(t, 0 if self._new_since_watched(gpu, counter, label) else raw)
                     series.add(t, raw)
                     self._series[key] = (gpu.index, series)
                 else:
                     known[1].add(t, raw)
                     known[1].prune(t, self._longest)
                     self._series[key] = (gpu.index, known[1])
-            self._seen.add(gpu.uuid)
+            self._first_seen.setdefault(gpu.uuid, t)
+
+    def _new_since_watched(self, gpu: GpuSnapshot, counter: str, label: str) -> bool:
+        """A new XID code whose last event came after gpumon started watching the GPU: all of it is new.
+        (XIDs the daemon reads back from the kernel log, from earlier in the boot, are a total.)"""
+        if counter != "xid" or gpu.uuid not in self._first_seen:
+            return False
+        last = (gpu.xid_last_timestamp_seconds or {}).get(label)
+        return last is not None and last >= self._first_seen[gpu.uuid]
 
     def increases(self, now: float) -> list[Increase]:
         out = []

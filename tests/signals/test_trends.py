@@ -100,9 +100,24 @@ def test_a_new_remapped_row_or_retired_page_within_a_day_warns() -> None:
 
 def test_an_xid_repeating_within_the_hour_is_named_by_code() -> None:
     tracker = TrendTracker(TrendsConfig(), words=lambda code: "graphics engine exception" if code == "13" else "")
-    feed(tracker, {0: {}, 5: {"xid_errors_total": {"13": 1}}, 6: {"xid_errors_total": {"13": 3}}}, 10)
+    feed(
+        tracker,
+        {
+            0: {},
+            5: {"xid_errors_total": {"13": 1}, "xid_last_timestamp_seconds": {"13": T0 + 5}},
+            6: {"xid_errors_total": {"13": 3}, "xid_last_timestamp_seconds": {"13": T0 + 6}},
+        },
+        10,
+    )
     (finding,) = tracker.findings(T0 + 9)
     assert finding.summary.startswith("XID 13 (graphics engine exception) events rising: 3 in the last 1 h")
+
+
+def test_xids_read_back_from_the_kernel_log_from_earlier_in_the_boot_are_not_a_rise() -> None:
+    tracker = TrendTracker(TrendsConfig())
+    old = {"xid_errors_total": {"31": 7}, "xid_last_timestamp_seconds": {"31": T0 - 7200}}
+    feed(tracker, {0: {}, 3: old}, 10)
+    assert tracker.findings(T0 + 9) == []
 
 
 def test_thresholds_and_windows_are_configurable_and_checked_all_at_once() -> None:
