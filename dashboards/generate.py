@@ -292,6 +292,11 @@ def fleet() -> dict[str, Any]:
              description="Within 5 °C of the GPU's own slowdown temperature."),
         stat("Nodes CRITICAL (gpumon health)", count(f"gpumon_node_health_status{{{HOST}}} == 2"),
              description="Nodes whose gpumon health verdict is CRITICAL: drain them (Slurm: gpumon does, if configured)."),
+        stat("GPUs behind their peers (stragglers)",
+             count(f'gpumon_straggler_deviation_ratio{{signal=~"sm_clock|compute_share", {SEL}}} < -0.10'),
+             description="Busy GPUs whose SM clock or busiest process's SM time is over 10 % below the median of "
+             "their same-model peers over the straggler window (gpumon_straggler_deviation_ratio; gpumon health "
+             "names them once it lasts). See docs/early-signals.md."),
         stat("Health findings", f"sum(gpumon_health_findings{{{HOST}}}) or vector(0)",
              description="Findings behind the verdicts: XIDs waiting for a repair, inventory drift, lost GPUs."),
         table("Node verdicts (gpumon health)", [target(f"gpumon_node_health_status{{{HOST}}}", instant=True, table=True)],
@@ -348,6 +353,13 @@ def fleet() -> dict[str, Any]:
             target(f"sum by (instance, gpu, xid) (increase(gpumon_xid_errors_total{{{SEL}}}[$__rate_interval]))",
                    "{{instance}} GPU {{gpu}} XID {{xid}}"),
         ], "short", draw="bars", description="XID events per interval, by code."),
+        timeseries("Error counters rising (per trend window)", [
+            target(f'gpumon_error_trend_increase{{{SEL}}} > 0',
+                   "{{instance}} GPU {{gpu}} {{counter}}{{xid}} in {{window_seconds}} s"),
+        ], "short", min_value=0,
+            description="How much each error counter rose within its trend window (corrected ECC 1 h, remapped "
+            "rows and retired pages 24 h, PCIe and NVLink replays 1 min, NVLink recoveries and XIDs 1 h); "
+            "gpumon health warns past each limit (docs/early-signals.md)."),
         timeseries("Throttle time (HW / thermal / power)", [
             target(f"rate(gpumon_throttle_seconds_total{{{SEL}}}[$__rate_interval])",
                    "{{instance}} GPU {{gpu}} {{reason}}"),

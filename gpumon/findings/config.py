@@ -15,6 +15,15 @@ health:
     reason_prefix: "gpumon:"
     timeout_seconds: 10
     epilog_burn: false             # epilog: gpumon burn --quick on the job's GPUs when the job failed
+  stragglers:                      # passive straggler detection (docs/early-signals.md)
+    enabled: true
+    window_seconds: 300
+    busy_utilization_ratio: 0.8
+    margin_ratio: 0.10
+    persistence_ratio: 0.8
+  trends:                          # error counters rising (docs/early-signals.md)
+    enabled: true
+    pcie_replays: {window_seconds: 60, max_increase: 8}
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ from typing import Any
 
 from gpumon.events.catalog import Escalation
 from gpumon.findings.model import ACTIONS
+from gpumon.findings.stragglers import StragglerConfig
+from gpumon.findings.trends import DEFAULT_RULES, TrendRule, TrendsConfig
 
 
 @dataclass(frozen=True)
@@ -53,9 +64,13 @@ class HealthConfig:
     """gpumon health without a daemon: how long one poll of the GPUs may take before the verdict is CRITICAL."""
     xid_escalation: Mapping[int, Escalation] = field(default_factory=dict)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    stragglers: StragglerConfig = field(default_factory=StragglerConfig)
+    trends: TrendsConfig = field(default_factory=TrendsConfig)
 
 
 _HEALTH_KEYS = {
+    "stragglers",
+    "trends",
     "expected_gpu_count",
     "sysfs_root",
     "boot_id_path",
@@ -111,6 +126,8 @@ def parse_health(raw: Any, where: str = "health") -> tuple[HealthConfig, list[st
     slurm, slurm_problems = parse_slurm(raw.get("slurm"), f"{where}.slurm")
     problems.extend(slurm_problems)
     values["slurm"] = slurm
+    values["stragglers"] = parse_stragglers(raw.get("stragglers"), f"{where}.stragglers", problems)
+    values["trends"] = parse_trends(raw.get("trends"), f"{where}.trends", problems)
     values = {k: v for k, v in values.items() if v is not None}
     return HealthConfig(**values), problems
 
@@ -190,3 +207,95 @@ def parse_slurm(raw: Any, where: str = "health.slurm") -> tuple[SlurmConfig, lis
         values["max_drained_share"] = share
     values = {k: v for k, v in values.items() if v is not None}
     return SlurmConfig(**values), problems
+
+
+def _ratio(raw: Mapping[str, Any], key: str, where: str, problems: list[str], up_to_1: bool) -> float | None:
+    """A share: 0 < value <= 1 (``up_to_1``) or 0 < value < 1."""
+    value = raw[key]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (0 < value <= 1 if up_to_1 else 0 < value < 1)
+    ):
+        bound = "at most 1" if up_to_1 else "below 1"
+        problems.append(f"{where}.{key} must be a number greater than 0 and {bound}, got {value!r}")
+        return None
+    return float(value)
+
+
+def _bool(raw: Mapping[str, Any], key: str, where: str, problems: list[str]) -> bool | None:
+    if isinstance(raw[key], bool):
+        return bool(raw[key])
+    problems.append(f"{where}.{key} must be true or false, got {raw[key]!r}")
+    return None
+
+
+MAX_WINDOW_SECONDS = 7 * 86400.0
+
+
+def _window(raw: Mapping[str, Any], key: str, where: str, problems: list[str]) -> float | None:
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= MAX_WINDOW_SECONDS:
+        problems.append(f"{where}.{key} must be a number of seconds from 1 to {MAX_WINDOW_SECONDS:g}, got {value!r}")
+        return None
+    return float(value)
+
+
+_STRAGGLER_KEYS = {"enabled", "window_seconds", "busy_utilization_ratio", "margin_ratio", "persistence_ratio"}
+
+
+def parse_stragglers(raw: Any, where: str, problems: list[str]) -> StragglerConfig:
+    if raw is None:
+        return StragglerConfig()
+    if not isinstance(raw, dict):
+        problems.append(f"{where} must be a mapping")
+        return StragglerConfig()
+    values: dict[str, Any] = {}
+    for key in raw:
+        if key not in _STRAGGLER_KEYS:
+            problems.append(f"{where}: unknown key {key!r} ({', '.join(sorted(_STRAGGLER_KEYS))})")
+    if "enabled" in raw:
+        values["enabled"] = _bool(raw, "enabled", where, problems)
+    if "window_seconds" in raw:
+        values["window_seconds"] = _window(raw, "window_seconds", where, problems)
+    for key, up_to_1 in (("busy_utilization_ratio", True), ("margin_ratio", False), ("persistence_ratio", True)):
+        if key in raw:
+            values[key] = _ratio(raw, key, where, problems, up_to_1)
+    return StragglerConfig(**{k: v for k, v in values.items() if v is not None})
+
+
+def parse_trends(raw: Any, where: str, problems: list[str]) -> TrendsConfig:
+    if raw is None:
+        return TrendsConfig()
+    if not isinstance(raw, dict):
+        problems.append(f"{where} must be a mapping")
+        return TrendsConfig()
+    enabled = True
+    rules = dict(DEFAULT_RULES)
+    for key, entry in raw.items():
+        here = f"{where}.{key}"
+        if key == "enabled":
+            enabled = bool(_bool(raw, "enabled", where, problems) is not False)
+            continue
+        if key not in DEFAULT_RULES:
+            problems.append(f"{where}: unknown key {key!r} (enabled, {', '.join(sorted(DEFAULT_RULES))})")
+            continue
+        if not isinstance(entry, dict):
+            problems.append(f"{here} must be a mapping with window_seconds and/or max_increase")
+            continue
+        for sub in entry:
+            if sub not in ("window_seconds", "max_increase"):
+                problems.append(f"{here}: unknown key {sub!r} (max_increase, window_seconds)")
+        window = _window(entry, "window_seconds", here, problems) if "window_seconds" in entry else None
+        limit = None
+        if "max_increase" in entry:
+            value = entry["max_increase"]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e12:
+                problems.append(f"{here}.max_increase must be a number from 0 to 1e+12, got {value!r}")
+            else:
+                limit = float(value)
+        rules[key] = TrendRule(
+            window_seconds=window if window is not None else DEFAULT_RULES[key].window_seconds,
+            max_increase=limit if limit is not None else DEFAULT_RULES[key].max_increase,
+        )
+    return TrendsConfig(enabled=enabled, rules=rules)

@@ -16,6 +16,7 @@ from pathlib import Path
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from gpumon.alerts.burn_marker import BurnMarkerReader
 from gpumon.events.catalog import XidCatalog
 from gpumon.events.model import XidEvent
 from gpumon.findings.burn_results import burn_findings
@@ -23,6 +24,8 @@ from gpumon.findings.config import HealthConfig
 from gpumon.findings.gpu_state import snapshot_findings
 from gpumon.findings.inventory import Inventory, complete, drift, inventory_of, pci_gpus
 from gpumon.findings.model import Finding, HealthReport, verdict
+from gpumon.findings.stragglers import Deviation, StragglerDetector
+from gpumon.findings.trends import Increase, TrendTracker
 from gpumon.findings.xid_lifecycle import Clear, XidLifecycle, XidPolicy
 from gpumon.snapshot import Snapshot
 from gpumon.state.files import health_dir, read_json, write_json
@@ -103,6 +106,16 @@ class HealthService:
         self.lifecycle.load(read_json(self._xid_path))
         self.baseline = load_inventory(self.state_dir)
         self._baseline_mtime = self._inventory_mtime()
+        self.stragglers = StragglerDetector(self.config.stragglers)
+        self.trends = TrendTracker(self.config.trends, words=lambda code: self._xid_name(catalog, code))
+        self._burn = BurnMarkerReader(self.state_dir)
+
+    @staticmethod
+    def _xid_name(catalog: XidCatalog, code: str) -> str:
+        try:
+            return catalog.lookup(int(code)).meaning
+        except (ValueError, AttributeError):
+            return ""
 
     @property
     def _xid_path(self) -> Path:
@@ -124,6 +137,8 @@ class HealthService:
     def _on_snapshot(self, snapshot: Snapshot) -> None:
         with self._lock:
             self._snapshot = snapshot
+            self.stragglers.observe(snapshot, burning=self._burn.read() is not None)
+            self.trends.observe(snapshot)
             self.lifecycle.observe(snapshot, read_boot_id(self.config.boot_id_path))
             if self.baseline is None and complete(snapshot):
                 self.baseline = inventory_of(snapshot, self._clock())
@@ -152,6 +167,9 @@ class HealthService:
             findings = [*extra, *self.lifecycle.findings(now)]  # first: an XID names a fault best
             findings += snapshot_findings(snapshot) if snapshot is not None or not extra else []
             findings += burn_findings(self.state_dir, clears)
+            if self._burn.read() is None:  # a burn makes its GPUs unequal on purpose
+                findings += self.stragglers.findings(now)
+            findings += self.trends.findings(now)
             if snapshot is not None:
                 findings += drift(
                     self.baseline,
@@ -162,6 +180,12 @@ class HealthService:
             self._save()
         gpus = [(g.index, g.uuid) for g in snapshot.gpus] if snapshot is not None else []
         return verdict(findings, gpus, now, source)
+
+    def signals(self) -> tuple[list[Deviation], list[Increase]]:
+        """The stragglers' deviations and the error counters' increases now (for the exported series)."""
+        now = self._clock()
+        with self._lock:
+            return self.stragglers.deviations(now), self.trends.increases(now)
 
     def collector(self) -> HealthCollector:
         return HealthCollector(self)
@@ -246,3 +270,23 @@ class HealthCollector:
         for (kind, severity), n in sorted(counts.items()):
             findings.add_metric([kind, severity], n)
         yield findings
+        deviations, increases = self._service.signals()
+        deviation = GaugeMetricFamily(
+            "gpumon_straggler_deviation_ratio",
+            "A busy GPU's mean deviation from the median of its same-model peers over the straggler window, "
+            "by signal (sm_clock, compute_share, power, sm_active, tensor_active); -0.12 is 12 % below.",
+            labels=["gpu", "uuid", "signal"],
+        )
+        for d in deviations:
+            deviation.add_metric([str(d.index), d.uuid, d.signal], d.ratio)
+        yield deviation
+        increase = GaugeMetricFamily(
+            "gpumon_error_trend_increase",
+            "How much an error counter rose within its trend window (window_seconds label), resets "
+            "counted as counters; counter is ecc_corrected, remapped_rows, retired_pages, pcie_replays, "
+            "nvlink_replay, nvlink_recovery, nvlink_crc or xid (with its code).",
+            labels=["gpu", "uuid", "counter", "xid", "window_seconds"],
+        )
+        for i in increases:
+            increase.add_metric([str(i.index), i.uuid, i.counter, i.label, f"{i.window_seconds:g}"], i.increase)
+        yield increase

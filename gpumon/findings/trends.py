@@ -1,0 +1,218 @@
+"""Error trends: how much an error counter rose over a window, not only its total.
+
+Pure: fed snapshots, asked for findings and increases at a time the caller gives.
+Counters are read as Prometheus reads counters: a value lower than the previous one is a reset
+(a driver reload clears the volatile counters) and counts as an increase by the new value, never
+as a negative rate. Only changes are kept, so a 24 h window costs a few entries per counter.
+The first value seen is the baseline: errors from before gpumon started are not a rate.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from gpumon.findings.model import WARNING, Finding
+from gpumon.snapshot import GpuSnapshot, Snapshot
+
+
+@dataclass(frozen=True)
+class TrendRule:
+    """Warn when the counter rose by more than ``max_increase`` within ``window_seconds``."""
+
+    window_seconds: float
+    max_increase: float
+
+
+DEFAULT_RULES: Mapping[str, TrendRule] = {
+    "ecc_corrected": TrendRule(3600.0, 100.0),
+    "remapped_rows": TrendRule(86400.0, 0.0),
+    "retired_pages": TrendRule(86400.0, 0.0),
+    "pcie_replays": TrendRule(60.0, 8.0),
+    "nvlink_replay": TrendRule(60.0, 100.0),
+    "nvlink_recovery": TrendRule(3600.0, 0.0),
+    "nvlink_crc": TrendRule(60.0, 100.0),
+    "xid": TrendRule(3600.0, 2.0),
+}
+"""Sources: docs/early-signals.md (PCIe: DCGM's health watch; the others are gpumon's choice)."""
+
+WORDS = {
+    "ecc_corrected": ("corrected ECC errors", "replace", "plan a replacement, the memory is degrading"),
+    "remapped_rows": ("remapped rows", "replace", "plan a replacement, spare rows are being used up"),
+    "retired_pages": ("retired pages", "replace", "plan a replacement, memory pages are being retired"),
+    "pcie_replays": ("PCIe replays", "inspect_hardware", "check the PCIe slot, riser and cabling"),
+    "nvlink_replay": ("NVLink replays", "inspect_hardware", "check the NVLink connection"),
+    "nvlink_recovery": ("NVLink recoveries", "inspect_hardware", "check the NVLink connection"),
+    "nvlink_crc": ("NVLink CRC errors", "inspect_hardware", "check the NVLink connection"),
+    "xid": ("XIDs", "inspect_hardware", "a repeating XID: look at the GPU"),
+}
+
+
+@dataclass(frozen=True)
+class TrendsConfig:
+    """``health.trends``."""
+
+    enabled: bool = True
+    rules: Mapping[str, TrendRule] = field(default_factory=lambda: dict(DEFAULT_RULES))
+
+
+def _sum(values: Mapping[str, int] | None, keys: tuple[str, ...] | None = None) -> int | None:
+    if not values:
+        return None
+    picked = [v for k, v in values.items() if keys is None or k in keys]
+    return sum(picked) if picked else None
+
+
+def counters_of(gpu: GpuSnapshot) -> Iterator[tuple[str, str, int]]:
+    """(counter, label, raw value) for each error counter the GPU reports; label is the XID code."""
+    ecc = gpu.ecc_errors_total or {}
+    corrected = ecc.get("corrected_volatile", ecc.get("corrected_aggregate"))
+    if corrected is not None:
+        yield "ecc_corrected", "", corrected
+    if (rows := _sum(gpu.remapped_rows)) is not None:
+        yield "remapped_rows", "", rows
+    if (pages := _sum(gpu.retired_pages)) is not None:
+        yield "retired_pages", "", pages
+    if gpu.pcie_replays_total is not None:
+        yield "pcie_replays", "", gpu.pcie_replays_total
+    links = gpu.nvlink_errors_total or {}
+    for kind in ("replay", "recovery", "crc"):
+        values = [errors[kind] for errors in links.values() if kind in errors]
+        if values:
+            yield f"nvlink_{kind}", "", sum(values)
+    for code, count in sorted((gpu.xid_errors_total or {}).items()):
+        yield "xid", str(code), count
+
+
+@dataclass(frozen=True)
+class Increase:
+    """How much one counter of one GPU rose within its rule's window."""
+
+    index: int
+    uuid: str
+    counter: str
+    label: str
+    increase: float
+    window_seconds: float
+
+
+class _Series:
+    """Reset-adjusted running total, kept as change points (time, total)."""
+
+    def __init__(self, t: float, raw: int) -> None:
+        self.raw = raw
+        self.total = 0.0
+        self.points: deque[tuple[float, float]] = deque([(t, 0.0)])
+
+    def add(self, t: float, raw: int) -> None:
+        step = raw - self.raw if raw >= self.raw else raw  # a drop is a reset: counted from 0
+        self.raw = raw
+        if step:
+            self.total += step
+            self.points.append((t, self.total))
+
+    def increase(self, now: float, window: float) -> float:
+        start = now - window
+        before = self.points[0][1]
+        for t, total in self.points:
+            if t > start:
+                break
+            before = total
+        return self.total - before
+
+    def prune(self, now: float, keep: float) -> None:
+        while len(self.points) > 1 and self.points[1][0] <= now - keep:
+            self.points.popleft()
+
+
+class TrendTracker:
+    def __init__(self, config: TrendsConfig, words: Callable[[str], str] | None = None) -> None:
+        """``words``: an XID code's description for the summary (the catalog's name)."""
+        self.config = config
+        self._words = words
+        self._series: dict[tuple[str, str, str], tuple[int, _Series]] = {}
+        self._longest = max((r.window_seconds for r in config.rules.values()), default=0.0)
+        self._first_seen: dict[str, float] = {}
+        """When each GPU (uuid) was first observed."""
+
+    def observe(self, snapshot: Snapshot) -> None:
+        if not self.config.enabled or not snapshot.nvml_up:
+            return
+        t = snapshot.timestamp_seconds
+        for gpu in snapshot.gpus:
+            if not gpu.up:
+                continue
+            for counter, label, raw in counters_of(gpu):
+                if counter not in self.config.rules:
+                    continue
+                key = (gpu.uuid, counter, label)
+                known = self._series.get(key)
+                if known is None:
+                    series = _Series(t, 0 if self._new_since_watched(gpu, counter, label) else raw)
+                    series.add(t, raw)
+                    self._series[key] = (gpu.index, series)
+                else:
+                    known[1].add(t, raw)
+                    known[1].prune(t, self._longest)
+                    self._series[key] = (gpu.index, known[1])
+            self._first_seen.setdefault(gpu.uuid, t)
+
+    def _new_since_watched(self, gpu: GpuSnapshot, counter: str, label: str) -> bool:
+        """A new XID code whose last event came after gpumon started watching the GPU: all of it is new.
+        (XIDs the daemon reads back from the kernel log, from earlier in the boot, are a total.)"""
+        if counter != "xid" or gpu.uuid not in self._first_seen:
+            return False
+        last = (gpu.xid_last_timestamp_seconds or {}).get(label)
+        return last is not None and last >= self._first_seen[gpu.uuid]
+
+    def increases(self, now: float) -> list[Increase]:
+        out = []
+        for (uuid, counter, label), (index, series) in sorted(self._series.items(), key=lambda kv: (kv[1][0], kv[0])):
+            rule = self.config.rules[counter]
+            out.append(
+                Increase(index, uuid, counter, label, series.increase(now, rule.window_seconds), rule.window_seconds)
+            )
+        return out
+
+    def findings(self, now: float) -> list[Finding]:
+        found = []
+        for inc in self.increases(now):
+            rule = self.config.rules[inc.counter]
+            if inc.increase <= rule.max_increase:
+                continue
+            what, action, advice = WORDS[inc.counter]
+            if inc.counter == "xid":
+                name = self._words(inc.label) if self._words else ""
+                what = f"XID {inc.label}" + (f" ({name})" if name else "") + " events"
+            summary = (
+                f"{what} rising: {inc.increase:g} in the last {_duration(rule.window_seconds)} "
+                f"(more than {rule.max_increase:g}), {advice}"
+            )
+            found.append(
+                Finding(
+                    kind=f"{inc.counter}_trend",
+                    severity=WARNING,
+                    action=action,
+                    summary=summary,
+                    gpu=inc.index,
+                    uuid=inc.uuid,
+                    evidence={
+                        "counter": inc.counter,
+                        "xid": inc.label or None,
+                        "increase": inc.increase,
+                        "window_seconds": rule.window_seconds,
+                        "max_increase": rule.max_increase,
+                        "source": "error trend",
+                    },
+                )
+            )
+        return found
+
+
+def _duration(seconds: float) -> str:
+    if seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
