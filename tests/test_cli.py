@@ -87,7 +87,7 @@ def test_once_json_into_a_missing_directory_is_a_clear_error(tmp_path: Path) -> 
 
 
 def test_alerts_json_follows_the_same_convention(start_daemon: Callable[..., DaemonProcess], tmp_path: Path) -> None:
-    daemon = start_daemon("--backend", "fake", "--fake-gpus", "1")
+    daemon = start_daemon("--backend", "fake:healthy")  # a steady scenario: no alert comes and goes
     for flag in (["--json"], ["--json", "-"]):
         result = run_cli("alerts", "--url", daemon.url, *flag)
         assert result.returncode == 0, result.stderr
