@@ -51,6 +51,8 @@ from urllib.parse import urlsplit
 
 from gpumon.alerts.builtin import builtin_rules_raw
 from gpumon.alerts.rules import (
+    FINDING_SEVERITIES,
+    FROM_FINDING,
     KINDS,
     OPS,
     SEVERITIES,
@@ -62,7 +64,7 @@ from gpumon.alerts.rules import (
 from gpumon.events.catalog import MAX_XID, MIN_XID, xid_code
 from gpumon.yamlfile import brief
 
-RESERVED_LABELS = frozenset({"alertname", "severity", "gpu", "uuid", "link", "xid"})
+RESERVED_LABELS = frozenset({"alertname", "severity", "gpu", "uuid", "link", "xid", "finding"})
 """Labels gpumon sets itself; rules may not override them (nor the host label)."""
 MIN_RESEND_SECONDS = 30.0
 MAX_RESEND_SECONDS = 180.0
@@ -79,6 +81,7 @@ MAX_STALE_SECONDS = 86400.0
 
 _DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?$")
 _LABEL_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KIND_RE = re.compile(r"^[a-z0-9_*]+$")
 
 _RULE_KEYS = {
     "name",
@@ -99,6 +102,8 @@ _RULE_KEYS = {
     "exclude_codes",
     "hold",
     "min_utilization",
+    "kinds",
+    "min_severity",
 }
 _KIND_KEYS: Mapping[str, frozenset[str]] = {
     "threshold": frozenset({"field", "op", "threshold", "clear_threshold"}),
@@ -109,6 +114,7 @@ _KIND_KEYS: Mapping[str, frozenset[str]] = {
     "nvlink_down": frozenset(),
     "pcie_degraded": frozenset({"min_utilization"}),
     "idle_with_memory": frozenset({"threshold"}),
+    "finding": frozenset({"kinds", "min_severity"}),
 }
 _COMMON_KEYS = frozenset(
     {"name", "kind", "for", "keep_firing_for", "severity", "labels", "annotations", "burn_hold_back"}
@@ -306,6 +312,19 @@ def _str_set(raw: Any, key: str, where: str, p: _Problems) -> frozenset[str]:
     return frozenset(normalize_action(a) for a in items)
 
 
+def _finding_kinds(raw: Any, where: str, p: _Problems) -> frozenset[str]:
+    """finding rules' ``kinds``: finding kinds as ``gpumon health --json`` names them; ``*`` matches any text."""
+    items = [raw] if isinstance(raw, str) else raw
+    if not isinstance(items, list) or not items or not all(isinstance(k, str) and _KIND_RE.match(k) for k in items):
+        p.add(
+            where,
+            "kinds must be a list of finding kinds (lower-case words with _, * matches any text; "
+            f"e.g. [straggler, '*_trend']), got {brief(raw)}",
+        )
+        return frozenset()
+    return frozenset(items)
+
+
 def normalize_action(action: str) -> str:
     """``Reset GPU`` / ``reset-gpu`` -> ``reset_gpu``: catalog actions compared loosely."""
     return re.sub(r"[^a-z0-9]+", "_", action.strip().lower()).strip("_")
@@ -388,8 +407,17 @@ def parse_rule(raw: Any, where: str, p: _Problems, host_label: str, builtin: boo
             p.add(where, f"clear_threshold {clear:g} must not be below threshold {threshold:g} for op {op}")
 
     severity = raw.get("severity", "warning")
-    if severity not in SEVERITIES:
-        p.add(where, f"severity must be one of {', '.join(SEVERITIES)}, got {brief(severity)}")
+    if kind == "finding" and severity == FROM_FINDING:
+        pass
+    elif severity not in SEVERITIES:
+        also = f" (or {FROM_FINDING} for finding rules)"
+        p.add(where, f"severity must be one of {', '.join(SEVERITIES)}{also}, got {brief(severity)}")
+    finding_kinds: frozenset[str] = frozenset()
+    min_severity = raw.get("min_severity", "WARNING")
+    if kind == "finding":
+        finding_kinds = _finding_kinds(raw.get("kinds"), where, p)
+        if min_severity not in FINDING_SEVERITIES:
+            p.add(where, f"min_severity must be one of {', '.join(FINDING_SEVERITIES)}, got {brief(min_severity)}")
     labels = _str_map(raw.get("labels"), "labels", where, p)
     for k in labels:
         if k in RESERVED_LABELS or k == host_label:
@@ -439,6 +467,8 @@ def parse_rule(raw: Any, where: str, p: _Problems, host_label: str, builtin: boo
         exclude_codes=exclude_codes,
         hold_seconds=hold,
         min_utilization_ratio=min_util,
+        finding_kinds=finding_kinds,
+        min_severity=str(min_severity),
         builtin=builtin,
     )
 

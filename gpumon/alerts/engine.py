@@ -4,7 +4,8 @@ An alert is one rule on one target (a GPU, a GPU's NVLink, a GPU's XID code, or 
 Its life: inactive -> pending (condition holds, ``for`` not yet over) -> firing -> resolved
 (condition no longer holds, after ``keep_firing_for`` / ``clear_threshold`` hysteresis).
 A pending alert whose condition stops holding goes back to inactive without ever firing.
-XID alerts fire at once and resolve ``hold`` after the last repeat.
+XID alerts fire at once and resolve ``hold`` after the last repeat. Finding alerts follow the
+health findings the caller passes to ``on_findings``.
 
 The engine is pure: it never sleeps, reads no clock and does no I/O. Callers pass ``now``
 (Unix seconds) to every call; tests drive it with fake snapshots and fake times. It is not
@@ -16,11 +17,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from gpumon.alerts.config import normalize_action
-from gpumon.alerts.rules import OPS, Rule, field_value, format_value, render
+from gpumon.alerts.rules import FINDING_SEVERITIES, FROM_FINDING, OPS, Rule, field_value, format_value, render
 from gpumon.events.model import XidEvent
+from gpumon.findings.model import ACTION_WORDS, ACTIONS, STATUSES, Finding
 from gpumon.snapshot import GpuSnapshot, Snapshot
 
 GIB = 1024**3
@@ -202,7 +205,7 @@ class AlertEngine:
         self._burn = burn
         changes: list[AlertChange] = []
         for rule in self._rules.values():
-            if rule.kind == "xid":
+            if rule.kind in ("xid", "finding"):
                 continue
             changes.extend(self._apply(rule, self._observe(rule, snapshot, now), now))
         changes.extend(self._expire_xids(now))
@@ -254,6 +257,15 @@ class AlertEngine:
             st.context = context
             if previous:
                 changes.append(AlertChange(self._alert(key, st), previous))
+        self._update_held_back()
+        return changes
+
+    def on_findings(self, findings: Sequence[Finding], now: float) -> list[AlertChange]:
+        """Apply the finding rules to the health findings present at ``now`` (all of them, every call)."""
+        changes: list[AlertChange] = []
+        for rule in self._rules.values():
+            if rule.kind == "finding":
+                changes.extend(self._apply(rule, _finding_obs(rule, findings), now))
         self._update_held_back()
         return changes
 
@@ -385,6 +397,8 @@ class AlertEngine:
     ) -> Alert:
         rule = rule or self._rules.get(st.rule)
         severity = rule.severity if rule else "warning"
+        if severity == FROM_FINDING:
+            severity = st.context.get("finding_severity", "warning")
         labels = {"alertname": st.rule, "severity": severity, self.host_label: self.host}
         labels.update({k: v for k, v in st.target if v != ""})
         if rule is not None:
@@ -529,6 +543,39 @@ class AlertEngine:
         fire = util < rule.threshold and holding
         detail = f"{len(gpu.processes)} process(es) hold {held / GIB:.1f} GiB"
         return [_Obs(_gpu_target(gpu), util, fire, fire, {**_gpu_context(gpu), "detail": detail})]
+
+
+def _finding_obs(rule: Rule, findings: Sequence[Finding]) -> list[_Obs]:
+    """One observation per (GPU or host, finding kind): the worst matching finding speaks for it."""
+    least = FINDING_SEVERITIES.index(rule.min_severity)
+    worst: dict[Target, Finding] = {}
+    for f in findings:
+        if not any(fnmatchcase(f.kind, k) for k in rule.finding_kinds) or f.severity not in FINDING_SEVERITIES[least:]:
+            continue
+        target: Target = (("finding", f.kind),)
+        if f.gpu is not None:
+            target = (("gpu", str(f.gpu)), ("uuid", f.uuid or ""), *target)
+        old = worst.get(target)
+        if old is None or _rank(f) > _rank(old):
+            worst[target] = f
+    return [
+        _Obs(
+            target,
+            None,
+            True,
+            True,
+            {
+                "detail": f.summary,
+                "action": ACTION_WORDS.get(f.action, f.action),
+                "finding_severity": f.severity.lower(),
+            },
+        )
+        for target, f in worst.items()
+    ]
+
+
+def _rank(f: Finding) -> tuple[int, int]:
+    return (STATUSES.index(f.severity), ACTIONS.index(f.action) if f.action in ACTIONS else 0)
 
 
 def _xid_matches(rule: Rule, code: int, action: str) -> bool:

@@ -18,6 +18,8 @@ A rule is plain frozen data (``Rule``). Its ``kind`` says what it watches:
 * ``pcie_degraded`` — PCIe generation or width below the maximum while the GPU is busy
   (utilization at least ``min_utilization``): idle GPUs lower their link speed on purpose.
 * ``idle_with_memory`` — utilization below ``threshold`` while compute processes hold memory.
+* ``finding`` — a health finding (``gpumon health``) of one of ``kinds`` at ``min_severity`` or
+  worse: one alert per GPU (or the host) and finding kind, while the finding lasts.
 
 Nothing here keeps state; the engine (``engine.py``) does.
 """
@@ -53,7 +55,12 @@ KINDS = (
     "nvlink_down",
     "pcie_degraded",
     "idle_with_memory",
+    "finding",
 )
+FINDING_SEVERITIES = ("WARNING", "CRITICAL")
+"""finding rules: ``min_severity`` values, from least to most severe (UNKNOWN findings never match)."""
+FROM_FINDING = "from_finding"
+"""finding rules: ``severity: from_finding`` gives each alert its finding's severity (lower case)."""
 HOST_KINDS = frozenset({"nvml_down", "stale_snapshot"})
 """Kinds that watch the host, not one GPU: their alerts carry no gpu/uuid label."""
 
@@ -72,6 +79,7 @@ PLACEHOLDERS = (
     "xid",
     "action",
     "detail",
+    "finding",
 )
 """What an annotation template may use: ``{{ gpu }}`` and so on."""
 
@@ -172,6 +180,10 @@ class Rule:
     """xid rules: how long an XID alert stays firing after the last event."""
     min_utilization_ratio: float = 0.5
     """pcie_degraded rules: only judge the link while utilization is at least this (0-1)."""
+    finding_kinds: frozenset[str] = frozenset()
+    """finding rules: the finding kinds that match (``straggler``, ``xid``, ...)."""
+    min_severity: str = "WARNING"
+    """finding rules: the least severe finding that matches (WARNING or CRITICAL)."""
     builtin: bool = False
 
     @property

@@ -5,7 +5,9 @@ Threads:
 * the polling thread calls ``on_snapshot`` (evaluation only: microseconds, no I/O);
 * the XID event thread calls ``on_xid``;
 * ``gpumon-alerts-tick`` runs every second: stale-snapshot check (a hung poll publishes
-  nothing), XID expiry, re-sending firing alerts to Alertmanagers every resend interval;
+  nothing), XID expiry, re-sending firing alerts to Alertmanagers every resend interval, and
+  every ``findings_interval_seconds`` the finding rules on the health findings (asked of the
+  ``findings`` provider outside the lock: the poll never waits for them);
 * ``gpumon-alerts-spool`` writes the spool whenever something changed;
 * one ``gpumon-alerts-<kind>`` worker per receiver posts its queue.
 
@@ -22,7 +24,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +38,13 @@ from gpumon.alerts.notify import Notification, Receiver, replace_status, sender_
 from gpumon.alerts.spool import Spool
 from gpumon.events.model import XidEvent
 from gpumon.failure_log import FailureLog
+from gpumon.findings.model import Finding
 from gpumon.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
+
+FINDINGS_INTERVAL_SECONDS = 5.0
+"""How often the tick thread asks for the health findings (when a finding rule exists)."""
 
 Handler = Callable[[], tuple[int, str, bytes]]
 
@@ -55,8 +61,14 @@ class AlertService:
         xid_action: Callable[[int], str] | None = None,
         tick_seconds: float = 1.0,
         rng: Callable[[], float] | None = None,
+        findings: Callable[[], Sequence[Finding]] | None = None,
+        findings_interval_seconds: float = FINDINGS_INTERVAL_SECONDS,
     ) -> None:
+        """``findings``: the health findings now (HealthService.report), for the finding rules."""
         self._config = config
+        self._findings = findings
+        self._findings_interval_seconds = findings_interval_seconds
+        self._findings_read_at: float | None = None
         self._clock = clock
         self._tick_seconds = tick_seconds
         self._rng = rng
@@ -188,11 +200,14 @@ class AlertService:
     def tick(self) -> None:
         """Timer work (normally run by the tick thread every second); never raises."""
         try:
+            findings = self._read_findings()
             with self._lock:
                 now = self._clock()
                 revision = self._engine_revision()
                 self._burn = self._read_burn()
                 self._engine.tick(now, self._burn)
+                if findings is not None:
+                    self._engine.on_findings(findings, now)
                 changed = self._deliver(now)
                 changed = self._resend(now) or changed
                 if changed or self._engine_revision() != revision:
@@ -272,6 +287,16 @@ class AlertService:
             clock=self._clock,
             **extra,
         )
+
+    def _read_findings(self) -> Sequence[Finding] | None:
+        """The health findings when they are due (None otherwise); called without the lock."""
+        now = self._clock()
+        if self._findings is None or not any(r.kind == "finding" for r in self._engine.rules):
+            return None
+        if self._findings_read_at is not None and now - self._findings_read_at < self._findings_interval_seconds:
+            return None
+        self._findings_read_at = now
+        return self._findings()
 
     def _engine_revision(self) -> int:
         return self._engine.revision

@@ -69,6 +69,8 @@ def test_builtin_rule_fires_on_its_condition_after_its_for(
 def test_every_builtin_rule_is_covered() -> None:
     names = {r["name"] for r in builtin_rules_raw()}
     covered = {c[0] for c in CASES} | {"GpuNvmlDown", "GpuSnapshotStale", "GpuXidCritical", "GpuXidError"}
+    # the finding rules: tests/alerts/test_finding_rules.py
+    covered |= {"GpuNeedsRepair", "GpuStraggler", "GpuErrorRateRising", "GpuInventoryDrift"}
     assert names == covered
 
 
