@@ -286,3 +286,27 @@ def test_scrapes_of_one_snapshot_share_its_rendered_series() -> None:
         clock[0] += 1
     assert seen == [40.0, 41.0]
     assert built == [0, 0]  # once per snapshot, not once per scrape
+
+
+def test_openmetrics_scrapes_follow_each_snapshot_and_match_prometheus_client() -> None:
+    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+
+    from gpumon.exporter import openmetrics
+
+    clock = [1000.0]
+    store = SnapshotStore()
+    backend = FakeBackend.from_mapping({"gpus": [{"values": {"temperature_celsius": [40.0, 41.0]}}]})
+    poller = Poller(backend, store, monotonic=lambda: clock[0], wall_clock=lambda: clock[0], host_figures=dict)
+    collector = GpumonCollector(store, PollIntervals(), monotonic=lambda: clock[0], processes=True)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)  # type: ignore[arg-type]
+    for expected in ("40.0", "41.0"):
+        poller.poll()
+        ours = [openmetrics.render(collector.collect()).decode() for _ in range(2)]
+        strip = "gpumon_collector_duration_seconds{"
+        theirs = [line for line in openmetrics_latest(registry).decode().splitlines() if strip not in line]
+        for text in ours:
+            assert [line for line in text.splitlines() if strip not in line] == theirs
+            uuid = backend.scripts[0].uuid
+            assert f'gpumon_temperature_celsius{{gpu="0",sensor="gpu",uuid="{uuid}"}} {expected}' in text
+        clock[0] += 1

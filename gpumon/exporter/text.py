@@ -32,10 +32,12 @@ class Family:
     label_names: tuple[str, ...] = ()
     samples: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
     plain_labels: bool = False
-    rendered: str | None = None
-    """This family's text, once rendered; families of slow tiers are reused across scrapes."""
     """True when no label value can hold a backslash, quote or newline (indices, UUIDs, fixed
     names): rendering then skips escaping."""
+    rendered: str | None = None
+    """This family's text, once rendered; families of slow tiers are reused across scrapes."""
+    rendered_openmetrics: str | None = None
+    """The same in OpenMetrics text, once rendered (gpumon.exporter.openmetrics)."""
 
     def add(self, labels: Sequence[str], value: float) -> None:
         self.samples.append((tuple(labels), float(value)))
