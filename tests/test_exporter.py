@@ -310,3 +310,22 @@ def test_openmetrics_scrapes_follow_each_snapshot_and_match_prometheus_client() 
             uuid = backend.scripts[0].uuid
             assert f'gpumon_temperature_celsius{{gpu="0",sensor="gpu",uuid="{uuid}"}} {expected}' in text
         clock[0] += 1
+
+
+def test_slow_tier_series_are_rendered_when_read_not_when_scraped() -> None:
+    """Subscribed to the store, the collector renders a slow read's series on the polling thread;
+    the scrape that follows serves them as read."""
+    store = SnapshotStore()
+    backend = FakeBackend.from_mapping({"gpus": [{"values": {"energy_joules_total": [1.0, 2.0]}}]})
+    collector = GpumonCollector(store, PollIntervals())
+    store.subscribe(collector.prepare)
+    built = []
+    for row in collector._rows:
+        if row.name == "gpumon_energy_joules_total":
+            original = row.samples
+            object.__setattr__(row, "samples", lambda gpu, f=original: built.append("read") or f(gpu))
+    Poller(backend, store, host_figures=dict).poll()
+    assert built == ["read"]
+    text = collector.render().decode()
+    assert built == ["read"]
+    assert samples(text, "gpumon_energy_joules_total")[0][1] == 1.0

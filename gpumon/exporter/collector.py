@@ -285,18 +285,31 @@ class GpumonCollector:
             up.add([str(gpu.index), gpu.uuid], 1.0 if gpu.up else 0.0)
         out = [info, up]
         live = [g for g in snapshot.gpus if g.up]
-        gpu_set = tuple((g.index, g.uuid, g.up) for g in snapshot.gpus)
-        for row in self._rows:
-            stats = snapshot.tiers.get(row.tier.value) if row.tier in (Tier.SLOW, Tier.STATIC) else None
-            if stats is None:
-                family = self._row_family(row, live)
-            else:
-                family = self._cached_row_family(row, live, (stats.last_timestamp_seconds, gpu_set))
+        for row, key in self._row_keys(snapshot):
+            family = self._row_family(row, live) if key is None else self._cached_row_family(row, live, key)
             if family.samples:
                 out.append(family)
         if self._processes:
             out += self._process_metrics(live)
         return out
+
+    def _row_keys(self, snapshot: Snapshot) -> Iterator[tuple[MetricRow, tuple[object, ...] | None]]:
+        """Each row with the key its cached text is valid for (slow and static tiers), or None (fast)."""
+        gpu_set = tuple((g.index, g.uuid, g.up) for g in snapshot.gpus)
+        for row in self._rows:
+            stats = snapshot.tiers.get(row.tier.value) if row.tier in (Tier.SLOW, Tier.STATIC) else None
+            yield row, None if stats is None else (stats.last_timestamp_seconds, gpu_set)
+
+    def prepare(self, snapshot: Snapshot) -> None:
+        """Store listener: right after a slow or static read, render those tiers' families on the
+        polling thread (once per read, as the first scrape after it would), so no scrape waits for
+        them. A poll of the fast tier alone costs a few key comparisons here."""
+        live = [g for g in snapshot.gpus if g.up]
+        if not live:
+            return
+        for row, key in self._row_keys(snapshot):
+            if key is not None:
+                self._cached_row_family(row, live, key)
 
     def _cached_row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot], key: tuple[object, ...]) -> Family:
         """Slow and static tiers change only when read: reuse their rendered text until then."""
