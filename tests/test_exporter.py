@@ -329,3 +329,24 @@ def test_slow_tier_series_are_rendered_when_read_not_when_scraped() -> None:
     text = collector.render().decode()
     assert built == ["read"]
     assert samples(text, "gpumon_energy_joules_total")[0][1] == 1.0
+
+
+def test_a_slow_read_with_new_values_shows_them_and_one_with_the_same_values_keeps_the_text() -> None:
+    clock = [1000.0]
+    store = SnapshotStore()
+    backend = FakeBackend.from_mapping({"gpus": [{"values": {"energy_joules_total": [1.0, 1.0, 1.0, 1.0, 2.0]}}]})
+    poller = Poller(
+        backend,
+        store,
+        PollIntervals(1, 2, 100),
+        monotonic=lambda: clock[0],
+        wall_clock=lambda: clock[0],
+        host_figures=dict,
+    )
+    collector = GpumonCollector(store, PollIntervals(1, 2, 100), monotonic=lambda: clock[0])
+    seen = []
+    for _ in range(5):
+        poller.poll()
+        seen.append(samples(collector.render().decode(), "gpumon_energy_joules_total")[0][1])
+        clock[0] += 1
+    assert seen == [1.0, 1.0, 1.0, 1.0, 2.0]

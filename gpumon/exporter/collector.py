@@ -318,7 +318,10 @@ class GpumonCollector:
         if cached is not None and cached[0] == key:
             return cached[1]
         family = self._row_family(row, gpus)
-        family.rendered = render([family])
+        if cached is not None and cached[1].samples == family.samples and cached[1].help == family.help:
+            family = cached[1]  # read again, same values (error counters, topology): same text
+        else:
+            family.rendered = render([family])
         self._row_cache[row.name] = (key, family)
         return family
 
