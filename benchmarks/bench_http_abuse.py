@@ -57,7 +57,9 @@ def free_port() -> int:
 
 def proc_status(pid: int) -> tuple[int, int]:
     threads = next(
-        int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("Threads:")
+        int(line.split()[1])
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if line.startswith("Threads:")
     )
     return threads, len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -263,9 +265,7 @@ def auth_flood(args: argparse.Namespace, tmp: Path) -> None:
     url = f"http://127.0.0.1:{port}/metrics"
     waits = []
     try:
-        attacker = run_attacker(
-            port, 2 + 5 * 3, idle=0, slowloris=0, concurrent=0, auth_attackers=args.auth_attackers
-        )
+        attacker = run_attacker(port, 2 + 5 * 3, idle=0, slowloris=0, concurrent=0, auth_attackers=args.auth_attackers)
         time.sleep(2.0)
         for _ in range(5):
             # a new client: credentials not yet cached (the hash changes each round)

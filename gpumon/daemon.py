@@ -182,6 +182,7 @@ class Daemon:
             self_stats=self._self_stats,
             processes=config.exporter.processes,
         )
+        self.store.subscribe(self.collector.prepare)
         self.collector.add("alerts", self.alerts.collector())
         self.collector.add("burn", BurnResultsCollector(config.state_dir))
         read_errors = getattr(backend, "read_errors", None)

@@ -62,6 +62,13 @@ class _GpuState:
     lost_reason: str | None = None
     reprobe_at: float = 0.0
     reprobe_backoff: float = 5.0
+    enriched: tuple[object, object, int] | None = None
+    """(processes as the backend gave them, the same with /proc facts, polls it may still serve)."""
+
+
+ENRICH_REUSE_POLLS = 30
+"""Polls that may reuse a GPU's process attribution while NVML reports the same processes (same
+pids, same memory): /proc is read again when the list changes, and at least every 30 polls."""
 
 
 def _settable(values: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -381,10 +388,17 @@ class Poller:
         extra: dict[str, Any] = {}
         processes = values.get("processes")
         if processes and self._enrich is not None:
-            try:
-                extra["processes"] = self._enrich(processes)
-            except Exception:
-                log.exception("process attribution failed")
+            known = state.enriched
+            if known is not None and known[2] > 0 and known[0] == processes:
+                extra["processes"] = known[1]
+                state.enriched = (known[0], known[1], known[2] - 1)
+            else:
+                try:
+                    extra["processes"] = self._enrich(processes)
+                    state.enriched = (processes, extra["processes"], ENRICH_REUSE_POLLS - 1)
+                except Exception:
+                    state.enriched = None
+                    log.exception("process attribution failed")
         if self._xid_counts is not None:
             counts, last = self._xid_counts(index)
             extra["xid_errors_total"] = dict(counts)

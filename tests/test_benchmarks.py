@@ -22,3 +22,23 @@ def test_bare_reference_has_a_group_for_every_backend_reader() -> None:
     readers = {name for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC) for name in backend.reader_names(tier)}
     assert readers <= set(groups), f"bench_nvml_calls.bare_groups lacks {sorted(readers - set(groups))}"
     backend.shutdown()
+
+
+def _quick(script: str) -> str:
+    import subprocess
+
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / script
+    done = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_scale_benchmark_scrapes_a_real_daemon_in_every_variant() -> None:
+    out = _quick("bench_fake_scale.py")
+    for variant in ("text ", "text+gzip", "openmetrics+gzip", "generate_latest (reference)"):
+        assert variant in out
+
+
+def test_daemon_cpu_benchmark_reports_cpu_rss_and_threads() -> None:
+    out = _quick("bench_daemon_cpu.py")
+    assert "% core/GPU" in out and "RSS MiB" in out and "threads" in out

@@ -10,6 +10,13 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.backends.fake import FakeBackend
@@ -219,3 +226,127 @@ def test_slow_tier_series_follow_each_slow_read_despite_render_caching() -> None
         seen.append(samples(collector.render().decode(), "gpumon_energy_joules_total")[0][1])
         clock[0] += 1
     assert seen == [1.0, 1.0, 3.0, 3.0, 5.0]
+
+
+class _Odd:
+    """An extra collector with what prometheus_client renders in its own ways."""
+
+    def collect(self) -> Iterable[Metric]:
+        gauge = GaugeMetricFamily("odd_gauge", 'help with \\ and\nnewline and "quotes"', labels=["b", "a"])
+        gauge.add_metric(['back\\slash "q"\nline', "1"], 1.5)
+        gauge.add_metric(["x", "2"], math.inf)
+        gauge.add_metric(["y", "3"], -0.0)
+        gauge.add_metric(["z", "4"], 1e-7)
+        yield gauge
+        stamped = GaugeMetricFamily("odd_stamped", "with a timestamp")
+        stamped.add_metric([], 2.0, timestamp=12.5)
+        yield stamped
+        counter = CounterMetricFamily("odd_events", "a counter", labels=["kind"], created=100.0)
+        counter.add_metric(["k"], 3.0, created=100.0)
+        yield counter
+        yield InfoMetricFamily("odd_build", "info", value={"version": "1"})
+        yield HistogramMetricFamily("odd_seconds", "histogram", buckets=[("1", 1.0), ("+Inf", 2.0)], sum_value=3.0)
+        yield GaugeMetricFamily("odd_empty", "no samples")
+
+
+def test_extra_collectors_render_as_prometheus_client_does() -> None:
+    """The text of the alerts, health and other extra collectors is what generate_latest writes."""
+    collector = golden_collector()
+    collector.add("odd", _Odd())  # type: ignore[arg-type]
+    ours = collector.render().decode()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)  # type: ignore[arg-type]
+    theirs = generate_latest(registry).decode()
+    strip = "gpumon_collector_duration_seconds"  # timed per scrape: differs between the two scrapes
+    assert [line for line in ours.splitlines() if strip not in line] == [
+        line for line in theirs.splitlines() if strip not in line
+    ]
+    assert 'odd_gauge{a="1",b="back\\\\slash \\"q\\"\\nline"} 1.5' in ours
+
+
+def test_scrapes_of_one_snapshot_share_its_rendered_series() -> None:
+    """Several scrapers (or concurrent scrapes) of one snapshot cost one render; the next poll's
+    values show in the next scrape."""
+    clock = [1000.0]
+    store = SnapshotStore()
+    backend = FakeBackend.from_mapping({"gpus": [{"values": {"temperature_celsius": [40.0, 41.0, 42.0]}}]})
+    poller = Poller(backend, store, monotonic=lambda: clock[0], wall_clock=lambda: clock[0], host_figures=dict)
+    collector = GpumonCollector(store, PollIntervals(), monotonic=lambda: clock[0])
+    built = []
+    for row in collector._rows:
+        if row.name == "gpumon_temperature_celsius":
+            original = row.samples
+            object.__setattr__(row, "samples", lambda gpu, f=original: built.append(gpu.index) or f(gpu))
+    seen = []
+    for _ in range(2):
+        poller.poll()
+        bodies = {collector.render() for _ in range(3)}
+        assert len(bodies) == 1
+        seen.append(samples(bodies.pop().decode(), "gpumon_temperature_celsius")[0][1])
+        clock[0] += 1
+    assert seen == [40.0, 41.0]
+    assert built == [0, 0]  # once per snapshot, not once per scrape
+
+
+def test_openmetrics_scrapes_follow_each_snapshot_and_match_prometheus_client() -> None:
+    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+
+    from gpumon.exporter import openmetrics
+
+    clock = [1000.0]
+    store = SnapshotStore()
+    backend = FakeBackend.from_mapping({"gpus": [{"values": {"temperature_celsius": [40.0, 41.0]}}]})
+    poller = Poller(backend, store, monotonic=lambda: clock[0], wall_clock=lambda: clock[0], host_figures=dict)
+    collector = GpumonCollector(store, PollIntervals(), monotonic=lambda: clock[0], processes=True)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)  # type: ignore[arg-type]
+    for expected in ("40.0", "41.0"):
+        poller.poll()
+        ours = [openmetrics.render(collector.collect()).decode() for _ in range(2)]
+        strip = "gpumon_collector_duration_seconds{"
+        theirs = [line for line in openmetrics_latest(registry).decode().splitlines() if strip not in line]
+        for text in ours:
+            assert [line for line in text.splitlines() if strip not in line] == theirs
+            uuid = backend.scripts[0].uuid
+            assert f'gpumon_temperature_celsius{{gpu="0",sensor="gpu",uuid="{uuid}"}} {expected}' in text
+        clock[0] += 1
+
+
+def test_slow_tier_series_are_rendered_when_read_not_when_scraped() -> None:
+    """Subscribed to the store, the collector renders a slow read's series on the polling thread;
+    the scrape that follows serves them as read."""
+    store = SnapshotStore()
+    backend = FakeBackend.from_mapping({"gpus": [{"values": {"energy_joules_total": [1.0, 2.0]}}]})
+    collector = GpumonCollector(store, PollIntervals())
+    store.subscribe(collector.prepare)
+    built = []
+    for row in collector._rows:
+        if row.name == "gpumon_energy_joules_total":
+            original = row.samples
+            object.__setattr__(row, "samples", lambda gpu, f=original: built.append("read") or f(gpu))
+    Poller(backend, store, host_figures=dict).poll()
+    assert built == ["read"]
+    text = collector.render().decode()
+    assert built == ["read"]
+    assert samples(text, "gpumon_energy_joules_total")[0][1] == 1.0
+
+
+def test_a_slow_read_with_new_values_shows_them_and_one_with_the_same_values_keeps_the_text() -> None:
+    clock = [1000.0]
+    store = SnapshotStore()
+    backend = FakeBackend.from_mapping({"gpus": [{"values": {"energy_joules_total": [1.0, 1.0, 1.0, 1.0, 2.0]}}]})
+    poller = Poller(
+        backend,
+        store,
+        PollIntervals(1, 2, 100),
+        monotonic=lambda: clock[0],
+        wall_clock=lambda: clock[0],
+        host_figures=dict,
+    )
+    collector = GpumonCollector(store, PollIntervals(1, 2, 100), monotonic=lambda: clock[0])
+    seen = []
+    for _ in range(5):
+        poller.poll()
+        seen.append(samples(collector.render().decode(), "gpumon_energy_joules_total")[0][1])
+        clock[0] += 1
+    assert seen == [1.0, 1.0, 1.0, 1.0, 2.0]

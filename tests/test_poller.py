@@ -247,3 +247,30 @@ def test_poll_never_raises_even_when_a_snapshot_listener_does(caplog: pytest.Log
     assert not poller.poll_running
     errors = [r for r in caplog.records if "listener" in r.getMessage()]
     assert len(errors) == 1 and "listener bug" in errors[0].getMessage()
+
+
+def test_process_attribution_is_read_again_when_the_processes_change_and_every_30_polls() -> None:
+    """/proc is read for a GPU's processes when NVML's list changes, and at least every 30 polls;
+    in between the snapshot carries the same names, users and places."""
+    from gpumon.backends.fake import FakeGpuScript
+    from gpumon.snapshot import ProcessSnapshot
+
+    def processes(tick: int) -> tuple[ProcessSnapshot, ...]:
+        return (ProcessSnapshot(pid=7, used_memory_bytes=(1 if tick < 3 else 2) << 30),)
+
+    backend = FakeBackend(scripts=[FakeGpuScript(uuid="GPU-0", values={"processes": processes})])
+    clock = Clock()
+    calls = []
+
+    def enrich(processes: Any) -> tuple[ProcessSnapshot, ...]:
+        calls.append(len(calls))
+        return tuple(p.__class__(**{**p.__dict__, "name": "trainer"}) for p in processes)
+
+    poller = Poller(
+        backend, SnapshotStore(), monotonic=clock, wall_clock=clock, host_figures=dict, enrich_processes=enrich
+    )
+    names = []
+    for _ in range(35):
+        names += [p.name for p in poll(poller, clock).gpus[0].processes or ()]
+    assert names == ["trainer"] * 35
+    assert len(calls) == 3  # first poll, the change at poll 4, and 30 polls later

@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from prometheus_client.core import Metric
-from prometheus_client.exposition import generate_latest
 
 from gpumon import __version__
 from gpumon.exporter.metrics import MetricRow, gpu_rows
-from gpumon.exporter.text import Family, render
+from gpumon.exporter.text import Family, render, render_metrics
 from gpumon.poller import PollIntervals
 from gpumon.snapshot import GpuSnapshot, Snapshot, Tier
 from gpumon.store import SnapshotStore
@@ -67,16 +66,6 @@ def _refreshed(tier: Tier, intervals: PollIntervals) -> str:
     return f" Refreshed every {intervals.of(tier):g}s."
 
 
-class _MetricList:
-    """Adapter so generate_latest can render a list of Metric objects."""
-
-    def __init__(self, metrics: list[Metric]) -> None:
-        self._metrics = metrics
-
-    def collect(self) -> list[Metric]:
-        return self._metrics
-
-
 class GpumonCollector:
     """Builds every gpumon_* family from the store on each scrape."""
 
@@ -99,6 +88,7 @@ class GpumonCollector:
         self._processes = processes
         self._rows = gpu_rows()
         self._row_cache: dict[str, tuple[tuple[object, ...], Family]] = {}
+        self._gpu_cache: tuple[Snapshot, tuple[PollIntervals, bool], list[Family]] | None = None
         self._extra = list(extra)
         self._version = version
         self._python_version = python_version or platform.python_version()
@@ -124,7 +114,7 @@ class GpumonCollector:
             extra_metrics.extend(metrics)
         text = render(core).encode()
         if extra_metrics:
-            text += generate_latest(_MetricList(extra_metrics))
+            text += render_metrics(extra_metrics).encode()
         return text + render(self._meta(timings)).encode()
 
     def collect(self) -> Iterator[Metric]:
@@ -252,6 +242,19 @@ class GpumonCollector:
         return out
 
     def _gpu_metrics(self, snapshot: Snapshot) -> list[Family]:
+        """The per-GPU families of ``snapshot``, rendered once: every scrape of one snapshot
+        (concurrent ones, or several scrapers) reuses the text."""
+        cached = self._gpu_cache
+        if cached is not None and cached[0] is snapshot and cached[1] == (self._intervals, self._processes):
+            return cached[2]
+        families = self._build_gpu_metrics(snapshot)
+        for family in families:
+            if family.rendered is None:
+                family.rendered = render([family])
+        self._gpu_cache = (snapshot, (self._intervals, self._processes), families)
+        return families
+
+    def _build_gpu_metrics(self, snapshot: Snapshot) -> list[Family]:
         if not snapshot.gpus:
             return []
         info = Family(
@@ -282,18 +285,31 @@ class GpumonCollector:
             up.add([str(gpu.index), gpu.uuid], 1.0 if gpu.up else 0.0)
         out = [info, up]
         live = [g for g in snapshot.gpus if g.up]
-        gpu_set = tuple((g.index, g.uuid, g.up) for g in snapshot.gpus)
-        for row in self._rows:
-            stats = snapshot.tiers.get(row.tier.value) if row.tier in (Tier.SLOW, Tier.STATIC) else None
-            if stats is None:
-                family = self._row_family(row, live)
-            else:
-                family = self._cached_row_family(row, live, (stats.last_timestamp_seconds, gpu_set))
+        for row, key in self._row_keys(snapshot):
+            family = self._row_family(row, live) if key is None else self._cached_row_family(row, live, key)
             if family.samples:
                 out.append(family)
         if self._processes:
             out += self._process_metrics(live)
         return out
+
+    def _row_keys(self, snapshot: Snapshot) -> Iterator[tuple[MetricRow, tuple[object, ...] | None]]:
+        """Each row with the key its cached text is valid for (slow and static tiers), or None (fast)."""
+        gpu_set = tuple((g.index, g.uuid, g.up) for g in snapshot.gpus)
+        for row in self._rows:
+            stats = snapshot.tiers.get(row.tier.value) if row.tier in (Tier.SLOW, Tier.STATIC) else None
+            yield row, None if stats is None else (stats.last_timestamp_seconds, gpu_set)
+
+    def prepare(self, snapshot: Snapshot) -> None:
+        """Store listener: right after a slow or static read, render those tiers' families on the
+        polling thread (once per read, as the first scrape after it would), so no scrape waits for
+        them. A poll of the fast tier alone costs a few key comparisons here."""
+        live = [g for g in snapshot.gpus if g.up]
+        if not live:
+            return
+        for row, key in self._row_keys(snapshot):
+            if key is not None:
+                self._cached_row_family(row, live, key)
 
     def _cached_row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot], key: tuple[object, ...]) -> Family:
         """Slow and static tiers change only when read: reuse their rendered text until then."""
@@ -302,7 +318,10 @@ class GpumonCollector:
         if cached is not None and cached[0] == key:
             return cached[1]
         family = self._row_family(row, gpus)
-        family.rendered = render([family])
+        if cached is not None and cached[1].samples == family.samples and cached[1].help == family.help:
+            family = cached[1]  # read again, same values (error counters, topology): same text
+        else:
+            family.rendered = render([family])
         self._row_cache[row.name] = (key, family)
         return family
 

@@ -59,8 +59,10 @@ def render(metrics: Iterable[Metric]) -> bytes:
     formatted: dict[float, str] = {}
     for metric in metrics:
         if isinstance(metric, FamilyMetric) and _PLAIN_NAME.match(metric.family.name):
-            text_of_family = render_openmetrics_family(metric.family)
+            family = metric.family
+            text_of_family = family.rendered_openmetrics or render_openmetrics_family(family)
             if text_of_family is not None:
+                family.rendered_openmetrics = text_of_family  # families reused across scrapes render once
                 out.append(text_of_family)
                 continue
         if not _plain(metric):

@@ -23,9 +23,10 @@ slowdown, power cap) and extra processes are the evidence the finding gives.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,32 +135,54 @@ def _values(gpu: GpuSnapshot) -> dict[str, float]:
     return out
 
 
+def _median_without(ordered: Sequence[float], value: float) -> float:
+    """``statistics.median`` of ``ordered`` (sorted) with one occurrence of ``value`` left out."""
+    skip = bisect.bisect_left(ordered, value)
+    n = len(ordered) - 1
+
+    def at(i: int) -> float:
+        return ordered[i] if i < skip else ordered[i + 1]
+
+    if n % 2:
+        return at(n // 2)
+    return (at(n // 2 - 1) + at(n // 2)) / 2
+
+
 def _compare(group: str, gpus: list[GpuSnapshot]) -> list[_Compared]:
+    """Each GPU against the median of its peers (the others of ``gpus``): sorted once per signal,
+    so a group of n GPUs costs n log n, not n²."""
     values = {g.index: _values(g) for g in gpus}
     reasons = {g.index: frozenset(r for r, on in (g.clock_events_active or {}).items() if on) for g in gpus}
     processes = {g.index: len(g.processes or ()) for g in gpus}
+    peers = len(gpus) - 1
+    ordered: dict[str, list[float]] = {}
+    for signal in SIGNALS:
+        column = [v[signal] for v in values.values() if signal in v]
+        if len(column) == len(gpus):  # a signal counts only where every GPU of the group has it
+            ordered[signal] = sorted(column)
+    reason_counts = {r: sum(r in on for on in reasons.values()) for r in REASONS}
+    ordered_processes = sorted(processes.values())
     out = []
     for gpu in gpus:
-        peers = [p.index for p in gpus if p.index != gpu.index]
         deviations = {}
         for signal, value in values[gpu.index].items():
-            peer_values = [values[p][signal] for p in peers if signal in values[p]]
-            if len(peer_values) < len(peers):
+            if signal not in ordered:
                 continue
-            median = statistics.median(peer_values)
+            median = _median_without(ordered[signal], value)
             if median > 0:
                 deviations[signal] = value / median - 1.0
+        mine = reasons[gpu.index]
         out.append(
             _Compared(
                 index=gpu.index,
                 uuid=gpu.uuid,
                 group=group,
                 deviations=deviations,
-                reasons=reasons[gpu.index],
-                peer_reason_shares={r: sum(r in reasons[p] for p in peers) / len(peers) for r in REASONS},
+                reasons=mine,
+                peer_reason_shares={r: (reason_counts[r] - (r in mine)) / peers for r in REASONS},
                 processes=processes[gpu.index],
-                peer_processes=statistics.median(processes[p] for p in peers),
-                peers=len(peers),
+                peer_processes=_median_without(ordered_processes, processes[gpu.index]),
+                peers=peers,
             )
         )
     return out
@@ -171,6 +194,9 @@ class StragglerDetector:
     def __init__(self, config: StragglerConfig) -> None:
         self.config = config
         self._samples: deque[_Sample] = deque()
+        self._generation = 0
+        """Bumped whenever the kept samples change: what is derived from them is cached until then."""
+        self._derived: dict[str, tuple[int, Any]] = {}
 
     def observe(self, snapshot: Snapshot, burning: bool) -> None:
         """Take one snapshot; nothing is kept while ``burning`` or when no group is all busy."""
@@ -186,6 +212,7 @@ class StragglerDetector:
                 compared += _compare(key, gpus)
         if compared:
             self._samples.append(_Sample(snapshot.timestamp_seconds, tuple(compared)))
+            self._generation += 1
 
     def _busy(self, gpu: GpuSnapshot) -> bool:
         return (
@@ -195,11 +222,25 @@ class StragglerDetector:
     def _prune(self, now: float) -> None:
         while self._samples and self._samples[0].t < now - self.config.window_seconds:
             self._samples.popleft()
+            self._generation += 1
+
+    def _cached(self, what: str, now: float, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per state of the kept samples (scrapes and reports ask often)."""
+        self._prune(now)
+        hit = self._derived.get(what)
+        if hit is not None and hit[0] == self._generation:
+            return hit[1]
+        value = compute()
+        self._derived[what] = (self._generation, value)
+        return value
 
     # ---- output -------------------------------------------------------------
     def _per_gpu(self, now: float) -> dict[int, dict[str, Any]]:
         """Per GPU index: its compared polls' times, per signal (deviation, below) points, reason counts."""
-        self._prune(now)
+        result: dict[int, dict[str, Any]] = self._cached("per_gpu", now, self._compute_per_gpu)
+        return result
+
+    def _compute_per_gpu(self) -> dict[int, dict[str, Any]]:
         out: dict[int, dict[str, Any]] = {}
         for sample in self._samples:
             for gpu in sample.gpus:
@@ -218,6 +259,10 @@ class StragglerDetector:
 
     def deviations(self, now: float) -> list[Deviation]:
         """Each compared GPU's mean deviation per signal over the window (for the exported series)."""
+        result: list[Deviation] = list(self._cached("deviations", now, lambda: self._deviations(now)))
+        return result
+
+    def _deviations(self, now: float) -> list[Deviation]:
         out = []
         for index, entry in sorted(self._per_gpu(now).items()):
             for signal, points in sorted(entry["signals"].items()):
@@ -227,6 +272,10 @@ class StragglerDetector:
 
     def findings(self, now: float) -> list[Finding]:
         """A WARNING ``straggler`` finding per GPU persistently below its peers on a firing signal."""
+        result: list[Finding] = list(self._cached("findings", now, lambda: self._findings(now)))
+        return result
+
+    def _findings(self, now: float) -> list[Finding]:
         cfg = self.config
         found = []
         for index, entry in sorted(self._per_gpu(now).items()):

@@ -9,6 +9,7 @@ The first value seen is the baseline: errors from before gpumon started are not 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -113,13 +114,20 @@ class _Series:
             self.points.append((t, self.total))
 
     def increase(self, now: float, window: float) -> float:
+        return self.increase_until(now, window)[0]
+
+    def increase_until(self, now: float, window: float) -> tuple[float, float, float]:
+        """(increase, lo, hi): the increase, and the span of ``now`` over which it stays the same."""
         start = now - window
         before = self.points[0][1]
+        lo, hi = -math.inf, math.inf
         for t, total in self.points:
             if t > start:
+                hi = t + window
                 break
             before = total
-        return self.total - before
+            lo = t + window
+        return self.total - before, lo, hi
 
     def prune(self, now: float, keep: float) -> None:
         while len(self.points) > 1 and self.points[1][0] <= now - keep:
@@ -135,6 +143,9 @@ class TrendTracker:
         self._longest = max((r.window_seconds for r in config.rules.values()), default=0.0)
         self._first_seen: dict[str, float] = {}
         """When each GPU (uuid) was first observed."""
+        self._generation = 0
+        """Bumped whenever a series changes; increases() is cached until then."""
+        self._cached: tuple[int, float, float, list[Increase]] | None = None
 
     def observe(self, snapshot: Snapshot) -> None:
         if not self.config.enabled or not snapshot.nvml_up:
@@ -152,9 +163,13 @@ class TrendTracker:
                     series = _Series(t, 0 if self._new_since_watched(gpu, counter, label) else raw)
                     series.add(t, raw)
                     self._series[key] = (gpu.index, series)
+                    self._generation += 1
                 else:
+                    points = len(known[1].points), known[1].points[0]
                     known[1].add(t, raw)
                     known[1].prune(t, self._longest)
+                    if known[0] != gpu.index or points != (len(known[1].points), known[1].points[0]):
+                        self._generation += 1
                     self._series[key] = (gpu.index, known[1])
             self._first_seen.setdefault(gpu.uuid, t)
 
@@ -167,13 +182,20 @@ class TrendTracker:
         return last is not None and last >= self._first_seen[gpu.uuid]
 
     def increases(self, now: float) -> list[Increase]:
+        """Each series' increase within its window at ``now``; computed again only when a series
+        changed or ``now`` moved a point in or out of a window (scrapes ask every few seconds)."""
+        cached = self._cached
+        if cached is not None and cached[0] == self._generation and cached[1] <= now < cached[2]:
+            return list(cached[3])
         out = []
+        lo, hi = -math.inf, math.inf
         for (uuid, counter, label), (index, series) in sorted(self._series.items(), key=lambda kv: (kv[1][0], kv[0])):
             rule = self.config.rules[counter]
-            out.append(
-                Increase(index, uuid, counter, label, series.increase(now, rule.window_seconds), rule.window_seconds)
-            )
-        return out
+            increase, since, until = series.increase_until(now, rule.window_seconds)
+            lo, hi = max(lo, since), min(hi, until)
+            out.append(Increase(index, uuid, counter, label, increase, rule.window_seconds))
+        self._cached = (self._generation, lo, hi, out)
+        return list(out)
 
     def findings(self, now: float) -> list[Finding]:
         found = []

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpumon.findings.stragglers import StragglerConfig, StragglerDetector
 from gpumon.snapshot import GpuSnapshot
 from tests.signals.helpers import GHZ, gpu, proc, snap
@@ -149,3 +152,62 @@ def test_peers_waiting_for_a_slow_gpu_are_not_named_for_their_lower_activity_or_
 
 def test_margin_is_configurable() -> None:
     assert run(thermal_gpu_3, margin_ratio=0.15).findings(NOW) == []
+
+
+def _brute_force_peers(gpus: list[GpuSnapshot]) -> dict[int, tuple[dict[str, float], dict[str, float], float]]:
+    """Per GPU: deviations, peer reason shares and peer process median, as the definition reads."""
+    import statistics
+
+    from gpumon.findings.stragglers import REASONS, _values
+
+    values = {g.index: _values(g) for g in gpus}
+    reasons = {g.index: {r for r, on in (g.clock_events_active or {}).items() if on} for g in gpus}
+    out = {}
+    for g in gpus:
+        peers = [p.index for p in gpus if p.index != g.index]
+        deviations = {}
+        for signal, value in values[g.index].items():
+            peer_values = [values[p][signal] for p in peers if signal in values[p]]
+            if len(peer_values) == len(peers) and statistics.median(peer_values) > 0:
+                deviations[signal] = value / statistics.median(peer_values) - 1.0
+        shares = {r: sum(r in reasons[p] for p in peers) / len(peers) for r in REASONS}
+        procs = statistics.median(len(gpus[p].processes or ()) for p in peers)
+        out[g.index] = (deviations, shares, procs)
+    return out
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([1.5, 1.8, 1.98, 2.0]),
+            st.one_of(st.none(), st.floats(0.1, 1.0)),
+            st.integers(0, 3),
+            st.booleans(),
+        ),
+        min_size=2,
+        max_size=12,
+    )
+)
+def test_each_gpu_is_set_against_the_median_of_its_peers_exactly(
+    rows: list[tuple[float, float | None, int, bool]],
+) -> None:
+    """Sorted once per group, the comparison gives exactly the per-GPU median of the others."""
+    from gpumon.findings.stragglers import _compare
+
+    gpus = [
+        gpu(
+            i,
+            clocks_hertz={"sm": clock * GHZ},
+            sm_active_ratio=active,
+            processes=[proc(100 + n, 0.5) for n in range(procs)],
+            clock_events_active={"hw_thermal_slowdown": hot},
+        )
+        for i, (clock, active, procs, hot) in enumerate(rows)
+    ]
+    expected = _brute_force_peers(gpus)
+    for c in _compare("g", gpus):
+        deviations, shares, procs = expected[c.index]
+        assert dict(c.deviations) == deviations
+        assert dict(c.peer_reason_shares) == shares
+        assert c.peer_processes == procs and type(c.peer_processes) is type(procs)

@@ -6,7 +6,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpumon.findings.config import parse_health
@@ -168,3 +168,30 @@ def test_check_config_lists_every_early_signal_problem_and_exits_2(tmp_path: Pat
     out = done.stdout + done.stderr
     assert "health.stragglers.window_seconds must be a number of seconds from 1 to 604800, got 0" in out
     assert "health.trends.pcie_replays.max_increase must be a number from 0 to 1e+12, got 'x'" in out
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(
+    st.lists(st.tuples(st.integers(0, 120), st.integers(0, 50)), min_size=1, max_size=8),
+    st.lists(st.integers(0, 400), min_size=1, max_size=12),
+)
+def test_the_increase_asked_at_any_moment_is_the_one_a_fresh_tracker_gives(
+    steps: list[tuple[int, int]], asked: list[int]
+) -> None:
+    """Scrapes ask often; the answer never depends on what was asked before."""
+    config = TrendsConfig(rules={"ecc_corrected": TrendRule(window_seconds=60.0, max_increase=10)})
+    asked_often = TrendTracker(config)
+    values = dict(sorted(steps))
+    total = 0
+    for t in range(150):
+        total += values.get(t, 0)
+        asked_often.observe(snap(T0 + t, gpu(0, ecc_errors_total={"corrected_volatile": total})))
+        for moment in asked:
+            asked_often.increases(T0 + moment)
+    for moment in asked:
+        fresh = TrendTracker(config)
+        total = 0
+        for t in range(150):
+            total += values.get(t, 0)
+            fresh.observe(snap(T0 + t, gpu(0, ecc_errors_total={"corrected_volatile": total})))
+        assert asked_often.increases(T0 + moment) == fresh.increases(T0 + moment)

@@ -1,0 +1,93 @@
+"""The daemon's CPU, memory and threads against the number of (simulated) GPUs.
+
+For each GPU count (default 8, 64, 256) a ``gpumon run --backend fake --fake-gpus N`` runs with
+the default intervals and is scraped once a second (plain text, keep-alive) for ``--seconds``
+(default 60). Printed per count: % of one core, CPU per GPU, RSS, threads. The reference
+measured in the same run is the cost of the scrapes alone: the same daemon's CPU is split into
+what the scrapes' render takes (timed in process over the same families) and the rest.
+With ``--profile`` the daemon runs under benchmarks/sampling_profiler.py (which costs about
+1 % of a core itself) and its busiest functions are printed.
+
+    python benchmarks/bench_daemon_cpu.py [--gpus 8,64,256] [--seconds 60] [--profile] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from daemon_proc import daemon
+
+
+def measure(gpus: int, seconds: float, profile_to: Path | None) -> tuple[float, float, int]:
+    """(share of one core, max RSS bytes, threads) of a daemon scraped once a second."""
+    prefix = [str(Path(__file__).resolve().parent / "sampling_profiler.py"), str(profile_to)] if profile_to else None
+    with daemon(gpus, prefix=prefix) as (proc, port):
+        ps = psutil.Process(proc.pid)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        time.sleep(3)  # past start-up (static tier, first slow read, imports)
+        cpu0, t0 = ps.cpu_times(), time.monotonic()
+        rss, threads = 0, 0
+        next_at = t0
+        while (now := time.monotonic()) - t0 < seconds:
+            if now < next_at:
+                time.sleep(next_at - now)
+            next_at += 1.0
+            conn.request("GET", "/metrics")
+            conn.getresponse().read()
+            rss = max(rss, ps.memory_info().rss)
+            threads = max(threads, ps.num_threads())
+        cpu1, elapsed = ps.cpu_times(), time.monotonic() - t0
+        conn.close()
+    share = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / elapsed
+    return share, rss, threads
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gpus", default="8,64,256", help="comma-separated GPU counts")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--profile", action="store_true", help="run each daemon under the sampling profiler")
+    parser.add_argument("--top", type=int, default=15, help="profile lines shown per GPU count")
+    parser.add_argument("--quick", action="store_true", help="8 GPUs for 3 s (checks the script runs)")
+    args = parser.parse_args()
+    counts = [int(c) for c in args.gpus.split(",")]
+    if args.quick:
+        counts, args.seconds = [8], 3.0
+    rows = []
+    profiles = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in counts:
+            out = Path(tmp) / f"profile-{n}.txt" if args.profile else None
+            rows.append((n, *measure(n, args.seconds, out)))
+            if out is not None and out.exists():
+                profiles[n] = out.read_text()
+    print(f"## gpumon run --backend fake, default intervals, one /metrics scrape a second, {args.seconds:g} s")
+    print(f"{'GPUs':>6}{'% core':>9}{'% core/GPU':>12}{'RSS MiB':>9}{'threads':>9}")
+    for n, share, rss, threads in rows:
+        print(f"{n:>6}{share * 100:>9.2f}{share * 100 / n:>12.4f}{rss / 2**20:>9.1f}{threads:>9}")
+    base_n, base_share = rows[0][0], rows[0][1]
+    for n, share, *_ in rows[1:]:
+        print(f"growth {base_n} -> {n} GPUs: {share / base_share:.2f}x CPU for {n / base_n:g}x GPUs")
+    print("goal for 8 GPUs: <= 0.5 % of a core, RSS <= 60 MB (real GPUs; simulated ones add the simulation)")
+    for n, text in profiles.items():
+        print(f"## sampling profile, {n} GPUs")
+        lines = text.splitlines()
+        head = lines[:1]
+        own = lines[lines.index("## self") + 1 : lines.index("## self") + 1 + args.top]
+        total_at = lines.index("## total")
+        total = lines[total_at + 1 : total_at + 1 + args.top]
+        print("\n".join([*head, "self:", *own, "total (on the stack):", *total]))
+
+
+if __name__ == "__main__":
+    main()

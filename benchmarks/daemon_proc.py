@@ -1,0 +1,83 @@
+"""Start a ``gpumon run`` subprocess for the benchmarks and scrape it the way Prometheus does."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ACCEPT_OPENMETRICS = (
+    # what Prometheus 2.42 sends
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+VARIANTS = {
+    "text": {},
+    "text+gzip": {"Accept-Encoding": "gzip"},
+    "openmetrics+gzip": {"Accept": ACCEPT_OPENMETRICS, "Accept-Encoding": "gzip"},
+}
+"""Scrape header sets: plain text, text gzipped, and Prometheus 2.42's own request."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@contextmanager
+def daemon(
+    fake_gpus: int, backend: str = "fake", prefix: list[str] | None = None
+) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """A ready ``gpumon run`` on a free port with a scratch state dir (default intervals);
+    ``prefix`` replaces ``-m gpumon`` (e.g. the sampling profiler and its output file)."""
+    port = free_port()
+    state = Path(tempfile.mkdtemp(prefix="gpumon-bench-"))
+    cmd = [sys.executable, *(prefix or ["-m", "gpumon"]), "run", "--backend", backend, "--fake-gpus", str(fake_gpus)]
+    cmd += ["--listen", f"127.0.0.1:{port}", "--state-dir", str(state), "--log-level", "warning"]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if get(port, "/ready")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise SystemExit("daemon did not become ready: " + (proc.stderr.read() if proc.stderr else ""))
+            time.sleep(0.1)
+        yield proc, port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def get(
+    port: int, path: str, headers: dict[str, str] | None = None, conn: http.client.HTTPConnection | None = None
+) -> tuple[int, bytes]:
+    own = conn is None
+    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request("GET", path, headers=headers or {})
+        response = c.getresponse()
+        return response.status, response.read()
+    finally:
+        if own:
+            c.close()
