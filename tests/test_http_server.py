@@ -3,7 +3,9 @@ headers, IPv6, keep-alive, limits, and a log that stays quiet when clients misbe
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
 import gzip
 import logging
 import socket
@@ -250,3 +252,21 @@ def test_at_the_connection_limit_the_longest_idle_connection_makes_room() -> Non
         for sock in idle:
             sock.close()
         server.stop()
+
+
+def test_a_connection_closed_before_its_transport_started_is_not_an_error(caplog: pytest.LogCaptureFixture) -> None:
+    """Seen once in CI under 1,030 idle sockets: an evicted connection's socket was closed before the loop's
+    pending add_reader ran, and asyncio reported 'OSError: [Errno 9] Bad file descriptor' with a traceback."""
+    server = MetricsServer(("127.0.0.1", 0), lambda: b"", SnapshotStore(), stale_after_seconds=5)
+    loop = asyncio.new_event_loop()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="gpumon.exporter.server"):
+            server._loop_exception(
+                loop,
+                {"message": "Exception in callback _add_reader(7)", "exception": OSError(errno.EBADF, "Bad file descriptor")},
+            )
+    finally:
+        loop.close()
+        server.stop()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "Traceback" not in caplog.text

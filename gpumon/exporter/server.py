@@ -399,7 +399,9 @@ class MetricsServer:
 
     def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
-        if isinstance(exc, _DISCONNECTS):
+        if isinstance(exc, _DISCONNECTS) or (isinstance(exc, OSError) and exc.errno in (errno.EBADF, errno.ENOTCONN)):
+            # EBADF: a connection evicted (its socket closed) before its transport had started
+            # reading; the loop's pending add_reader then meets the closed descriptor. Nothing is lost.
             log.debug("connection error: %s", context.get("message"))
             return
         self._repeat(
