@@ -8,12 +8,11 @@ PATH (atomically: a reader never sees half a file) and the command prints as usu
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from gpumon.state.files import json_text, write_text_atomic
 
 STDOUT = "-"
 
@@ -37,18 +36,9 @@ def to_stdout(dest: str | None) -> bool:
 
 def emit_json(data: Any, dest: str) -> None:
     """Print ``data`` as JSON (``dest`` is ``-``) or write it to the file ``dest``; OSError when it cannot."""
-    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    text = json_text(data)
     if dest == STDOUT:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    path = Path(dest).absolute()
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(Path(dest).absolute(), text)

@@ -12,13 +12,13 @@ burn carries on without these files.
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gpumon.state.files import json_text, write_text_atomic
 
 MARKER_NAME = "running.json"
 LAST_NAME = "last.json"
@@ -47,16 +47,7 @@ def pid_alive(pid: object) -> bool:
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` via a temporary file and rename (readers never see half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json_text(data))
 
 
 @dataclass

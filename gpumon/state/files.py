@@ -16,20 +16,31 @@ def health_dir(state_dir: str | Path) -> Path:
     return Path(state_dir) / HEALTH_DIR
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Replace ``path`` with ``data`` as JSON in one rename; a reader sees the old or the new file, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``text`` in one rename (flushed and fsynced first, then given ``mode``):
+    a reader sees the old or the new file, never half. The folder must exist."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def json_text(data: Any) -> str:
+    """``data`` as the JSON every gpumon file and ``--json`` output uses: indented, keys sorted, a final newline."""
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Replace the state file ``path`` with ``data`` as JSON (readable by its owner only), creating its folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json_text(data), mode=0o600)
 
 
 def read_json(path: Path) -> Any:
