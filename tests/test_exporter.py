@@ -207,10 +207,11 @@ def test_lost_gpu_keeps_identity_and_up_zero_only(tmp_path: Path) -> None:
     assert "gpumon_temperature_celsius" in _names(text, "1")
 
 
-def test_slow_tier_series_follow_each_slow_read_despite_render_caching() -> None:
+def _energy_over_five_polls(values: list[float]) -> list[float]:
+    """The energy series a scrape shows after each of five polls, 1 s apart, with a slow tier every 2 s."""
     clock = [1000.0]
     store = SnapshotStore()
-    backend = FakeBackend.from_mapping({"gpus": [{"values": {"energy_joules_total": [1.0, 2.0, 3.0, 4.0, 5.0]}}]})
+    backend = FakeBackend.from_mapping({"gpus": [{"values": {"energy_joules_total": values}}]})
     poller = Poller(
         backend,
         store,
@@ -225,6 +226,11 @@ def test_slow_tier_series_follow_each_slow_read_despite_render_caching() -> None
         poller.poll()
         seen.append(samples(collector.render().decode(), "gpumon_energy_joules_total")[0][1])
         clock[0] += 1
+    return seen
+
+
+def test_slow_tier_series_follow_each_slow_read_despite_render_caching() -> None:
+    seen = _energy_over_five_polls([1.0, 2.0, 3.0, 4.0, 5.0])
     assert seen == [1.0, 1.0, 3.0, 3.0, 5.0]
 
 
@@ -332,21 +338,5 @@ def test_slow_tier_series_are_rendered_when_read_not_when_scraped() -> None:
 
 
 def test_a_slow_read_with_new_values_shows_them_and_one_with_the_same_values_keeps_the_text() -> None:
-    clock = [1000.0]
-    store = SnapshotStore()
-    backend = FakeBackend.from_mapping({"gpus": [{"values": {"energy_joules_total": [1.0, 1.0, 1.0, 1.0, 2.0]}}]})
-    poller = Poller(
-        backend,
-        store,
-        PollIntervals(1, 2, 100),
-        monotonic=lambda: clock[0],
-        wall_clock=lambda: clock[0],
-        host_figures=dict,
-    )
-    collector = GpumonCollector(store, PollIntervals(1, 2, 100), monotonic=lambda: clock[0])
-    seen = []
-    for _ in range(5):
-        poller.poll()
-        seen.append(samples(collector.render().decode(), "gpumon_energy_joules_total")[0][1])
-        clock[0] += 1
+    seen = _energy_over_five_polls([1.0, 1.0, 1.0, 1.0, 2.0])
     assert seen == [1.0, 1.0, 1.0, 1.0, 2.0]
