@@ -109,6 +109,8 @@ class HealthService:
         self.stragglers = StragglerDetector(self.config.stragglers)
         self.trends = TrendTracker(self.config.trends, words=lambda code: self._xid_name(catalog, code))
         self._burn = BurnMarkerReader(self.state_dir)
+        self._boot_id = read_boot_id(self.config.boot_id_path)
+        """Read once: it changes only at a reboot, which also restarts this process."""
 
     @staticmethod
     def _xid_name(catalog: XidCatalog, code: str) -> str:
@@ -139,7 +141,7 @@ class HealthService:
             self._snapshot = snapshot
             self.stragglers.observe(snapshot, burning=self._burn.read() is not None)
             self.trends.observe(snapshot)
-            self.lifecycle.observe(snapshot, read_boot_id(self.config.boot_id_path))
+            self.lifecycle.observe(snapshot, self._boot_id)
             if self.baseline is None and complete(snapshot):
                 self.baseline = inventory_of(snapshot, self._clock())
                 self._write_baseline()
