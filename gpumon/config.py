@@ -82,7 +82,7 @@ class Config:
     web_config_file: Path | None = None
     """Prometheus exporter-toolkit web-config.yml for TLS and basic auth."""
     kernel_log: bool = True
-    """Read XIDs from the kernel log at start."""
+    """Follow the kernel log for XIDs (from boot, for as long as the daemon runs), beside NVML events."""
     exporter: ExporterConfig = field(default_factory=ExporterConfig)
     alerting: AlertingConfig | None = None
     """The validated ``alerting:`` section (defaults when absent); None only in hand-built Configs."""
