@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError
-from gpumon.backends.nvml import CLOCK_EVENT_BITS
 from gpumon.backends.scenario import ScenarioError, read_scenario, scenario_problems
 from gpumon.events.model import XidEvent
+from gpumon.nvml_vocabulary import CLOCK_EVENT_BITS
 from gpumon.snapshot import HostSnapshot, P2pStatus, ProcessSnapshot, Tier, field_tier
 
 MIB = 1024 * 1024

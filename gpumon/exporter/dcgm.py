@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 
-from gpumon.backends.nvml import CLOCK_EVENT_BITS
 from gpumon.events.catalog import XidCatalog
+from gpumon.nvml_vocabulary import CLOCK_EVENT_BITS
 from gpumon.snapshot import GpuSnapshot, Snapshot
 from gpumon.store import SnapshotStore
 

@@ -1,0 +1,438 @@
+"""The NVML backend core: lifecycle, read dispatch, the error policy, liveness and error counting.
+
+The readers live in one module per subsystem (their ``READERS`` tuples are collected in
+``SUBSYSTEMS`` order); the XID event set lives in ``events``. See the package docstring
+for the error policy this module applies.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from types import ModuleType
+from typing import Any
+
+from gpumon.backends.base import GpuLostError, NvmlUnavailableError
+from gpumon.backends.gpm import GpmSampler
+from gpumon.backends.nvml import (
+    clocks,
+    ecc,
+    fabric,
+    fans,
+    identity,
+    modes,
+    nvlink,
+    pcie,
+    power,
+    processes,
+    profiling,
+    temperature,
+    topology,
+    utilization,
+)
+from gpumon.backends.nvml.codes import (
+    LOST_CODES,
+    NVML_GONE_CODES,
+    UNSUPPORTED_CODES,
+    Unsupported,
+    code_of,
+    init_message,
+    missing_in_binding,
+)
+from gpumon.backends.nvml.events import EventWatcher, quiet, try_call
+from gpumon.backends.nvml.reader import Context, GpuState, Reader, ReaderSpec, text
+from gpumon.events.model import XidEvent
+from gpumon.snapshot import HostSnapshot, Tier
+
+log = logging.getLogger(__name__)
+
+SUBSYSTEMS: tuple[ModuleType, ...] = (
+    identity,
+    utilization,
+    temperature,
+    power,
+    clocks,
+    fans,
+    nvlink,
+    processes,
+    pcie,
+    profiling,
+    ecc,
+    modes,
+    fabric,
+    topology,
+)
+"""The reader modules; within a tier, readers run in this order and then in their module's order
+(identity before topology: topology uses the peers' bus ids that identity read)."""
+
+LIVENESS_READERS = frozenset({"memory", "utilization"})
+"""FAST readers whose calls (nvmlDeviceGetMemoryInfo, nvmlDeviceGetUtilizationRates) every GPU answers."""
+LIVENESS_FAILURES_LOST = 3
+"""FAST reads in a row in which every liveness reader failed that make a GPU lost."""
+
+Plan = tuple[tuple[str, Reader, bool], ...]
+
+
+def collect_readers(modules: Iterable[ModuleType] = SUBSYSTEMS) -> dict[Tier, tuple[ReaderSpec, ...]]:
+    """Every module's ``READERS``, by tier, in module order."""
+    specs: list[ReaderSpec] = [spec for module in modules for spec in module.READERS]
+    return {tier: tuple(s for s in specs if s.tier is tier) for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC)}
+
+
+class NvmlBackend:
+    """GpuBackend over NVML. See the package docstring for the error policy.
+
+    ``read`` and the other calls run on the polling thread; ``wait_events`` runs on the
+    event thread. NVML itself is thread-safe; the shared state here is guarded by a lock.
+    """
+
+    name = "nvml"
+
+    def __init__(self, pynvml: Any, *, import_error: str | None = None) -> None:
+        self._nv = pynvml
+        self._import_error = import_error
+        self._lock = threading.Lock()
+        self._inited = False
+        self._gpus: dict[int, GpuState] = {}
+        self._errors: Counter[str] = Counter()
+        self._reader_errors: Counter[tuple[int, str]] = Counter()
+        self._stop = threading.Event()
+        self._readers = collect_readers()
+        self._ctx = self._context(GpmSampler(pynvml))
+        self._events = EventWatcher(pynvml, lambda: self._gpus, self._lock, self._mark_lost_from_events, self._stop)
+
+    @classmethod
+    def from_system(cls) -> NvmlBackend:
+        """The backend over the installed nvidia-ml-py. A missing module fails at ``init()``."""
+        try:
+            import pynvml
+        except ImportError as exc:
+            return cls(None, import_error=str(exc))
+        return cls(pynvml)
+
+    def _context(self, gpm: GpmSampler) -> Context:
+        field = getattr(self._nv, "NVML_FI_DEV_MEMORY_TEMP", temperature.FI_DEV_MEMORY_TEMP)
+        return Context(self._nv, gpm, self._peers, self._record_error, int(field))
+
+    @property
+    def _gpm(self) -> GpmSampler:
+        return self._ctx.gpm
+
+    @property
+    def _event_registered(self) -> dict[int, int]:
+        """index -> generation of the GPUs in the current event set (tests/gpu look at it)."""
+        return self._events.registered
+
+    # ---- lifecycle --------------------------------------------------------
+    def init(self) -> None:
+        """nvmlInit once, then find the GPUs. Raises NvmlUnavailableError with a one-line reason."""
+        with self._lock:
+            if self._inited:
+                return
+            nv = self._nv
+            if nv is None:
+                raise NvmlUnavailableError(f"cannot import pynvml (nvidia-ml-py): {self._import_error}")
+            try:
+                nv.nvmlInit()
+            except Exception as exc:
+                raise NvmlUnavailableError(init_message(exc)) from None
+            try:
+                count = int(nv.nvmlDeviceGetCount())
+            except Exception as exc:
+                quiet(nv.nvmlShutdown)
+                raise NvmlUnavailableError(f"nvmlDeviceGetCount failed: {exc}") from None
+            gpus: dict[int, GpuState] = {}
+            for index in range(count):
+                try:
+                    handle = nv.nvmlDeviceGetHandleByIndex(index)
+                    uuid = text(nv.nvmlDeviceGetUUID(handle))
+                    gpus[index] = GpuState(index=index, handle=handle, uuid=uuid)
+                except Exception as exc:
+                    if code_of(exc) in NVML_GONE_CODES:
+                        quiet(nv.nvmlShutdown)
+                        raise NvmlUnavailableError(init_message(exc)) from None
+                    log.warning("GPU %d does not answer at start: %s", index, exc)
+                    gpus[index] = GpuState(index=index, handle=None, uuid=None, confirmed=False, lost_reason=str(exc))
+            self._gpus = gpus
+            self._errors = Counter()
+            self._reader_errors = Counter()
+            self._ctx = self._context(GpmSampler(nv))
+            self._stop.clear()
+            self._inited = True
+        log.info("NVML initialised: %d GPU(s)", count)
+
+    def shutdown(self) -> None:
+        """Free the event set and GPM samples, then nvmlShutdown. Safe when init failed."""
+        self._stop.set()
+        # An event wait in progress ends within its timeout; never free the set under it.
+        if self._events.lock.acquire(timeout=5.0):
+            try:
+                self._events.close(free=self._inited)
+            finally:
+                self._events.lock.release()
+        with self._lock:
+            if not self._inited:
+                return
+            self._gpm.shutdown()
+            try:
+                self._nv.nvmlShutdown()
+            except Exception as exc:
+                log.debug("nvmlShutdown failed: %s", exc)
+            self._inited = False
+            self._gpus = {}
+
+    # ---- GpuBackend -------------------------------------------------------
+    def device_count(self) -> int:
+        return len(self._gpus)
+
+    def uuid(self, index: int) -> str:
+        """The GPU's UUID (nvidia-smi uuid); cached, so a lost GPU keeps its identity."""
+        g = self._gpu(index)
+        if g.uuid is not None:
+            return g.uuid
+        if g.handle is None:
+            raise GpuLostError(index, g.lost_reason or "GPU did not answer")
+        try:
+            g.uuid = text(self._nv.nvmlDeviceGetUUID(g.handle))
+        except Exception as exc:
+            raise GpuLostError(index, str(exc)) from exc
+        return g.uuid
+
+    def host(self) -> HostSnapshot:
+        """Driver version (driver_version), CUDA driver version ("13.0") and NVML version."""
+        nv = self._nv
+        driver = try_call(lambda: text(nv.nvmlSystemGetDriverVersion()))
+        nvml_version = try_call(lambda: text(nv.nvmlSystemGetNVMLVersion()))
+        cuda = try_call(lambda: _cuda_version(int(nv.nvmlSystemGetCudaDriverVersion_v2())))
+        return HostSnapshot(driver_version=driver, cuda_driver_version=cuda, nvml_version=nvml_version)
+
+    def read(self, index: int, tier: Tier) -> Mapping[str, Any]:
+        """Fields of ``tier`` for GPU ``index`` in base units; unsupported fields absent.
+
+        Raises GpuLostError (GPU gone), NvmlUnavailableError (NVML gone). Other NVML
+        errors leave a partial result and an entry for ``take_errors()``.
+        """
+        g = self._gpu_for_read(index)
+        plan = g.plans.get(tier)
+        if plan is None:
+            plan = self._plan(g, tier)
+        out = self._run_plan(g, tier, plan, check_liveness=tier is Tier.FAST)
+        if not g.confirmed:
+            with self._lock:
+                g.confirmed = True
+            log.info("GPU %d (%s) answers again", index, g.uuid)
+        return out
+
+    def take_errors(self) -> dict[str, int]:
+        """Reader errors since the last call, counted by tier ("fast", "slow", "static"); then reset.
+
+        A reader that failed with something other than NOT_SUPPORTED or GPU lost left its
+        fields out of the read (its message is logged: warning the first time per GPU and
+        reader, debug after); the poller adds these counts to its per-tier poll errors.
+        """
+        if not self._errors:  # the usual case, every poll: no lock, no new Counter
+            return {}
+        with self._lock:
+            errors, self._errors = self._errors, Counter()
+        return dict(errors)
+
+    def read_errors(self) -> dict[tuple[int, str, str], int]:
+        """Reader errors since init by (GPU index, UUID, reader name), cumulative (never reset).
+
+        Exported as ``gpumon_read_errors_total{gpu, uuid, reader}``: which fields of which GPU
+        failed (UNKNOWN, TIMEOUT, ...) and how often, without marking the GPU lost.
+        """
+        with self._lock:
+            counts = dict(self._reader_errors)
+            uuids = {i: g.uuid or "" for i, g in self._gpus.items()}
+        return {(index, uuids.get(index, ""), name): n for (index, name), n in counts.items()}
+
+    def gpm_supported(self, index: int) -> bool | None:
+        """Whether GPU ``index`` offers NVML GPM profiling metrics; None until a read probed it."""
+        return self._gpm.supported(index)
+
+    def reader_names(self, tier: Tier) -> tuple[str, ...]:
+        """Names of the reader groups of ``tier`` in the order ``read`` runs them."""
+        return tuple(spec.name for spec in self._readers.get(tier, ()))
+
+    def read_group(self, index: int, name: str) -> dict[str, Any]:
+        """Run one reader group alone (for benchmarks and debugging); same rules as ``read``."""
+        g = self._gpu_for_read(index)
+        for tier, specs in self._readers.items():
+            for spec in specs:
+                if spec.name == name:
+                    if name in g.unsupported:
+                        return {}
+                    return self._run_plan(g, tier, ((name, spec.read, False),))
+        raise KeyError(name)
+
+    # ---- events -----------------------------------------------------------
+    def wait_events(self, timeout_seconds: float) -> list[XidEvent]:
+        """Block up to ``timeout_seconds`` for XID events on any GPU.
+
+        One NVML event set is created on the first call and every GPU that supports
+        nvmlEventTypeXidCriticalError is registered (plus double-bit ECC and DRAM
+        retirement failure where supported; those are logged, not returned). A GPU lost
+        inside the wait raises GpuLostError for that GPU; the set is rebuilt without it
+        and keeps serving the others, and the GPU is registered again once reads of it
+        succeed again.
+        """
+        timeout_seconds = max(0.0, timeout_seconds)
+        if not self._events.lock.acquire(timeout=timeout_seconds):
+            return []
+        try:
+            if not self._inited or self._stop.is_set():
+                self._stop.wait(timeout_seconds)
+                return []
+            return self._events.wait(timeout_seconds)
+        finally:
+            self._events.lock.release()
+
+    # ---- internals: GPUs and readers ---------------------------------------
+    def _gpu(self, index: int) -> GpuState:
+        with self._lock:
+            if not self._inited:
+                raise NvmlUnavailableError("the NVML backend is not initialised")
+            g = self._gpus.get(index)
+        if g is None:
+            raise IndexError(f"no GPU with index {index} (NVML sees {len(self._gpus)})")
+        return g
+
+    def _gpu_for_read(self, index: int) -> GpuState:
+        """The GPU's state, re-acquiring the handle of a GPU that was lost."""
+        g = self._gpu(index)
+        if g.handle is not None:
+            return g
+        nv = self._nv
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            uuid = text(nv.nvmlDeviceGetUUID(handle))
+        except Exception as exc:
+            if code_of(exc) in NVML_GONE_CODES:
+                raise NvmlUnavailableError(f"NVML went away: {exc}") from exc
+            raise GpuLostError(index, g.lost_reason or str(exc)) from exc
+        if g.uuid is not None and uuid != g.uuid:
+            raise GpuLostError(index, f"index {index} now names {uuid}, not {g.uuid}")
+        with self._lock:
+            g.handle = handle
+            g.uuid = uuid
+            g.generation += 1
+            g.confirmed = False
+            g.reset_caches()
+        self._gpm.forget(index)
+        return g
+
+    def _peers(self, g: GpuState) -> list[GpuState]:
+        with self._lock:
+            return [p for i, p in sorted(self._gpus.items()) if i != g.index and p.handle is not None]
+
+    def _mark_lost(self, g: GpuState, reason: str, *, polling_thread: bool = True) -> None:
+        """Drop the handle; the next read re-acquires it. GPM state belongs to the polling thread."""
+        with self._lock:
+            was_up = g.handle is not None and g.confirmed
+            g.handle = None
+            g.confirmed = False
+            g.lost_reason = reason
+        if polling_thread:
+            self._gpm.forget(g.index)
+        if was_up:
+            log.warning("GPU %d (%s) lost: %s", g.index, g.uuid, reason)
+
+    def _mark_lost_from_events(self, g: GpuState, reason: str) -> None:
+        self._mark_lost(g, reason, polling_thread=False)
+
+    def _plan(self, g: GpuState, tier: Tier) -> Plan:
+        """The readers of ``tier`` still asked on ``g`` (kept in ``g.plans`` until one turns out unsupported)."""
+        unsupported = g.unsupported
+        liveness = tier is Tier.FAST
+        plan = tuple(
+            (spec.name, spec.read, liveness and spec.name in LIVENESS_READERS)
+            for spec in self._readers.get(tier, ())
+            if spec.name not in unsupported
+        )
+        g.plans[tier] = plan
+        return plan
+
+    def _run_plan(self, g: GpuState, tier: Tier, plan: Plan, *, check_liveness: bool = False) -> dict[str, Any]:
+        """Run the readers of ``plan`` on ``g``; each failure is sorted by _reader_failed.
+
+        ``check_liveness`` (a whole FAST read): when every liveness reader that ran failed, count
+        it; LIVENESS_FAILURES_LOST in a row (or one, while the GPU is not yet confirmed after a
+        loss) make the GPU lost.
+        """
+        out: dict[str, Any] = {}
+        ctx = self._ctx
+        h = g.handle  # one handle for the whole read: if the GPU is lost meanwhile, NVML says so
+        live_ran = live_failed = 0
+        live_error = ""
+        for name, reader, liveness in plan:
+            try:
+                out.update(reader(ctx, g, h))
+            except Exception as exc:
+                self._reader_failed(g, tier, name, exc)
+                if liveness and name not in g.unsupported:
+                    live_failed += 1
+                    live_error = live_error or f"{name}: {exc}"
+            if liveness and name not in g.unsupported:
+                live_ran += 1
+        if live_ran and check_liveness:
+            self._check_liveness(g, live_ran == live_failed, live_error)
+        return out
+
+    def _check_liveness(self, g: GpuState, failed: bool, error: str) -> None:
+        """Count FAST reads in a row whose liveness reads all failed; raise GpuLostError at the limit."""
+        if not failed:
+            g.liveness_failures = 0
+            return
+        g.liveness_failures += 1
+        if g.liveness_failures >= LIVENESS_FAILURES_LOST or not g.confirmed:
+            reason = f"{error} ({g.liveness_failures} read(s) in a row without an answer to its liveness reads)"
+            self._mark_lost(g, reason)
+            raise GpuLostError(g.index, reason)
+
+    def _reader_failed(self, g: GpuState, tier: Tier, name: str, exc: Exception) -> None:
+        """Sort a reader's exception: unsupported (remember), lost / NVML gone (raise), else count it."""
+        if isinstance(exc, Unsupported):
+            self._unsupported(g, name)
+            log.debug("GPU %d: %s not supported; not asked again", g.index, name)
+            return
+        code = code_of(exc)
+        if code in LOST_CODES:
+            self._mark_lost(g, str(exc))
+            raise GpuLostError(g.index, str(exc)) from exc
+        if code in NVML_GONE_CODES:
+            raise NvmlUnavailableError(f"NVML went away: {exc}") from exc
+        if code in UNSUPPORTED_CODES:
+            self._unsupported(g, name)
+            log.debug("GPU %d: %s not supported (%s); not asked again", g.index, name, exc)
+            return
+        if missing_in_binding(exc, self._nv):
+            self._unsupported(g, name)
+            log.info("GPU %d: %s omitted: this nvidia-ml-py has no %s", g.index, name, getattr(exc, "name", "?"))
+            return
+        self._record_error(g, tier, name, exc)
+
+    @staticmethod
+    def _unsupported(g: GpuState, name: str) -> None:
+        """Remember that ``g`` lacks reader ``name``; its tier's plan is rebuilt without it."""
+        g.unsupported.add(name)
+        g.plans = {}
+
+    def _record_error(self, g: GpuState, tier: Tier, name: str, exc: Exception) -> None:
+        """Keep a reader's error for take_errors(); warn the first time per GPU and reader."""
+        message = f"GPU {g.index} {name}: {type(exc).__name__}: {exc}"
+        if name not in g.warned:
+            g.warned.add(name)
+            log.warning("%s (fields omitted; logged once, counted each time)", message)
+        else:
+            log.debug("%s", message)
+        with self._lock:
+            self._errors[tier.value] += 1
+            self._reader_errors[(g.index, name)] += 1
+
+
+def _cuda_version(value: int) -> str:
+    """13000 -> "13.0", 12040 -> "12.4"."""
+    return f"{value // 1000}.{value % 1000 // 10}"

@@ -1,0 +1,72 @@
+"""PCIe: link generation and width (current and max), replays, bytes moved, throughput."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpumon.backends.nvml.codes import NVML_SUCCESS, UNSUPPORTED_CODES, Unsupported, nvml_error
+from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_value, gather
+from gpumon.snapshot import Tier
+
+PCIE_UTIL = {"tx": 0, "rx": 1}  # NVML_PCIE_UTIL_TX_BYTES / _RX_BYTES
+PCIE_COUNT_FIELDS = {"tx": ("NVML_FI_DEV_PCIE_COUNT_TX_BYTES", 197), "rx": ("NVML_FI_DEV_PCIE_COUNT_RX_BYTES", 198)}
+
+
+def read_pcie_link(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+    """nvmlDeviceGetCurrPcieLinkGeneration / Width: pcie.link.gen.current, pcie.link.width.current."""
+    nv = ctx.nv
+    calls = (
+        ("pcie_link_generation", "pcie.gen", nv.nvmlDeviceGetCurrPcieLinkGeneration, (h,)),
+        ("pcie_link_width", "pcie.width", nv.nvmlDeviceGetCurrPcieLinkWidth, (h,)),
+    )
+    return gather(g, calls, int)
+
+
+def read_pcie_max(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+    """nvmlDeviceGetMaxPcieLinkGeneration / Width: pcie.link.gen.max, pcie.link.width.max."""
+    nv = ctx.nv
+    calls = (
+        ("pcie_link_generation_max", "pcie.gen_max", nv.nvmlDeviceGetMaxPcieLinkGeneration, (h,)),
+        ("pcie_link_width_max", "pcie.width_max", nv.nvmlDeviceGetMaxPcieLinkWidth, (h,)),
+    )
+    return gather(g, calls, int)
+
+
+def read_pcie_replays(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+    """nvmlDeviceGetPcieReplayCounter (nvidia-smi -q: Replays Since Reset)."""
+    return {"pcie_replays_total": int(ctx.nv.nvmlDeviceGetPcieReplayCounter(h))}
+
+
+def read_pcie_bytes(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+    """nvmlDeviceGetFieldValues(NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES): bytes moved over PCIe since
+    the driver loaded, one call for both (no nvidia-smi query field; DCGM_FI_PROF_PCIE_*_BYTES is a rate)."""
+    nv = ctx.nv
+    ids = {direction: int(getattr(nv, const, default)) for direction, (const, default) in PCIE_COUNT_FIELDS.items()}
+    values = nv.nvmlDeviceGetFieldValues(h, list(ids.values()))
+    out = {}
+    for direction, value in zip(ids, values, strict=True):
+        code = int(value.nvmlReturn)
+        if code == NVML_SUCCESS:
+            out[direction] = int(field_value(value))
+        elif code not in UNSUPPORTED_CODES:
+            raise nvml_error(nv, code)
+    if not out:
+        raise Unsupported
+    return {"pcie_bytes_total": out}
+
+
+def read_pcie_throughput(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+    """nvmlDeviceGetPcieThroughput tx/rx: KB/s over ~20 ms -> bytes/s (blocks ~21 ms)."""
+    fn = ctx.nv.nvmlDeviceGetPcieThroughput
+    calls = ((direction, f"pcie_throughput.{direction}", fn, (h, counter)) for direction, counter in PCIE_UTIL.items())
+    return {"pcie_throughput_bytes_per_second": gather(g, calls, lambda kb: float(kb) * 1024.0)}
+
+
+# PCIe link state (~14 µs a call on H200) measured too costly for every second: SLOW tier.
+READERS = (
+    ReaderSpec("pcie_link", Tier.SLOW, read_pcie_link),
+    ReaderSpec("pcie_replays", Tier.SLOW, read_pcie_replays),
+    ReaderSpec("pcie_bytes", Tier.SLOW, read_pcie_bytes),
+    ReaderSpec("pcie_throughput", Tier.SLOW, read_pcie_throughput),
+    ReaderSpec("pcie_max", Tier.STATIC, read_pcie_max),
+)

@@ -1,0 +1,71 @@
+"""Compute processes on a GPU: pid, memory used, SM share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpumon.backends.nvml.codes import (
+    LOST_CODES,
+    NVML_ERROR_NOT_FOUND,
+    NVML_GONE_CODES,
+    NVML_SUCCESS,
+    UNSUPPORTED_CODES,
+    code_of,
+)
+from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec
+from gpumon.snapshot import ProcessSnapshot, Tier
+
+VALUE_NOT_AVAILABLE = 2**64 - 1
+_FATAL_CODES = LOST_CODES | NVML_GONE_CODES
+
+
+def read_processes(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+    """nvmlDeviceGetComputeRunningProcesses (pid, used_memory bytes) plus per-process SM share.
+
+    The SM share comes from nvmlDeviceGetProcessUtilization (samples newer than the last
+    seen timestamp; NOT_FOUND = no new samples); its error is counted as the reader
+    ``process_utilization`` and leaves the share out. Name, user and cgroup are added elsewhere.
+    """
+    procs = ctx.nv.nvmlDeviceGetComputeRunningProcesses(h)
+    if not procs:
+        return {"processes": ()}
+    sm_share: dict[int, float] = {}
+    try:
+        sm_share = _process_sm_share(ctx, g, h)
+    except Exception as exc:
+        if code_of(exc) in _FATAL_CODES:
+            raise
+        ctx.record_error(g, Tier.FAST, "process_utilization", exc)
+    out = []
+    for p in procs:
+        pid = int(p.pid)
+        used = p.usedGpuMemory
+        used_bytes = None if used is None or int(used) >= VALUE_NOT_AVAILABLE else int(used)
+        out.append(ProcessSnapshot(pid=pid, used_memory_bytes=used_bytes, sm_utilization_ratio=sm_share.get(pid)))
+    return {"processes": tuple(out)}
+
+
+def _process_sm_share(ctx: Context, g: GpuState, h: Any) -> dict[int, float]:
+    if "process_utilization" in g.unsupported:
+        return {}
+    try:
+        samples = ctx.nv.nvmlDeviceGetProcessUtilization(h, g.process_util_timestamp)
+    except Exception as exc:
+        code = code_of(exc)
+        if code in (NVML_ERROR_NOT_FOUND, NVML_SUCCESS):  # no sample since the last timestamp
+            return {}
+        if code in UNSUPPORTED_CODES:
+            g.unsupported.add("process_utilization")
+            return {}
+        raise
+    latest: dict[int, tuple[int, float]] = {}
+    for s in samples:
+        stamp = int(s.timeStamp)
+        pid = int(s.pid)
+        if pid not in latest or stamp >= latest[pid][0]:
+            latest[pid] = (stamp, min(int(s.smUtil) / 100.0, 1.0))
+        g.process_util_timestamp = max(g.process_util_timestamp, stamp)
+    return {pid: share for pid, (_, share) in latest.items()}
+
+
+READERS = (ReaderSpec("processes", Tier.FAST, read_processes),)

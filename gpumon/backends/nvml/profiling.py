@@ -1,0 +1,18 @@
+"""GPM profiling metrics (Hopper+), through gpumon.backends.gpm.GpmSampler."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec
+from gpumon.snapshot import Tier
+
+
+def read_gpm(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+    """NVML GPM (Hopper+): SM/tensor/DRAM/FP activity and NVLink/PCIe throughput."""
+    return ctx.gpm.read(g.index, h)
+
+
+# GPM (~64 µs a sample + metrics on H200) measured too costly for every second: the metrics
+# are averages over the slow interval (dcgm-exporter's default collection interval is 30 s).
+READERS = (ReaderSpec("gpm", Tier.SLOW, read_gpm),)

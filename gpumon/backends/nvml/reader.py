@@ -1,0 +1,162 @@
+"""What every NVML reader shares: the per-GPU state, the context, the registry entry and the reader body.
+
+A *reader* is a plain function ``read(ctx, g, h) -> dict`` that makes one group of NVML calls
+for GPU ``g`` through its handle ``h`` and returns GpuSnapshot fields in base units. It raises
+``Unsupported`` when the GPU has none of its fields, and lets any NVML error through: the
+backend core sorts errors (see the package docstring). Each subsystem module lists its
+readers with their tier in one ``READERS`` tuple; the core collects them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumon.backends.base import GpuLostError
+from gpumon.backends.gpm import GpmSampler
+from gpumon.backends.nvml.codes import UNSUPPORTED_CODES, Unsupported, code_of
+from gpumon.snapshot import Tier
+
+_FIELD_VALUE_ATTRIBUTES = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+"""c_nvmlFieldValue_t.value member by valueType (NVML_VALUE_TYPE_DOUBLE, _UNSIGNED_INT, ...)."""
+
+
+@dataclass
+class GpuState:
+    """What the backend remembers about one GPU."""
+
+    index: int
+    handle: Any | None
+    """The NVML handle, None while the GPU is lost (re-acquired on the next read)."""
+    uuid: str | None
+    generation: int = 0
+    """Bumped each time the handle is re-acquired after a loss."""
+    confirmed: bool = True
+    """A read of this handle succeeded (the GPU really answers)."""
+    lost_reason: str | None = None
+    pci_bus_id: str | None = None
+    unsupported: set[str] = field(default_factory=set)
+    """Readers and single calls NVML said this GPU does not support."""
+    warned: set[str] = field(default_factory=set)
+    plans: dict[Tier, tuple[tuple[str, Reader, bool], ...]] = field(default_factory=dict)
+    """Per tier, the readers still asked on this GPU: (name, reader, is a liveness reader).
+    Built on the first read of the tier; dropped when a reader turns out unsupported."""
+    nvlink_count: int | None = None
+    fan_count: int | None = None
+    clock_event_bits: tuple[tuple[str, int], ...] | None = None
+    """The clock-event reasons this GPU supports (name, bit), from the first read."""
+    clock_events_current: Callable[..., Any] = lambda _h: 0
+    """The binding's nvmlDeviceGetCurrentClocksEventReasons (or the older Throttle spelling)."""
+    clock_events_last: tuple[int, Mapping[str, bool]] = (-1, {})
+    """The last reasons bitmask read and its decoded form (shared by snapshots: never mutated)."""
+    memory_v1: bool = False
+    process_util_timestamp: int = 0
+    liveness_failures: int = 0
+    """FAST reads in a row in which every liveness reader failed (kept across a re-acquired handle)."""
+
+    def reset_caches(self) -> None:
+        self.unsupported = set()
+        self.warned = set()
+        self.plans = {}
+        self.nvlink_count = None
+        self.fan_count = None
+        self.clock_event_bits = None
+        self.clock_events_last = (-1, {})
+        self.memory_v1 = False
+        self.process_util_timestamp = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the readers of every GPU share: the binding and a few services of the backend."""
+
+    nv: Any
+    """The pynvml module (or tests/fake_pynvml.py)."""
+    gpm: GpmSampler
+    peers: Callable[[GpuState], list[GpuState]]
+    """The other GPUs that have a handle, by index."""
+    record_error: Callable[[GpuState, Tier, str, Exception], None]
+    """Count an error of one call inside a reader (logged, counted, the reader goes on)."""
+    memory_temp_field: int = 82
+    """NVML_FI_DEV_MEMORY_TEMP."""
+
+
+Reader = Callable[[Context, GpuState, Any], dict[str, Any]]
+"""``read(ctx, g, h)``: one group of NVML calls for one GPU -> GpuSnapshot fields in base units."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderSpec:
+    """One entry of a subsystem module's ``READERS``: the reader's name (read_errors' ``reader`` label,
+    the key remembered when the GPU lacks it), the tier it runs in, and the function."""
+
+    name: str
+    tier: Tier
+    read: Reader
+
+
+Call = tuple[str, str, Callable[..., Any], tuple[Any, ...]]
+"""(output key, key remembered when unsupported, NVML function, its arguments)."""
+
+
+def opt(g: GpuState, key: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, or None when this single call is unsupported on this GPU (remembered under ``key``)."""
+    if key in g.unsupported:
+        return None
+    try:
+        return fn(*args)
+    except Exception as exc:
+        if code_of(exc) in UNSUPPORTED_CODES:
+            g.unsupported.add(key)
+            return None
+        raise
+
+
+def gather(
+    g: GpuState, calls: Iterable[Call], convert: Callable[[Any], Any], *, zero_is_absent: bool = False
+) -> dict[str, Any]:
+    """The body most readers share: make each call, convert its answer, keep it under its output key.
+
+    A call NVML says this GPU lacks is remembered (``opt``) and left out, as is an answer of
+    None (or 0 with ``zero_is_absent``). Any other error goes up to the core. Raises
+    Unsupported when no call answered, so the whole reader is not asked again.
+    """
+    out: dict[str, Any] = {}
+    for name, key, fn, args in calls:
+        value = opt(g, key, fn, *args)
+        if value is None or (zero_is_absent and not value):
+            continue
+        out[name] = convert(value)
+    if not out:
+        raise Unsupported
+    return out
+
+
+def handle_of(g: GpuState) -> Any:
+    """The GPU's handle; GpuLostError when it was lost between the check and the call."""
+    handle = g.handle
+    if handle is None:
+        raise GpuLostError(g.index, g.lost_reason or "GPU lost")
+    return handle
+
+
+def text(value: Any) -> str:
+    """A binding's string (bytes from older nvidia-ml-py) without padding."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace").strip("\x00").strip()
+    return str(value).strip()
+
+
+def field_value(value: Any) -> float:
+    """The number in a c_nvmlFieldValue_t, by its valueType (NVML_VALUE_TYPE_*)."""
+    return float(getattr(value.value, _FIELD_VALUE_ATTRIBUTES.get(int(value.valueType), "uiVal")))
+
+
+def function(nv: Any, *names: str) -> Callable[..., Any]:
+    """The first of ``names`` the binding has (newer and older spellings); Unsupported if none."""
+    for name in names:
+        fn = getattr(nv, name, None)
+        if fn is not None:
+            return fn  # type: ignore[no-any-return]
+    raise Unsupported

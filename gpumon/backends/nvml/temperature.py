@@ -1,0 +1,49 @@
+"""Temperatures (GPU, memory) and the temperature thresholds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpumon.backends.nvml.codes import NVML_SUCCESS, UNSUPPORTED_CODES, Unsupported, nvml_error
+from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_value, gather
+from gpumon.snapshot import Tier
+
+TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
+FI_DEV_MEMORY_TEMP = 82  # NVML_FI_DEV_MEMORY_TEMP
+THRESHOLDS = {  # NVML_TEMPERATURE_THRESHOLD_*
+    "temperature_shutdown_threshold_celsius": 0,
+    "temperature_slowdown_threshold_celsius": 1,
+    "memory_temperature_max_operating_celsius": 2,
+    "temperature_max_operating_celsius": 3,
+}
+
+
+def read_temperature(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+    """nvmlDeviceGetTemperature(GPU): temperature.gpu, °C."""
+    return {"temperature_celsius": float(ctx.nv.nvmlDeviceGetTemperature(h, TEMPERATURE_GPU))}
+
+
+def read_memory_temperature(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+    """nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP): temperature.memory, °C; 0 means absent."""
+    value = ctx.nv.nvmlDeviceGetFieldValues(h, [ctx.memory_temp_field])[0]
+    code = int(value.nvmlReturn)
+    if code in UNSUPPORTED_CODES:
+        raise Unsupported
+    if code != NVML_SUCCESS:
+        raise nvml_error(ctx.nv, code)
+    celsius = field_value(value)
+    return {"memory_temperature_celsius": float(celsius)} if celsius else {}
+
+
+def read_thresholds(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+    """nvmlDeviceGetTemperatureThreshold: slowdown, shutdown, GPU max, memory max, °C (0 = not reported)."""
+    fn = ctx.nv.nvmlDeviceGetTemperatureThreshold
+    calls = ((name, f"threshold.{name}", fn, (h, threshold)) for name, threshold in THRESHOLDS.items())
+    return gather(g, calls, float, zero_is_absent=True)
+
+
+READERS = (
+    ReaderSpec("temperature", Tier.FAST, read_temperature),
+    ReaderSpec("memory_temperature", Tier.FAST, read_memory_temperature),
+    ReaderSpec("thresholds", Tier.STATIC, read_thresholds),
+)
