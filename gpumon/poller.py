@@ -358,11 +358,9 @@ class Poller:
 
     def _count_backend_errors(self) -> None:
         """Errors the backend survived inside a read (one reader group failing), once per poll."""
-        take_errors = getattr(self._backend, "take_errors", None)
-        if callable(take_errors):
-            for tier_name, count in take_errors().items():
-                tier = Tier(tier_name)
-                self._tier_errors[tier] = self._tier_errors.get(tier, 0) + count
+        for tier_name, count in self._backend.take_errors().items():
+            tier = Tier(tier_name)
+            self._tier_errors[tier] = self._tier_errors.get(tier, 0) + count
 
     def _mark_lost(self, index: int, state: _GpuState, reason: str, now: float) -> None:
         if state.lost_reason is None:

@@ -71,3 +71,16 @@ class GpuBackend(Protocol):
         the events seen, possibly none. Raises GpuLostError for a GPU lost inside the
         wait (the caller reports it and keeps waiting for the other GPUs).
         """
+
+    def take_errors(self) -> dict[str, int]:
+        """Errors survived inside reads since the last call, by tier value ("fast", "slow", "static"); then reset.
+
+        One reader group failing leaves its fields out of the read without failing it; the
+        poller adds these counts to its per-tier poll errors once per poll. {} when none.
+        """
+
+    def read_errors(self) -> dict[tuple[int, str, str], int]:
+        """Those errors since init by (GPU index, UUID, reader name), cumulative (never reset).
+
+        Exported as ``gpumon_read_errors_total{gpu, uuid, reader}``.
+        """

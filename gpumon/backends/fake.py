@@ -172,6 +172,14 @@ class FakeBackend:
             out[name] = _value_at(name, spec, tick)
         return out
 
+    def take_errors(self) -> dict[str, int]:
+        """None: a scripted read fails whole (``raise_at_ticks``), which the poller counts itself."""
+        return {}
+
+    def read_errors(self) -> dict[tuple[int, str, str], int]:
+        """None: no simulated reader fails alone."""
+        return {}
+
     def wait_events(self, timeout_seconds: float) -> list[XidEvent]:
         """Scripted XIDs whose tick a FAST read has reached, each delivered once."""
         import time
