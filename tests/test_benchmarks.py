@@ -12,16 +12,26 @@ from tests.fake_pynvml import FakeGpu, FakeNvml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 
-def test_bare_reference_has_a_group_for_every_backend_reader() -> None:
+def test_bare_reference_replays_the_calls_of_every_backend_reader() -> None:
     import bench_nvml_calls
 
-    nv = FakeNvml([FakeGpu(index=0), FakeGpu(index=1)])
+    nv = FakeNvml([FakeGpu(index=0, fans_percent=[40]), FakeGpu(index=1)])
     backend = NvmlBackend(nv)
     backend.init()
-    groups = bench_nvml_calls.bare_groups(nv, 0, 2)
+    groups = bench_nvml_calls.recorded_groups(nv, 2)
     readers = {name for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC) for name in backend.reader_names(tier)}
-    assert readers <= set(groups), f"bench_nvml_calls.bare_groups lacks {sorted(readers - set(groups))}"
+    assert readers == set(groups[0]), "the recorded reference follows the backend's readers"
+    recorded = {fn.__name__ for calls in groups[0].values() for fn, _, _ in calls}
+    assert {"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetClockInfo", "nvmlDeviceGetP2PStatus"} <= recorded
+    fast = {fn.__name__ for fn, _, _ in groups[-1]["fast"]}
+    assert "nvmlDeviceGetFanSpeed_v2" in fast and "nvmlDeviceGetTotalEnergyConsumption" not in fast
+    bench_nvml_calls.replay(groups[-1]["fast"])  # on the raw module
     backend.shutdown()
+
+
+def test_nvml_calls_benchmark_runs_on_the_fake() -> None:
+    out = _quick("bench_nvml_calls.py")
+    assert "full FAST read, 2 GPU(s)" in out and "ratio gpumon / bare pynvml" in out
 
 
 def _quick(script: str) -> str:
