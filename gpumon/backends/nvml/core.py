@@ -72,7 +72,7 @@ LIVENESS_READERS = frozenset({"memory", "utilization"})
 LIVENESS_FAILURES_LOST = 3
 """FAST reads in a row in which every liveness reader failed that make a GPU lost."""
 
-Plan = tuple[tuple[str, Reader, bool], ...]
+Plan = tuple[tuple[tuple[str, Reader], ...], tuple[tuple[str, Reader], ...]]
 
 
 def collect_readers(modules: Iterable[ModuleType] = SUBSYSTEMS) -> dict[Tier, tuple[ReaderSpec, ...]]:
@@ -214,11 +214,15 @@ class NvmlBackend:
         Raises GpuLostError (GPU gone), NvmlUnavailableError (NVML gone). Other NVML
         errors leave a partial result and an entry for ``take_errors()``.
         """
-        g = self._gpu_for_read(index)
+        g = self._gpus.get(index)  # the usual case without the lock: a GPU that has its handle
+        if g is None or g.handle is None or not self._inited:
+            g = self._gpu_for_read(index)
         plan = g.plans.get(tier)
         if plan is None:
             plan = self._plan(g, tier)
-        out = self._run_plan(g, tier, plan, check_liveness=tier is Tier.FAST)
+        liveness, others = plan
+        out = self._run_liveness(g, liveness) if liveness else {}
+        self._run(g, tier, others, out)
         if not g.confirmed:
             with self._lock:
                 g.confirmed = True
@@ -263,9 +267,10 @@ class NvmlBackend:
         for tier, specs in self._readers.items():
             for spec in specs:
                 if spec.name == name:
-                    if name in g.unsupported:
-                        return {}
-                    return self._run_plan(g, tier, ((name, spec.read, False),))
+                    out: dict[str, Any] = {}
+                    if name not in g.unsupported:
+                        self._run(g, tier, ((name, spec.read),), out)
+                    return out
         raise KeyError(name)
 
     # ---- events -----------------------------------------------------------
@@ -344,48 +349,53 @@ class NvmlBackend:
         self._mark_lost(g, reason, polling_thread=False)
 
     def _plan(self, g: GpuState, tier: Tier) -> Plan:
-        """The readers of ``tier`` still asked on ``g`` (kept in ``g.plans`` until one turns out unsupported)."""
-        unsupported = g.unsupported
-        liveness = tier is Tier.FAST
-        plan = tuple(
-            (spec.name, spec.read, liveness and spec.name in LIVENESS_READERS)
-            for spec in self._readers.get(tier, ())
-            if spec.name not in unsupported
-        )
+        """The readers of ``tier`` still asked on ``g``: (liveness readers, the others), each (name, reader).
+
+        Kept in ``g.plans`` until a reader turns out unsupported. Only FAST reads check liveness;
+        their liveness readers run first.
+        """
+        readers = [(spec.name, spec.read) for spec in self._readers.get(tier, ()) if spec.name not in g.unsupported]
+        live = tuple(r for r in readers if r[0] in LIVENESS_READERS) if tier is Tier.FAST else ()
+        plan = (live, tuple(r for r in readers if r not in live))
         g.plans[tier] = plan
         return plan
 
-    def _run_plan(self, g: GpuState, tier: Tier, plan: Plan, *, check_liveness: bool = False) -> dict[str, Any]:
-        """Run the readers of ``plan`` on ``g``; each failure is sorted by _reader_failed.
-
-        ``check_liveness`` (a whole FAST read): when every liveness reader that ran failed, count
-        it; LIVENESS_FAILURES_LOST in a row (or one, while the GPU is not yet confirmed after a
-        loss) make the GPU lost.
-        """
-        out: dict[str, Any] = {}
+    def _run(self, g: GpuState, tier: Tier, readers: Iterable[tuple[str, Reader]], out: dict[str, Any]) -> None:
+        """Run ``readers`` on ``g`` into ``out``; each failure is sorted by _reader_failed."""
         ctx = self._ctx
         h = g.handle  # one handle for the whole read: if the GPU is lost meanwhile, NVML says so
-        live_ran = live_failed = 0
-        live_error = ""
-        for name, reader, liveness in plan:
+        for name, reader in readers:
             try:
                 out.update(reader(ctx, g, h))
             except Exception as exc:
                 self._reader_failed(g, tier, name, exc)
-                if liveness and name not in g.unsupported:
-                    live_failed += 1
-                    live_error = live_error or f"{name}: {exc}"
-            if liveness and name not in g.unsupported:
-                live_ran += 1
-        if live_ran and check_liveness:
-            self._check_liveness(g, live_ran == live_failed, live_error)
+
+    def _run_liveness(self, g: GpuState, readers: Iterable[tuple[str, Reader]]) -> dict[str, Any]:
+        """The FAST tier's liveness readers, counted: when every one that ran failed, LIVENESS_FAILURES_LOST
+        such reads in a row (or one, while the GPU is not yet confirmed after a loss) make the GPU lost."""
+        out: dict[str, Any] = {}
+        ctx = self._ctx
+        h = g.handle
+        ran = failed = 0
+        error = ""
+        for name, reader in readers:
+            try:
+                out.update(reader(ctx, g, h))
+                ran += 1
+            except Exception as exc:
+                self._reader_failed(g, Tier.FAST, name, exc)
+                if name not in g.unsupported:  # an unsupported reader proves nothing either way
+                    ran += 1
+                    failed += 1
+                    error = error or f"{name}: {exc}"
+        if failed and failed == ran:
+            self._liveness_failed(g, error)
+        elif ran and g.liveness_failures:
+            g.liveness_failures = 0
         return out
 
-    def _check_liveness(self, g: GpuState, failed: bool, error: str) -> None:
-        """Count FAST reads in a row whose liveness reads all failed; raise GpuLostError at the limit."""
-        if not failed:
-            g.liveness_failures = 0
-            return
+    def _liveness_failed(self, g: GpuState, error: str) -> None:
+        """Count a FAST read whose liveness reads all failed; raise GpuLostError at the limit."""
         g.liveness_failures += 1
         if g.liveness_failures >= LIVENESS_FAILURES_LOST or not g.confirmed:
             reason = f"{error} ({g.liveness_failures} read(s) in a row without an answer to its liveness reads)"

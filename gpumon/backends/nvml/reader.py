@@ -39,8 +39,10 @@ class GpuState:
     unsupported: set[str] = field(default_factory=set)
     """Readers and single calls NVML said this GPU does not support."""
     warned: set[str] = field(default_factory=set)
-    plans: dict[Tier, tuple[tuple[str, Reader, bool], ...]] = field(default_factory=dict)
-    """Per tier, the readers still asked on this GPU: (name, reader, is a liveness reader).
+    plans: dict[Tier, tuple[tuple[tuple[str, Reader], ...], tuple[tuple[str, Reader], ...]]] = field(
+        default_factory=dict
+    )
+    """Per tier, the readers still asked on this GPU: (liveness readers, the others), each (name, reader).
     Built on the first read of the tier; dropped when a reader turns out unsupported."""
     nvlink_count: int | None = None
     fan_count: int | None = None
