@@ -729,3 +729,69 @@ def test_a_link_whose_error_fields_fail_is_omitted_and_the_other_links_still_rep
     b.init()
     got = b.read(0, Tier.SLOW)["nvlink_errors_total"]
     assert "5" not in got and got["4"] == {"replay": 0, "recovery": 0, "crc": 4} and len(got) == 17
+
+
+# ---- the package: one reader module per subsystem ------------------------------
+def test_every_subsystem_modules_readers_are_run_once_in_their_tier(backend: NvmlBackend) -> None:
+    from gpumon.backends.nvml.registry import SUBSYSTEMS
+
+    declared = [(spec.name, spec.tier) for module in SUBSYSTEMS for spec in module.READERS]
+    names = [name for name, _ in declared]
+    assert len(names) == len(set(names)), "reader names are unique (read_errors' reader label)"
+    for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC):
+        assert sorted(backend.reader_names(tier)) == sorted(name for name, t in declared if t is tier)
+    assert backend.reader_names(Tier.FAST) == (
+        "utilization",
+        "memory",
+        "temperature",
+        "memory_temperature",
+        "power",
+        "clocks",
+        "performance_state",
+        "clock_events",
+        "fans",
+        "nvlink_state",
+        "processes",
+    )
+    static = backend.reader_names(Tier.STATIC)
+    assert static.index("identity") < static.index("topology")  # topology uses the peers' bus ids
+
+
+def test_a_reader_found_unsupported_leaves_the_gpus_plan_and_the_other_gpu_keeps_it(
+    fake: FakeNvml, backend: NvmlBackend
+) -> None:
+    backend.read(0, Tier.FAST)
+    backend.read(1, Tier.FAST)
+    fake.fail("nvmlDeviceGetPerformanceState", pynvml.NVML_ERROR_NOT_SUPPORTED, gpu=0)
+    for _ in range(3):
+        assert "performance_state" not in backend.read(0, Tier.FAST)
+        assert "performance_state" in backend.read(1, Tier.FAST)
+    assert fake.calls["nvmlDeviceGetPerformanceState"] == 2 + 1 + 3  # GPU 0 asked once after the failure
+
+
+def test_gather_keeps_what_answers_remembers_what_is_unsupported_and_says_when_nothing_answers() -> None:
+    from gpumon.backends.nvml.codes import Unsupported
+    from gpumon.backends.nvml.reader import GpuState, gather
+
+    g = GpuState(index=0, handle="h", uuid="GPU-x")
+    asked: list[str] = []
+
+    def call(name: str) -> int:
+        asked.append(name)
+        if name == "b":
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return 0 if name == "c" else 7
+
+    calls = [(name, f"k.{name}", call, (name,)) for name in "abc"]
+    assert gather(g, calls, lambda v: v * 2) == {"a": 14, "c": 0}
+    assert gather(g, calls, lambda v: v * 2, zero_is_absent=True) == {"a": 14}
+    assert asked == ["a", "b", "c", "a", "c"] and "k.b" in g.unsupported
+    with pytest.raises(Unsupported):
+        gather(g, calls[1:2], int)
+
+    def unknown() -> int:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+
+    with pytest.raises(pynvml.NVMLError):  # any other error is the core's to sort
+        gather(g, [("a", "k.a", call, ("a",)), ("u", "k.u", unknown, ())], int)
+    assert "k.u" not in g.unsupported

@@ -1,7 +1,7 @@
 """The NVML backend core: lifecycle, read dispatch, the error policy, liveness and error counting.
 
-The readers live in one module per subsystem (their ``READERS`` tuples are collected in
-``SUBSYSTEMS`` order); the XID event set lives in ``events``. See the package docstring
+The readers live in one module per subsystem (their ``READERS`` tuples are collected by
+``registry``); the XID event set lives in ``events``. See the package docstring
 for the error policy this module applies.
 """
 
@@ -11,27 +11,11 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from types import ModuleType
 from typing import Any
 
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError
 from gpumon.backends.gpm import GpmSampler
-from gpumon.backends.nvml import (
-    clocks,
-    ecc,
-    fabric,
-    fans,
-    identity,
-    modes,
-    nvlink,
-    pcie,
-    power,
-    processes,
-    profiling,
-    temperature,
-    topology,
-    utilization,
-)
+from gpumon.backends.nvml import temperature
 from gpumon.backends.nvml.codes import (
     LOST_CODES,
     NVML_GONE_CODES,
@@ -42,30 +26,12 @@ from gpumon.backends.nvml.codes import (
     missing_in_binding,
 )
 from gpumon.backends.nvml.events import EventWatcher, quiet, try_call
-from gpumon.backends.nvml.reader import Context, GpuState, Reader, ReaderSpec, text
+from gpumon.backends.nvml.reader import Context, GpuState, Reader, cuda_version, text
+from gpumon.backends.nvml.registry import collect_readers
 from gpumon.events.model import XidEvent
 from gpumon.snapshot import HostSnapshot, Tier
 
 log = logging.getLogger(__name__)
-
-SUBSYSTEMS: tuple[ModuleType, ...] = (
-    identity,
-    utilization,
-    temperature,
-    power,
-    clocks,
-    fans,
-    nvlink,
-    processes,
-    pcie,
-    profiling,
-    ecc,
-    modes,
-    fabric,
-    topology,
-)
-"""The reader modules; within a tier, readers run in this order and then in their module's order
-(identity before topology: topology uses the peers' bus ids that identity read)."""
 
 LIVENESS_READERS = frozenset({"memory", "utilization"})
 """FAST readers whose calls (nvmlDeviceGetMemoryInfo, nvmlDeviceGetUtilizationRates) every GPU answers."""
@@ -73,12 +39,6 @@ LIVENESS_FAILURES_LOST = 3
 """FAST reads in a row in which every liveness reader failed that make a GPU lost."""
 
 Plan = tuple[tuple[tuple[str, Reader], ...], tuple[tuple[str, Reader], ...]]
-
-
-def collect_readers(modules: Iterable[ModuleType] = SUBSYSTEMS) -> dict[Tier, tuple[ReaderSpec, ...]]:
-    """Every module's ``READERS``, by tier, in module order."""
-    specs: list[ReaderSpec] = [spec for module in modules for spec in module.READERS]
-    return {tier: tuple(s for s in specs if s.tier is tier) for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC)}
 
 
 class NvmlBackend:
@@ -205,7 +165,7 @@ class NvmlBackend:
         nv = self._nv
         driver = try_call(lambda: text(nv.nvmlSystemGetDriverVersion()))
         nvml_version = try_call(lambda: text(nv.nvmlSystemGetNVMLVersion()))
-        cuda = try_call(lambda: _cuda_version(int(nv.nvmlSystemGetCudaDriverVersion_v2())))
+        cuda = try_call(lambda: cuda_version(int(nv.nvmlSystemGetCudaDriverVersion_v2())))
         return HostSnapshot(driver_version=driver, cuda_driver_version=cuda, nvml_version=nvml_version)
 
     def read(self, index: int, tier: Tier) -> Mapping[str, Any]:
@@ -441,8 +401,3 @@ class NvmlBackend:
         with self._lock:
             self._errors[tier.value] += 1
             self._reader_errors[(g.index, name)] += 1
-
-
-def _cuda_version(value: int) -> str:
-    """13000 -> "13.0", 12040 -> "12.4"."""
-    return f"{value // 1000}.{value % 1000 // 10}"

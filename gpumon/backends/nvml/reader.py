@@ -162,3 +162,8 @@ def function(nv: Any, *names: str) -> Callable[..., Any]:
         if fn is not None:
             return fn  # type: ignore[no-any-return]
     raise Unsupported
+
+
+def cuda_version(value: int) -> str:
+    """nvmlSystemGetCudaDriverVersion_v2's number as a version: 13000 -> "13.0", 12040 -> "12.4"."""
+    return f"{value // 1000}.{value % 1000 // 10}"
