@@ -57,19 +57,15 @@ def poll_cost(backend_spec: str, fake_gpus: int, rounds: int) -> None:
         poller.poll()
     calls = []
     if backend_spec == "nvml":
-        # the reference the issue names: a bare pynvml loop over the same fast-tier calls (bench_nvml_calls)
+        # the reference the issue names: a bare pynvml loop over the same fast-tier calls (bench_nvml_calls
+        # records the calls a FAST read of every GPU makes and replays them on the raw module)
         import pynvml
-        from bench_nvml_calls import bare_groups, working
+        from bench_nvml_calls import recorded_groups, replay
 
-        names = backend.reader_names(Tier.FAST)  # type: ignore[attr-defined]
-        for i in range(count):
-            groups = bare_groups(pynvml, i, count)
-            for name in names:
-                calls += working(pynvml, groups[name])[0]
+        calls = recorded_groups(pynvml, count)[-1]["fast"]
 
     def bare_loop() -> None:
-        for call in calls:
-            call()
+        replay(calls)
 
     def backend_reads() -> None:
         for i in range(count):
