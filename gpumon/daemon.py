@@ -185,8 +185,8 @@ class Daemon:
         self.store.subscribe(self.collector.prepare)
         self.collector.add("alerts", self.alerts.collector())
         self.collector.add("burn", BurnResultsCollector(config.state_dir))
-        # per GPU and reader: a field's error, not a lost GPU
-        self.collector.add("read_errors", ReadErrorsCollector(backend.read_errors))
+        if backend.per_reader_errors:  # per GPU and reader: a field's error, not a lost GPU
+            self.collector.add("read_errors", ReadErrorsCollector(backend.read_errors))
         self.collector.add("health", self.health.collector())
         self.dcgm = (
             DcgmCompatCollector(self.store, hostname(), self.catalog) if "dcgm" in config.exporter.compat else None

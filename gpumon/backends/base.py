@@ -40,6 +40,9 @@ class GpuBackend(Protocol):
     """
 
     name: str
+    per_reader_errors: bool
+    """Whether one reader group of a read can fail alone (NVML: yes; the fake: a scripted read fails
+    whole). The daemon exports ``read_errors()`` as ``gpumon_read_errors_total`` only when it can."""
 
     def init(self) -> None:
         """Load NVML / the scenario; raise NvmlUnavailableError when it cannot."""

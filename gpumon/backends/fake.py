@@ -172,6 +172,8 @@ class FakeBackend:
             out[name] = _value_at(name, spec, tick)
         return out
 
+    per_reader_errors = False
+
     def take_errors(self) -> dict[str, int]:
         """None: a scripted read fails whole (``raise_at_ticks``), which the poller counts itself."""
         return {}

@@ -49,6 +49,7 @@ class NvmlBackend:
     """
 
     name = "nvml"
+    per_reader_errors = True
 
     def __init__(self, pynvml: Any, *, import_error: str | None = None) -> None:
         self._nv = pynvml
