@@ -14,6 +14,7 @@ Nothing is asserted; the table is the result.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import statistics
@@ -56,13 +57,14 @@ def poll_cost(backend_spec: str, fake_gpus: int, rounds: int) -> None:
     for _ in range(5):
         poller.poll()
     calls = []
+    reference = contextlib.ExitStack()  # the recording backend lives while its calls are replayed
     if backend_spec == "nvml":
         # the reference the issue names: a bare pynvml loop over the same fast-tier calls (bench_nvml_calls
         # records the calls a FAST read of every GPU makes and replays them on the raw module)
         import pynvml
         from bench_nvml_calls import recorded_groups, replay
 
-        calls = recorded_groups(pynvml, count)[-1]["fast"]
+        calls = reference.enter_context(recorded_groups(pynvml, count))[-1]["fast"]
 
     def bare_loop() -> None:
         replay(calls)
@@ -91,6 +93,7 @@ def poll_cost(backend_spec: str, fake_gpus: int, rounds: int) -> None:
             f"{'bare pynvml loop, same calls (reference)':<40}{b * 1e6:>10.1f}{pct(bare, 0.99) * 1e6:>10.1f}"
             f"{b * 1e6 / count:>9.1f}\n"
         )
+    reference.close()
     backend.shutdown()
     r, p = statistics.median(reads), statistics.median(polls)
     print(f"## poll, {count} GPU(s), backend {backend_spec}, {rounds} rounds")

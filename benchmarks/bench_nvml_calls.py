@@ -18,12 +18,13 @@ Prints tables with ratios; nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,8 +109,14 @@ def warm_up(backend: NvmlBackend, count: int) -> None:
             backend.read(i, tier)
 
 
-def recorded_groups(nv: Any, count: int) -> dict[int, dict[str, list[Call]]]:
-    """Per GPU and reader group, the pynvml calls the backend makes in steady state (after warm_up)."""
+@contextlib.contextmanager
+def recorded_groups(nv: Any, count: int) -> Iterator[dict[int, dict[str, list[Call]]]]:
+    """Per GPU and reader group, the pynvml calls the backend makes in steady state (after warm_up);
+    under key -1, ``{"fast": calls}`` of a FAST read of every GPU.
+
+    The recording backend stays initialised inside the ``with``: the recorded arguments include its
+    GPM samples, which its shutdown frees (a replay after that would hand NVML freed memory).
+    """
     recorder = RecordingNvml(nv)
     backend = NvmlBackend(recorder)
     backend.init()
@@ -122,7 +129,7 @@ def recorded_groups(nv: Any, count: int) -> dict[int, dict[str, list[Call]]]:
                 for name in backend.reader_names(tier):
                     groups[i][name] = recorder.record(lambda i=i, name=name: backend.read_group(i, name))
         groups[-1] = {"fast": recorder.record(lambda: [backend.read(i, Tier.FAST) for i in range(count)])}
-        return groups
+        yield groups
     finally:
         backend.shutdown()
 
@@ -158,6 +165,42 @@ def nvml_module(args: argparse.Namespace) -> tuple[Any, str]:
     return pynvml, f"nvidia-ml-py {getattr(pynvml, '__version__', '?')}"
 
 
+def compare(backend: NvmlBackend, bare: dict[int, dict[str, list[Call]]], count: int, repeat_fast: int) -> float:
+    """Print the per-group table and the full FAST read against the replayed calls; the full read's µs."""
+    print()
+    print(f"{'tier':6} {'group':20} {'GPU':>3} {'gpumon µs':>11} {'bare µs':>11} {'ratio':>7}  {'calls':>5}")
+    for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC):
+        repeat = repeat_fast if tier is Tier.FAST else max(5, repeat_fast // 20)
+        for name in backend.reader_names(tier):
+            for i in range(count):
+                ours = median_us(lambda i=i, name=name: backend.read_group(i, name), repeat)
+                calls = bare[i][name]
+                ref = median_us(lambda calls=calls: replay(calls), repeat) if calls else 0.0
+                ratio = f"{ours / ref:7.2f}" if ref > 0 else "    n/a"
+                print(f"{tier.value:6} {name:20} {i:>3} {ours:11.1f} {ref:11.1f} {ratio}  {len(calls):>5}")
+    errors = backend.take_errors()
+    if errors:
+        print(f"# reader errors during the benchmark: {errors}")
+
+    # full FAST read of all GPUs, as the poller does every second
+    all_bare = bare[-1]["fast"]
+
+    def ours_fast() -> None:
+        for i in range(count):
+            backend.read(i, Tier.FAST)
+
+    ours = median_us(ours_fast, repeat_fast)
+    ref = median_us(lambda: replay(all_bare), repeat_fast)
+    print()
+    print(
+        f"full FAST read, {count} GPU(s): gpumon {ours:.1f} µs ({ours / count:.1f} µs/GPU), "
+        f"bare pynvml {ref:.1f} µs ({len(all_bare)} calls)"
+    )
+    print(f"  ratio gpumon / bare pynvml: {ours / ref:.2f}  (goal <= 1.5 and <= 100 µs per GPU)")
+
+    return ours
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeat", type=int, default=200, help="timed runs per fast measurement (default 200)")
@@ -184,39 +227,8 @@ def main() -> int:
     print(f"# backend.init() (nvmlInit + handles): {init_ms:.1f} ms")
     warm_up(backend, count)
     print(f"# GPU 0: {backend.read(0, Tier.STATIC).get('name')}")
-    bare = recorded_groups(nv, count)
-
-    print()
-    print(f"{'tier':6} {'group':20} {'GPU':>3} {'gpumon µs':>11} {'bare µs':>11} {'ratio':>7}  {'calls':>5}")
-    for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC):
-        repeat = args.repeat if tier is Tier.FAST else max(5, args.repeat // 20)
-        for name in backend.reader_names(tier):
-            for i in range(count):
-                ours = median_us(lambda i=i, name=name: backend.read_group(i, name), repeat)
-                calls = bare[i][name]
-                ref = median_us(lambda calls=calls: replay(calls), repeat) if calls else 0.0
-                ratio = f"{ours / ref:7.2f}" if ref > 0 else "    n/a"
-                print(f"{tier.value:6} {name:20} {i:>3} {ours:11.1f} {ref:11.1f} {ratio}  {len(calls):>5}")
-    errors = backend.take_errors()
-    if errors:
-        print(f"# reader errors during the benchmark: {errors}")
-
-    # full FAST read of all GPUs, as the poller does every second
-    all_bare = bare[-1]["fast"]
-
-    def ours_fast() -> None:
-        for i in range(count):
-            backend.read(i, Tier.FAST)
-
-    ours = median_us(ours_fast, args.repeat)
-    ref = median_us(lambda: replay(all_bare), args.repeat)
-    print()
-    print(
-        f"full FAST read, {count} GPU(s): gpumon {ours:.1f} µs ({ours / count:.1f} µs/GPU), "
-        f"bare pynvml {ref:.1f} µs ({len(all_bare)} calls)"
-    )
-    print(f"  ratio gpumon / bare pynvml: {ours / ref:.2f}  (goal <= 1.5 and <= 100 µs per GPU)")
-
+    with recorded_groups(nv, count) as bare:
+        ours = compare(backend, bare, count, args.repeat)
     backend.shutdown()
     if args.fake or shutil.which("nvidia-smi") is None:
         print("no nvidia-smi comparison (fake NVML, or nvidia-smi not found)")

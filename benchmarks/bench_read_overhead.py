@@ -18,6 +18,7 @@ add their own cost (~60 µs a FAST read on an H200); bench_nvml_calls.py measure
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import pstats
 import sys
@@ -119,10 +120,11 @@ def main() -> int:
             backend.read(i, tier)
 
     bare: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = []
+    reference = contextlib.ExitStack()  # the recording backend lives while its calls are replayed
     try:  # the benchmark next door records the calls a read makes (not in an older checkout)
         import bench_nvml_calls
 
-        bare = bench_nvml_calls.recorded_groups(nv, args.gpus)[-1]["fast"]
+        bare = reference.enter_context(bench_nvml_calls.recorded_groups(nv, args.gpus))[-1]["fast"]
     except (ImportError, AttributeError):
         pass
 
@@ -154,6 +156,7 @@ def main() -> int:
             poller.poll()
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    reference.close()
     backend.shutdown()
     return 0
 
