@@ -103,10 +103,14 @@ def judge_allreduce(
             "bytes": largest["bytes"],
             "dtype": ran[lead].get("dtype"),
             "sizes": [
-                {k: s[k] for k in ("bytes", "iterations", "algbw_bytes_per_second", "busbw_bytes_per_second")}
+                {
+                    **{k: s[k] for k in ("bytes", "iterations", "algbw_bytes_per_second", "busbw_bytes_per_second")},
+                    **({"timing": s["timing"]} if "timing" in s else {}),
+                }
                 for s in sizes
             ],
         }
+    _timing_fallbacks(j, ran, members)
     figures = ", ".join(f"{s['bytes'] / 2**20:.0f} MiB {s['busbw_bytes_per_second'] / 1e9:.1f}" for s in sizes)
     if floor is None:
         j.add(
@@ -158,3 +162,25 @@ def judge_allreduce(
                 fault="",
             )
         j.faults += blame_links(j, "allreduce", judged)
+
+
+def _timing_fallbacks(j: Judgement, ran: Mapping[GpuKey, Any], members: list[GpuKey]) -> None:
+    """Sizes meant for a CUDA graph but timed eagerly: reported with the reason (their busbw includes launch overhead)."""
+    reasons: dict[int, str] = {}
+    for d in ran.values():
+        for s in d["sizes"]:
+            reason = s.get("timing_fallback")
+            if reason and (s["bytes"] not in reasons or "another rank" in reasons[s["bytes"]]):
+                reasons[s["bytes"]] = reason  # the rank whose capture failed says why
+    if not reasons:
+        return
+    sizes = ", ".join(f"{b / 2**20:.0f} MiB" for b in sorted(reasons))
+    why = "; ".join(dict.fromkeys(reasons[b] for b in sorted(reasons)))
+    j.add(
+        "allreduce",
+        None,
+        "timing",
+        None,
+        f"{sizes} timed with an eager loop, not a CUDA graph ({why}): their busbw includes launch overhead",
+        group=members,
+    )

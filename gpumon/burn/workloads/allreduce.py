@@ -2,10 +2,35 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from gpumon.burn.workloads.allreduce_timing import time_allreduce
 from gpumon.burn.workloads.context import GIB, MIB, TORCH_DTYPES, Context, flip_bit
+
+SMALL_SIZES = (MIB, 4 * MIB, 16 * MIB, 64 * MIB)
+"""Latency-bound sizes swept first on CUDA (a CUDA graph times them): reported, never judged against a floor."""
+
+BANDWIDTH_SIZES: dict[tuple[bool, bool], tuple[int, ...]] = {
+    (True, False): (256 * MIB, GIB, 4 * GIB),
+    (True, True): (256 * MIB, GIB),
+    (False, False): (MIB, 4 * MIB),
+    (False, True): (MIB,),
+}
+"""(cuda, quick) -> the bandwidth-bound sizes: the largest that fits is judged against the floor."""
+
+
+def sweep_sizes(cuda: bool, quick: bool, affordable_bytes: int) -> tuple[list[int], list[int]]:
+    """(every size to run, ascending; the bandwidth sizes among them) for ``affordable_bytes`` per buffer.
+
+    The bandwidth sizes are the sweep gpumon always ran (CUDA: 256 MiB / 1 GiB / 4 GiB, quick
+    without 4 GiB; CPU: 1 MiB, 4 MiB unless quick), cut to what fits: the largest of them is
+    judged against the floor and the first is the size of the pairwise runs. On CUDA the
+    SMALL_SIZES below the first bandwidth size come before them.
+    """
+    sizes = BANDWIDTH_SIZES[(cuda, quick)]
+    bandwidth = [s for s in sizes if s <= affordable_bytes] or [min(sizes[0], max(MIB, affordable_bytes))]
+    small = [s for s in SMALL_SIZES if s < bandwidth[0]] if cuda else []
+    return small + bandwidth, bandwidth
 
 
 def allreduce(ctx: Context) -> dict[str, Any]:
@@ -22,12 +47,8 @@ def allreduce(ctx: Context) -> dict[str, Any]:
     # (i % 4 + 1)·(rank + 1) summed over ranks stays an exact integer in bf16 up to n = 10
     dtype_name = "bf16" if ctx.cuda and 4 * n * (n + 1) // 2 <= 256 else "fp32"
     dtype = getattr(torch, TORCH_DTYPES[dtype_name])
-    if ctx.cuda:
-        sizes = [256 * MIB, GIB] if spec.quick else [256 * MIB, GIB, 4 * GIB]
-    else:
-        sizes = [MIB] if spec.quick else [MIB, 4 * MIB]
     affordable = _agree_min(ctx, int(ctx.free_bytes() * 0.4))
-    sizes = [s for s in sizes if s <= affordable] or [min(sizes[0], max(MIB, affordable))]
+    sizes, bandwidth_sizes = sweep_sizes(ctx.cuda, spec.quick, affordable)
     results = []
     for size in sizes:
         results.append(_allreduce_size(ctx, None, n, size, dtype, dtype_name, check=True))
@@ -39,7 +60,7 @@ def allreduce(ctx: Context) -> dict[str, Any]:
     ctx.hb.collective("allreduce", "all_reduce(flag)")
     dist.all_reduce(slow, op=dist.ReduceOp.MAX)
     if int(slow.item()) and n >= 3:
-        out["pairwise"] = _pairwise(ctx, sizes[0], dtype, dtype_name)
+        out["pairwise"] = _pairwise(ctx, bandwidth_sizes[0], dtype, dtype_name)
     return out
 
 
@@ -62,32 +83,19 @@ def _allreduce_size(
     ctx.hb.collective("allreduce", f"all_reduce {size // MIB} MiB warm-up")
     for _ in range(3):
         dist.all_reduce(buf, group=group)
-    ctx.sync()
-    t = time.perf_counter()
-    dist.all_reduce(buf, group=group)
-    ctx.sync()
-    estimate = torch.tensor([time.perf_counter() - t], dtype=torch.float64, device=ctx.device)
-    dist.all_reduce(estimate, op=dist.ReduceOp.MAX, group=group)  # every rank runs the same count
     target = 1.0 if ctx.cuda and not ctx.spec.quick else 0.4
-    iters = max(5, min(200, int(target / max(float(estimate.item()), 1e-6))))
-    slow = ctx.spec.injection.has("slow", ctx.spec.gpu)
-    ctx.hb.collective("allreduce", f"all_reduce {size // MIB} MiB x{iters}")
-    ctx.sync()
-    start = time.perf_counter()
-    for _ in range(iters):
-        if slow:  # a tenth of the rate: pairs with this GPU must stand out even on a noisy CPU
-            time.sleep(9 * float(estimate.item()))
-        dist.all_reduce(buf, group=group)
-    ctx.sync()
-    seconds = (time.perf_counter() - start) / iters
-    algbw = size / seconds
+    timing = time_allreduce(ctx, group, buf, size, target)
+    algbw = size / timing.seconds_per_op
     out: dict[str, Any] = {
         "bytes": size,
-        "iterations": iters,
-        "seconds_per_op": seconds,
+        "iterations": timing.iterations,
+        "seconds_per_op": timing.seconds_per_op,
         "algbw_bytes_per_second": algbw,
         "busbw_bytes_per_second": algbw * 2 * (n - 1) / n,
+        "timing": timing.method,
     }
+    if timing.fallback_reason is not None:
+        out["timing_fallback"] = timing.fallback_reason
     if check:
         out["mismatched_elements"] = _check_allreduce(ctx, group, n, buf, dtype)
     del buf
