@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpumon.alerts.alert import BurnHoldBack
-from gpumon.burn.state import MARKER_NAME, burn_dir, pid_alive
+from gpumon.state.burn_files import MARKER_NAME, burn_dir, pid_alive
 
 log = logging.getLogger(__name__)
 
