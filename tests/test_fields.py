@@ -85,3 +85,22 @@ def test_fields_with_an_nvml_call_say_which_nvidia_smi_field_they_match() -> Non
         if spec.tier is not Tier.DAEMON:
             assert spec.nvml, name
             assert spec.smi, name
+
+
+def test_the_generated_doc_tables_are_what_make_docs_writes() -> None:
+    from gpumon.doctables import expected
+
+    for path, text in expected().items():
+        assert path.read_text(encoding="utf-8") == text, f"{path.name} is stale: run `make docs`"
+
+
+def test_make_docs_keeps_the_prose_and_replaces_only_the_table() -> None:
+    from gpumon.doctables import render
+
+    page = "intro\n<!-- generated: t, `make docs` -->\n| old |\n<!-- end generated -->\noutro\n"
+    assert (
+        render(page, "t", "| new |")
+        == "intro\n<!-- generated: t, `make docs` -->\n| new |\n<!-- end generated -->\noutro\n"
+    )
+    with pytest.raises(ValueError, match="markers"):
+        render("no markers", "t", "| new |")

@@ -11,10 +11,11 @@ from gpumon.fields.spec import Dcgm, Metric, Tier, declare, declare_mapping
 if TYPE_CHECKING:
     from gpumon.snapshot import GpuSnapshot
 
-_GPM = (
-    "GPM: nvmlGpmSampleGet per slow read, nvmlGpmMetricsGet(previous, current) SM_UTIL, SM_OCCUPANCY,"
-    " ANY_TENSOR_UTIL, DRAM_BW_UTIL, FP64/FP32/FP16_UTIL (~0.23 ms)"
-)
+
+def _gpm(metric: str) -> str:
+    return f"GPM {metric}: nvmlGpmMetricsGet over the nvmlGpmSampleGet samples of the previous and this slow read"
+
+
 _RATIO = "% / 100; from the 2nd read"
 _SMI = "— (DCGM_FI_PROF_*)"
 _UNIT = "ratio 0–1"
@@ -43,7 +44,7 @@ class GpmFields:
     sm_active_ratio: float | None = declare(
         Tier.SLOW,
         "SM active share 0-1 (GPM SM_UTIL; DCGM_FI_PROF_SM_ACTIVE)",
-        nvml=_GPM,
+        nvml=_gpm("SM_UTIL"),
         conversion=_RATIO,
         smi=_SMI,
         metric=Metric(
@@ -58,7 +59,7 @@ class GpmFields:
     sm_occupancy_ratio: float | None = declare(
         Tier.SLOW,
         "SM occupancy 0-1 (GPM SM_OCCUPANCY; DCGM_FI_PROF_SM_OCCUPANCY)",
-        nvml=_GPM,
+        nvml=_gpm("SM_OCCUPANCY"),
         conversion=_RATIO,
         smi=_SMI,
         metric=Metric(
@@ -71,7 +72,7 @@ class GpmFields:
     tensor_active_ratio: float | None = declare(
         Tier.SLOW,
         "Tensor pipe active share 0-1 (GPM ANY_TENSOR_UTIL; DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)",
-        nvml=_GPM,
+        nvml=_gpm("ANY_TENSOR_UTIL"),
         conversion=_RATIO,
         smi=_SMI,
         metric=Metric(
@@ -86,7 +87,7 @@ class GpmFields:
     dram_active_ratio: float | None = declare(
         Tier.SLOW,
         "DRAM bandwidth share 0-1 (GPM DRAM_BW_UTIL; DCGM_FI_PROF_DRAM_ACTIVE)",
-        nvml=_GPM,
+        nvml=_gpm("DRAM_BW_UTIL"),
         conversion=_RATIO,
         smi=_SMI,
         metric=Metric(
@@ -104,7 +105,7 @@ class GpmFields:
     fp64_active_ratio: float | None = declare(
         Tier.SLOW,
         "FP64 pipe active 0-1 (GPM FP64_UTIL; DCGM_FI_PROF_PIPE_FP64_ACTIVE)",
-        nvml=_GPM,
+        nvml=_gpm("FP64_UTIL"),
         conversion=_RATIO,
         smi=_SMI,
         metric=Metric("gpumon_fp64_active_ratio", "gauge", "Share of cycles the FP64 pipe was active, 0-1 (NVML GPM)."),
@@ -113,7 +114,7 @@ class GpmFields:
     fp32_active_ratio: float | None = declare(
         Tier.SLOW,
         "FP32 pipe active 0-1 (GPM FP32_UTIL; DCGM_FI_PROF_PIPE_FP32_ACTIVE)",
-        nvml=_GPM,
+        nvml=_gpm("FP32_UTIL"),
         conversion=_RATIO,
         smi=_SMI,
         metric=Metric("gpumon_fp32_active_ratio", "gauge", "Share of cycles the FP32 pipe was active, 0-1 (NVML GPM)."),
@@ -122,7 +123,7 @@ class GpmFields:
     fp16_active_ratio: float | None = declare(
         Tier.SLOW,
         "FP16 pipe active 0-1 (GPM FP16_UTIL; DCGM_FI_PROF_PIPE_FP16_ACTIVE)",
-        nvml=_GPM,
+        nvml=_gpm("FP16_UTIL"),
         conversion=_RATIO,
         smi=_SMI,
         metric=Metric("gpumon_fp16_active_ratio", "gauge", "Share of cycles the FP16 pipe was active, 0-1 (NVML GPM)."),
@@ -131,7 +132,7 @@ class GpmFields:
     gpm_throughput_bytes_per_second: Mapping[str, float] | None = declare_mapping(
         Tier.SLOW,
         "NVLink/PCIe throughput from GPM keyed nvlink_tx|nvlink_rx|pcie_tx|pcie_rx, bytes/s",
-        nvml="GPM NVLINK_TOTAL_TX/RX_PER_SEC, PCIE_TX/RX_PER_SEC",
+        nvml=_gpm("NVLINK_TOTAL_TX/RX_PER_SEC, PCIE_TX/RX_PER_SEC"),
         conversion="MiB/s × 2²⁰; from the 2nd read",
         metric=Metric(
             "gpumon_gpm_throughput_bytes_per_second",
