@@ -4,11 +4,13 @@ Nothing here touches hardware. Every per-GPU field is optional: ``None`` means t
 field was not read (not supported by this GPU, or its tier was never read yet) and
 the exporter omits the series — never 0, never NaN.
 
-Each ``GpuSnapshot`` field carries ``metadata["tier"]``: ``fast`` (every poll),
-``slow`` (costly calls, every ``slow_interval_seconds``), ``static`` (identity and
-limits that do not change while the driver is loaded, re-read rarely) or ``daemon``
-(filled by gpumon itself, not by a backend). Backends use it to know which fields
-a tier covers; it is the single place a field's polling cost class is declared.
+The per-GPU fields are declared in gpumon/fields/, one module per subsystem, each with
+``declare(...)`` (gpumon/fields/spec.py): ``metadata["spec"]`` holds the whole declaration
+(NVML call, nvidia-smi field, metric family, DCGM twins, fake default) and
+``metadata["tier"]`` its tier: ``fast`` (every poll), ``slow`` (costly calls, every
+``slow_interval_seconds``), ``static`` (identity and limits that do not change while the
+driver is loaded, re-read rarely) or ``daemon`` (filled by gpumon itself, not by a backend).
+Backends use the tier to know which fields a tier covers.
 """
 
 from __future__ import annotations
