@@ -143,9 +143,21 @@ def declare(
     return dataclasses.field(default=None, metadata=metadata)
 
 
-def declare_mapping(tier: Tier, doc: str, **kwargs: Any) -> Any:
-    """``declare`` for a mapping field (keyed by domain, link, reason, ...)."""
-    return declare(tier, doc, mapping=True, **kwargs)
+def declare_mapping(
+    tier: Tier,
+    doc: str,
+    *,
+    nvml: str = "",
+    conversion: str = "—",
+    smi: str = "—",
+    metric: Metric | MetricPart | tuple[Metric | MetricPart, ...] = (),
+    dcgm: Dcgm | tuple[Dcgm, ...] = (),
+    fake: Any = NO_FAKE,
+) -> Any:
+    """``declare`` for a mapping field (keyed by domain, link, reason, ...): one sample per key by default."""
+    return declare(
+        tier, doc, nvml=nvml, conversion=conversion, smi=smi, metric=metric, dcgm=dcgm, fake=fake, mapping=True
+    )
 
 
 def natural(key: str) -> tuple[int, str]:
