@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.exporter.dcgm import dcgm_fields
+from gpumon.exporter.dcgm import DCGM_ORDER, dcgm_fields
 from gpumon.exporter.metrics import gpu_rows
 from gpumon.fields.spec import FieldSpec, Metric
 from gpumon.poller import STRICT_FIELDS_ENV, Poller, UnknownFieldError
@@ -78,6 +78,7 @@ def test_every_dcgm_twin_is_declared_once_and_has_a_value() -> None:
     assert len(names) == len(set(names))
     assert all(name.startswith("DCGM_FI_") for name in names)
     assert len(names) == sum(len(spec.dcgm) for _, spec in field_specs())
+    assert set(DCGM_ORDER) <= set(names)  # the pinned order names no twin that is gone
 
 
 def test_fields_with_an_nvml_call_say_which_nvidia_smi_field_they_match() -> None:
