@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 LISTEN ?= 127.0.0.1:10480
 BACKEND ?= $(shell (ldconfig -p 2>/dev/null | grep -q libnvidia-ml.so) && echo nvml || echo fake)
 
-.PHONY: setup run-setup run test test-faults test-deps lint typecheck check golden
+.PHONY: setup run-setup run test test-faults test-deps lint typecheck check golden docs
 
 # Two stamps: the daemon's own dependencies (make run), then the test extras and torch (make test).
 # torch stays pinned: an unpinned torch would pull a multi-GB CUDA build.
@@ -58,3 +58,8 @@ check: test
 
 golden: setup
 	$(PY) -c "from tests.test_exporter import golden_exposition, GOLDEN; GOLDEN.write_text(golden_exposition())"
+
+# The field tables of docs/nvml-notes.md and docs/dcgm-compat.md, from the declarations in gpumon/fields/
+# (tests/test_fields.py fails when the checked-in pages differ).
+docs: setup
+	$(PY) -m gpumon.doctables

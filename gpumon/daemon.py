@@ -39,9 +39,10 @@ from gpumon.events.tracker import XidTracker
 from gpumon.events.xid_thread import XidEventThread
 from gpumon.exporter.collector import GpumonCollector, SelfStats
 from gpumon.exporter.dcgm import DcgmCompatCollector
+from gpumon.exporter.http_messages import json_response
 from gpumon.exporter.read_errors import ReadErrorsCollector
-from gpumon.exporter.server import MetricsServer, json_response
-from gpumon.exporter.webconfig import WebConfigWatcher
+from gpumon.exporter.server import MetricsServer
+from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 from gpumon.findings.service import HealthService
 from gpumon.poller import Poller, PollIntervals
 from gpumon.processes import ProcessEnricher

@@ -1,4 +1,4 @@
-"""Tiered polling of the backend into snapshots. ``poll()`` never raises.
+"""Tiered polling of the backend into snapshots. ``poll()`` never raises (but see "strict" below).
 
 Every call reads the FAST tier of every GPU; the SLOW and STATIC tiers are read when
 their interval has passed. Values of slower tiers are cached per GPU and merged into
@@ -11,12 +11,17 @@ Faults (README, "Faults"; docs/architecture.md):
   are unaffected; it is re-probed with backoff (5 s … 60 s).
 * Any other exception in a read: logged, counted in that tier's errors, the GPU's
   cached values are kept, the next poll runs as usual.
+* A key a backend returns that is no GpuSnapshot field (a reader's typo, a field not declared in
+  gpumon/fields/): logged at error level once per key and counted (``Poller.unknown_fields()``),
+  the rest of the read is kept. With ``strict_fields`` (the test suite sets ``GPUMON_STRICT_FIELDS=1``)
+  ``poll()`` raises ``UnknownFieldError`` instead, so such a key fails the tests.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,11 +76,12 @@ ENRICH_REUSE_POLLS = 30
 pids, same memory): /proc is read again when the list changes, and at least every 30 polls."""
 
 
-def _settable(values: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``values`` without keys that are no GpuSnapshot field (a backend bug or a scenario typo: drop, don't crash)."""
-    if values.keys() <= _SETTABLE_FIELDS:
-        return values
-    return {k: v for k, v in values.items() if k in _SETTABLE_FIELDS}
+STRICT_FIELDS_ENV = "GPUMON_STRICT_FIELDS"
+"""``1``: pollers made without ``strict_fields`` raise on unknown keys (set by tests/conftest.py)."""
+
+
+class UnknownFieldError(RuntimeError):
+    """A backend returned keys that are no GpuSnapshot field (raised only by a strict poller)."""
 
 
 MIN_CPU_SECONDS = 0.5
@@ -125,7 +131,11 @@ class Poller:
         host_figures: Callable[[], Mapping[str, Any]] | None = None,
         enrich_processes: ProcessEnricher | None = None,
         xid_counts: XidCounts | None = None,
+        strict_fields: bool | None = None,
     ) -> None:
+        """``strict_fields``: raise ``UnknownFieldError`` out of ``poll()`` when a backend returns a key
+        that is no GpuSnapshot field, instead of logging it and leaving it out; None: strict when the
+        environment has ``GPUMON_STRICT_FIELDS=1`` (the test suite)."""
         self._backend = backend
         self._store = store
         self._intervals = intervals
@@ -134,6 +144,8 @@ class Poller:
         self._host_figures = host_figures if host_figures is not None else HostFigureReader()
         self._enrich = enrich_processes
         self._xid_counts = xid_counts
+        self._strict = os.environ.get(STRICT_FIELDS_ENV) == "1" if strict_fields is None else strict_fields
+        self._unknown_fields: dict[str, int] = {}
         self._nvml_up = False
         self._nvml_error: str | None = None
         self._init_at = 0.0
@@ -164,6 +176,8 @@ class Poller:
         self._running_since = start
         try:
             snapshot = self._poll(start)
+        except UnknownFieldError:
+            raise  # strict: a test is to fail
         except Exception as exc:  # a bug must not stop polling
             log.exception("poll failed unexpectedly")
             self._tier_errors[Tier.FAST] += 1
@@ -182,6 +196,23 @@ class Poller:
             self._running_since = None
         self._store.publish(snapshot)
         return snapshot
+
+    def unknown_fields(self) -> Mapping[str, int]:
+        """Keys a backend returned that are no GpuSnapshot field, and how many reads had each (not strict)."""
+        return dict(self._unknown_fields)
+
+    def _settable(self, values: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``values`` without keys that are no GpuSnapshot field: each is logged once and counted, or raises if strict."""
+        if values.keys() <= _SETTABLE_FIELDS:
+            return values
+        unknown = sorted(values.keys() - _SETTABLE_FIELDS)
+        if self._strict:
+            raise UnknownFieldError(f"the backend returned {unknown}, which are no GpuSnapshot fields (gpumon/fields/)")
+        for key in unknown:
+            if key not in self._unknown_fields:
+                log.error("the backend returned %r, which is no GpuSnapshot field: left out (a bug)", key)
+            self._unknown_fields[key] = self._unknown_fields.get(key, 0) + 1
+        return {k: v for k, v in values.items() if k in _SETTABLE_FIELDS}
 
     @property
     def poll_running(self) -> bool:
@@ -380,9 +411,9 @@ class Poller:
         if state.base is None:
             slower: dict[str, Any] = {}
             for tier in (Tier.STATIC, Tier.SLOW):
-                slower.update(_settable(state.cache.get(tier, {})))
+                slower.update(self._settable(state.cache.get(tier, {})))
             state.base = GpuSnapshot.base_fields(slower)
-        values = _settable(state.cache.get(Tier.FAST, {}))
+        values = self._settable(state.cache.get(Tier.FAST, {}))
         extra: dict[str, Any] = {}
         processes = values.get("processes")
         if processes and self._enrich is not None:

@@ -17,6 +17,10 @@ settings.register_profile("ci", derandomize=True, deadline=None, database=None, 
 settings.register_profile("dev", deadline=None, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") == "true" else "dev")
 
+# A key a backend returns that is no GpuSnapshot field fails the tests (pollers, and daemons started
+# as subprocesses, raise instead of logging it): see gpumon/poller.py.
+os.environ.setdefault("GPUMON_STRICT_FIELDS", "1")
+
 
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:

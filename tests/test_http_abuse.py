@@ -22,7 +22,7 @@ import requests
 import yaml
 
 from gpumon.exporter.server import MetricsServer
-from gpumon.exporter.webconfig import WebConfigWatcher
+from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 from gpumon.store import SnapshotStore
 from tests.helpers import DaemonProcess
 

@@ -17,7 +17,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from gpumon.backends.fake import FakeBackend
 from gpumon.exporter import openmetrics
 from gpumon.exporter.collector import GpumonCollector
-from gpumon.exporter.server import MetricsServer, wants_openmetrics
+from gpumon.exporter.http_messages import wants_openmetrics
+from gpumon.exporter.server import MetricsServer
 from gpumon.poller import Poller, PollIntervals
 from gpumon.store import SnapshotStore
 from tests.prometheus_helpers import needs_prometheus, run_prometheus

@@ -20,7 +20,9 @@ import pytest
 import requests
 
 from gpumon import __version__
-from gpumon.exporter.server import HttpLimits, MetricsServer, RepeatLog
+from gpumon.exporter.http_limits import HttpLimits
+from gpumon.exporter.repeat_log import RepeatLog
+from gpumon.exporter.server import MetricsServer
 from gpumon.store import SnapshotStore
 from tests.helpers import REPO, DaemonProcess, free_port, wait_for
 

@@ -114,7 +114,7 @@ def test_burn_gpus_in_a_real_process_exits_2_with_one_line(tmp_path: Path) -> No
 
 def test_a_control_character_beside_a_gpu_index_is_a_problem() -> None:
     """Found by hypothesis in CI: str.strip() dropped '\\x1f', so '0\\x1f' passed as GPU 0."""
-    from gpumon.burn.options import parse_gpus
+    from gpumon.burn.orchestration.options import parse_gpus
 
     _, problems = parse_gpus("0\x1f", 2)
     assert problems and "not a GPU index" in problems[0]

@@ -33,7 +33,7 @@ from gpumon.backends.base import GpuLostError, NvmlUnavailableError
 from gpumon.backends.factory import make_backend
 from gpumon.backends.fake import FakeBackend, ScenarioError
 from gpumon.backends.scenario import read_scenario, scenario_problems
-from gpumon.burn.options import MAX_GPU_INDEX, parse_gpus
+from gpumon.burn.orchestration.options import MAX_GPU_INDEX, parse_gpus
 from gpumon.config import SECONDS_RANGES, Config, ConfigError, reloader
 from gpumon.events.catalog import override_problems
 from gpumon.snapshot import Tier

@@ -23,14 +23,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from gpumon.exporter.server import HttpLimits, MetricsServer
-from gpumon.exporter.webconfig import (
-    HTTP_ON_HTTPS_RESPONSE,
-    WebConfig,
-    WebConfigError,
-    WebConfigWatcher,
-    parse_duration_seconds,
-)
+from gpumon.exporter.http_limits import HttpLimits
+from gpumon.exporter.server import MetricsServer
+from gpumon.exporter.tls import HTTP_ON_HTTPS_RESPONSE
+from gpumon.exporter.webconfig import WebConfig, WebConfigError, parse_duration_seconds
+from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 from gpumon.store import SnapshotStore
 from tests.helpers import DaemonProcess, free_port, run_cli, wait_for
 from tests.pki import OPENSSL, Pki

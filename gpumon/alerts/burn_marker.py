@@ -13,8 +13,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from gpumon.alerts.engine import BurnHoldBack
-from gpumon.burn.state import MARKER_NAME, burn_dir, pid_alive
+from gpumon.alerts.alert import BurnHoldBack
+from gpumon.state.burn_files import MARKER_NAME, burn_dir, pid_alive
 
 log = logging.getLogger(__name__)
 

@@ -14,109 +14,19 @@ thread-safe: AlertService serialises calls.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from typing import Any
 
-from gpumon.alerts.config import normalize_action
-from gpumon.alerts.rules import FINDING_SEVERITIES, FROM_FINDING, OPS, Rule, field_value, format_value, render
+from gpumon.alerts.alert import Alert, AlertChange, BurnHoldBack, Target, fingerprint
+from gpumon.alerts.observation import Observation, finding_observations, gpu_context, gpu_target, xid_matches
+from gpumon.alerts.rule_config import normalize_action
+from gpumon.alerts.rules import FROM_FINDING, OPS, Rule, field_value, format_value, render
 from gpumon.events.model import XidEvent
-from gpumon.findings.model import ACTION_WORDS, ACTIONS, STATUSES, Finding
+from gpumon.findings.model import Finding
 from gpumon.snapshot import GpuSnapshot, Snapshot
 
 GIB = 1024**3
-
-Target = tuple[tuple[str, str], ...]
-"""Identity labels of one alert of a rule: (("gpu", "0"), ("uuid", "GPU-..."), ("link", "3"))."""
-
-
-@dataclass(frozen=True)
-class BurnHoldBack:
-    """A running ``gpumon burn`` (from its marker file): which GPUs, since when."""
-
-    pid: int
-    gpu_indices: frozenset[int]
-    uuids: frozenset[str]
-    started_at: float
-    """Unix seconds."""
-
-    def covers(self, gpu: str, uuid: str) -> bool:
-        return (uuid != "" and uuid in self.uuids) or (gpu.isdigit() and int(gpu) in self.gpu_indices)
-
-    def note(self) -> str:
-        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started_at))
-        return f"held back: gpumon burn running since {since} (pid {self.pid})"
-
-
-@dataclass(frozen=True)
-class Alert:
-    """One pending, firing or just resolved alert, as users and receivers see it."""
-
-    fingerprint: str
-    """Alertmanager's fingerprint of the label set (FNV-1a 64, hex)."""
-    alertname: str
-    severity: str
-    state: str
-    """pending | firing | resolved | inactive (a pending alert that never fired)."""
-    labels: Mapping[str, str]
-    annotations: Mapping[str, str]
-    active_since: float
-    """Unix seconds the condition started to hold."""
-    starts_at: float | None
-    """Unix seconds the alert fired (Alertmanager startsAt); None while pending."""
-    ends_at: float | None
-    """Unix seconds the alert resolved; None while active."""
-    value: float | None
-    held_back: str | None = None
-    """Why it is not sent (``held back: gpumon burn running since ...``), or None."""
-
-    @property
-    def gpu(self) -> str:
-        return self.labels.get("gpu", "")
-
-    @property
-    def uuid(self) -> str:
-        return self.labels.get("uuid", "")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON for /api/alerts."""
-        return {
-            "fingerprint": self.fingerprint,
-            "alertname": self.alertname,
-            "severity": self.severity,
-            "state": self.state,
-            "gpu": self.gpu,
-            "uuid": self.uuid,
-            "labels": dict(self.labels),
-            "annotations": dict(self.annotations),
-            "active_since": self.active_since,
-            "starts_at": self.starts_at,
-            "ends_at": self.ends_at,
-            "value": self.value,
-            "held_back": self.held_back,
-        }
-
-
-@dataclass(frozen=True)
-class AlertChange:
-    """An alert moved from ``previous`` to ``alert.state``."""
-
-    alert: Alert
-    previous: str
-    """inactive | pending | firing."""
-
-
-@dataclass(frozen=True)
-class _Obs:
-    target: Target
-    value: float | None
-    fire: bool
-    """The condition to become (or stay) pending / firing."""
-    keep: bool
-    """The condition to stay firing (hysteresis); equals ``fire`` without one."""
-    context: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -134,25 +44,6 @@ class _State:
     last_event_at: float = 0.0
     count: int = 0
     held_back: str | None = None
-
-
-def fingerprint(labels: Mapping[str, str]) -> str:
-    """Alertmanager's label-set fingerprint: FNV-1a 64 over sorted name, 0xff, value, 0xff."""
-    h = 0xCBF29CE484222325
-    for name in sorted(labels):
-        for part in (name.encode(), b"\xff", labels[name].encode(), b"\xff"):
-            for byte in part:
-                h ^= byte
-                h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return f"{h:016x}"
-
-
-def _gpu_target(gpu: GpuSnapshot, *extra: tuple[str, str]) -> Target:
-    return (("gpu", str(gpu.index)), ("uuid", gpu.uuid), *extra)
-
-
-def _gpu_context(gpu: GpuSnapshot) -> dict[str, str]:
-    return {"name": gpu.name or "", "pci_bus_id": gpu.pci_bus_id or ""}
 
 
 class AlertEngine:
@@ -230,7 +121,7 @@ class AlertEngine:
         action = normalize_action(self._xid_action(event.xid)) or "unknown"
         changes: list[AlertChange] = []
         for rule in self._rules.values():
-            if rule.kind != "xid" or not _xid_matches(rule, event.xid, action):
+            if rule.kind != "xid" or not xid_matches(rule, event.xid, action):
                 continue
             happened = min(event.timestamp_seconds, now)
             if now - happened >= rule.hold_seconds:
@@ -265,7 +156,7 @@ class AlertEngine:
         changes: list[AlertChange] = []
         for rule in self._rules.values():
             if rule.kind == "finding":
-                changes.extend(self._apply(rule, _finding_obs(rule, findings), now))
+                changes.extend(self._apply(rule, finding_observations(rule, findings), now))
         self._update_held_back()
         return changes
 
@@ -328,7 +219,7 @@ class AlertEngine:
             self._last_snapshot_at = float(last)
 
     # ---- internals ---------------------------------------------------------
-    def _apply(self, rule: Rule, observations: Iterable[_Obs], now: float) -> list[AlertChange]:
+    def _apply(self, rule: Rule, observations: Iterable[Observation], now: float) -> list[AlertChange]:
         changes: list[AlertChange] = []
         seen: set[tuple[str, Target]] = set()
         for obs in observations:
@@ -435,12 +326,14 @@ class AlertEngine:
         )
 
     # ---- observations per rule kind -------------------------------------------
-    def _observe(self, rule: Rule, snapshot: Snapshot, now: float) -> list[_Obs]:
+    def _observe(self, rule: Rule, snapshot: Snapshot, now: float) -> list[Observation]:
         if rule.kind == "nvml_down":
-            return [_Obs((), None, not snapshot.nvml_up, not snapshot.nvml_up, {"detail": snapshot.nvml_error or ""})]
+            return [
+                Observation((), None, not snapshot.nvml_up, not snapshot.nvml_up, {"detail": snapshot.nvml_error or ""})
+            ]
         if rule.kind == "stale_snapshot":
             return [self._stale_obs(rule, now)]
-        out: list[_Obs] = []
+        out: list[Observation] = []
         for gpu in snapshot.gpus:
             if rule.kind == "threshold":
                 out.extend(self._threshold(rule, gpu))
@@ -454,14 +347,14 @@ class AlertEngine:
                 out.extend(self._idle(rule, gpu))
         return out
 
-    def _stale_obs(self, rule: Rule, now: float) -> _Obs:
+    def _stale_obs(self, rule: Rule, now: float) -> Observation:
         last = self._last_snapshot_at if self._last_snapshot_at is not None else self._started_at
         age = max(0.0, now - last)
         stale = rule.threshold is not None and age > rule.threshold
         detail = f"last snapshot {format_value(round(age, 1))} s ago" if self._last_snapshot_at else "no snapshot yet"
-        return _Obs((), round(age, 1), stale, stale, {"detail": detail})
+        return Observation((), round(age, 1), stale, stale, {"detail": detail})
 
-    def _threshold(self, rule: Rule, gpu: GpuSnapshot) -> list[_Obs]:
+    def _threshold(self, rule: Rule, gpu: GpuSnapshot) -> list[Observation]:
         assert rule.field is not None and rule.op is not None and rule.threshold is not None
         if not gpu.up and rule.field != "up":
             return []
@@ -470,18 +363,18 @@ class AlertEngine:
             return []
         compare = OPS[rule.op]
         fire = compare(value, rule.threshold)
-        target = _gpu_target(gpu)
+        target = gpu_target(gpu)
         if not fire and (rule.name, target) not in self._active:
             return []  # nothing to start and nothing to keep or resolve: the usual case, every poll
         keep = compare(value, rule.clear_threshold) if rule.clear_threshold is not None else fire
-        context = _gpu_context(gpu)
+        context = gpu_context(gpu)
         if rule.field == "up" and not gpu.up:
             context["detail"] = gpu.lost_reason or "GPU is lost"
         else:
             context["detail"] = f"{rule.field} = {format_value(value, rule.field)}"
-        return [_Obs(target, value, fire, keep, context)]
+        return [Observation(target, value, fire, keep, context)]
 
-    def _ecc(self, gpu: GpuSnapshot) -> list[_Obs]:
+    def _ecc(self, gpu: GpuSnapshot) -> list[Observation]:
         counts = gpu.ecc_errors_total
         if not gpu.up or counts is None:
             return []
@@ -498,10 +391,10 @@ class AlertEngine:
             return []
         fire = (volatile or 0) > 0 or grown > 0
         detail = f"{volatile or 0} uncorrectable ECC errors since the driver loaded, {grown} new in the lifetime count"
-        context = {**_gpu_context(gpu), "detail": detail}
-        return [_Obs(_gpu_target(gpu), float(max(volatile or 0, grown)), fire, fire, context)]
+        context = {**gpu_context(gpu), "detail": detail}
+        return [Observation(gpu_target(gpu), float(max(volatile or 0, grown)), fire, fire, context)]
 
-    def _nvlink(self, rule: Rule, gpu: GpuSnapshot) -> list[_Obs]:
+    def _nvlink(self, rule: Rule, gpu: GpuSnapshot) -> list[Observation]:
         links = gpu.nvlink_up
         if not gpu.up or links is None:
             return []
@@ -513,14 +406,14 @@ class AlertEngine:
                 self.revision += 1
             if link not in seen:
                 continue
-            target = _gpu_target(gpu, ("link", link))
+            target = gpu_target(gpu, ("link", link))
             if up and (rule.name, target) not in self._active:
                 continue  # up, and no alert to resolve
-            context = {**_gpu_context(gpu), "link": link, "detail": f"NVLink {link} {'up' if up else 'down'}"}
-            out.append(_Obs(target, 1.0 if up else 0.0, not up, not up, context))
+            context = {**gpu_context(gpu), "link": link, "detail": f"NVLink {link} {'up' if up else 'down'}"}
+            out.append(Observation(target, 1.0 if up else 0.0, not up, not up, context))
         return out
 
-    def _pcie(self, rule: Rule, gpu: GpuSnapshot) -> list[_Obs]:
+    def _pcie(self, rule: Rule, gpu: GpuSnapshot) -> list[Observation]:
         gen, gen_max = gpu.pcie_link_generation, gpu.pcie_link_generation_max
         width, width_max = gpu.pcie_link_width, gpu.pcie_link_width_max
         util = gpu.utilization_ratio
@@ -529,12 +422,12 @@ class AlertEngine:
         degraded = gen < gen_max or (width is not None and width_max is not None and width < width_max)
         busy = util >= rule.min_utilization_ratio
         detail = f"Gen{gen} x{width if width is not None else '?'} of Gen{gen_max} x{width_max if width_max else '?'}"
-        context = {**_gpu_context(gpu), "detail": detail}
+        context = {**gpu_context(gpu), "detail": detail}
         # Idle GPUs lower their link speed on purpose: judge only under load. Once firing, an idle
         # spell neither clears nor confirms the alert; only a busy GPU at full speed clears it.
-        return [_Obs(_gpu_target(gpu), float(gen), busy and degraded, degraded or not busy, context)]
+        return [Observation(gpu_target(gpu), float(gen), busy and degraded, degraded or not busy, context)]
 
-    def _idle(self, rule: Rule, gpu: GpuSnapshot) -> list[_Obs]:
+    def _idle(self, rule: Rule, gpu: GpuSnapshot) -> list[Observation]:
         util = gpu.utilization_ratio
         if not gpu.up or util is None or gpu.processes is None or rule.threshold is None:
             return []
@@ -542,49 +435,4 @@ class AlertEngine:
         holding = bool(gpu.processes) and (held > 0 or gpu.memory_used_bytes is None or gpu.memory_used_bytes > 0)
         fire = util < rule.threshold and holding
         detail = f"{len(gpu.processes)} process(es) hold {held / GIB:.1f} GiB"
-        return [_Obs(_gpu_target(gpu), util, fire, fire, {**_gpu_context(gpu), "detail": detail})]
-
-
-def _finding_obs(rule: Rule, findings: Sequence[Finding]) -> list[_Obs]:
-    """One observation per (GPU or host, finding kind): the worst matching finding speaks for it."""
-    least = FINDING_SEVERITIES.index(rule.min_severity)
-    worst: dict[Target, Finding] = {}
-    for f in findings:
-        if not any(fnmatchcase(f.kind, k) for k in rule.finding_kinds) or f.severity not in FINDING_SEVERITIES[least:]:
-            continue
-        target: Target = (("finding", f.kind),)
-        if f.gpu is not None:
-            target = (("gpu", str(f.gpu)), ("uuid", f.uuid or ""), *target)
-        old = worst.get(target)
-        if old is None or _rank(f) > _rank(old):
-            worst[target] = f
-    return [
-        _Obs(
-            target,
-            None,
-            True,
-            True,
-            {
-                "detail": f.summary,
-                "action": ACTION_WORDS.get(f.action, f.action),
-                "finding_severity": f.severity.lower(),
-            },
-        )
-        for target, f in worst.items()
-    ]
-
-
-def _rank(f: Finding) -> tuple[int, int]:
-    return (STATUSES.index(f.severity), ACTIONS.index(f.action) if f.action in ACTIONS else 0)
-
-
-def _xid_matches(rule: Rule, code: int, action: str) -> bool:
-    if code in rule.exclude_codes:
-        return False
-    if code in rule.codes:
-        return True
-    if action in rule.exclude_actions:
-        return False
-    if rule.actions:
-        return action in rule.actions
-    return not rule.codes
+        return [Observation(gpu_target(gpu), util, fire, fire, {**gpu_context(gpu), "detail": detail})]

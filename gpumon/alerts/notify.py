@@ -4,13 +4,9 @@ Each receiver owns a queue and a worker thread, so a dead receiver never holds b
 another one, and nothing here runs on the polling thread. The queue keeps only the
 latest state of each alert (keyed by fingerprint), up to ``capacity`` alerts.
 
-* Alertmanager: ``POST <url>/api/v2/alerts`` with a JSON list of
-  ``{labels, annotations, startsAt, endsAt, generatorURL}``. A firing alert's ``endsAt``
-  is set at send time to ``now + valid_for`` (4 × resend interval, as Prometheus does), so
-  Alertmanager resolves it by itself if gpumon disappears; a resolved alert carries
-  ``endsAt`` in the past.
-* Webhook: Alertmanager's webhook body (``version: "4"``, ``status``, ``receiver``,
-  ``groupLabels``, ``commonLabels``, ``commonAnnotations``, ``externalURL``, ``alerts[]``).
+What is sent is ``gpumon.alerts.notification``'s (the bodies for each receiver kind); one
+POST and how its answer is classified is ``gpumon.alerts.http_post``'s. This module is the
+sender: the queue, the worker thread, retries and the worker's health.
 
 Failures: connection errors, timeouts, 5xx and 429 are retried for ever with exponential
 backoff and jitter (429/503 ``Retry-After`` is honoured); other 4xx are logged and the
@@ -25,224 +21,32 @@ past the planned retry) or stopped (its thread ended).
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import random
-import ssl
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import requests
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpumon.alerts.config import ReceiverHttp, RetryConfig
+from gpumon.alerts.http_post import SendResult, post_json, safe_url
+from gpumon.alerts.notification import Notification, alertmanager_body, webhook_body
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 64
 """Alerts per HTTP request."""
 MAX_RETRY_AFTER_SECONDS = 600.0
-USER_AGENT = "gpumon-alerts/1"
 MAX_BACKOFF_EXPONENT = 62
 """``initial_backoff × 2**k`` is capped at k = 62 before ``min(max_backoff, …)``: 2.0**1024 overflows."""
 STUCK_AFTER_BACKOFFS = 3
 """A worker with queued alerts and no attempt for this many × (max backoff + timeout) past its planned retry is stuck."""
 _MAX_DISTINCT_ERRORS = 100
-
-
-@dataclass(frozen=True)
-class Notification:
-    """One alert state to deliver (the latest one for its fingerprint)."""
-
-    fingerprint: str
-    status: str
-    """firing | resolved."""
-    labels: Mapping[str, str]
-    annotations: Mapping[str, str]
-    starts_at: float
-    """Unix seconds the alert fired."""
-    ends_at: float | None = None
-    """Unix seconds it resolved; None while firing (set at send time)."""
-    generator_url: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "status": self.status,
-            "labels": dict(self.labels),
-            "annotations": dict(self.annotations),
-            "starts_at": self.starts_at,
-            "ends_at": self.ends_at,
-            "generator_url": self.generator_url,
-        }
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> Notification:
-        return cls(
-            fingerprint=str(raw["fingerprint"]),
-            status=str(raw["status"]),
-            labels={str(k): str(v) for k, v in dict(raw["labels"]).items()},
-            annotations={str(k): str(v) for k, v in dict(raw.get("annotations") or {}).items()},
-            starts_at=float(raw["starts_at"]),
-            ends_at=None if raw.get("ends_at") is None else float(raw["ends_at"]),
-            generator_url=str(raw.get("generator_url") or ""),
-        )
-
-
-def rfc3339(seconds: float) -> str:
-    """Unix seconds -> ``2026-11-22T14:26:51.123Z``."""
-    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _ends_at(n: Notification, now: float, valid_for: float) -> float:
-    return n.ends_at if n.ends_at is not None else now + valid_for
-
-
-def alertmanager_body(items: Sequence[Notification], now: float, valid_for: float) -> list[dict[str, Any]]:
-    """The JSON list for ``POST /api/v2/alerts``."""
-    out = []
-    for n in items:
-        alert: dict[str, Any] = {
-            "labels": dict(n.labels),
-            "annotations": dict(n.annotations),
-            "startsAt": rfc3339(n.starts_at),
-            "endsAt": rfc3339(_ends_at(n, now, valid_for)),
-        }
-        if n.generator_url:
-            alert["generatorURL"] = n.generator_url
-        out.append(alert)
-    return out
-
-
-def _common(maps: Iterable[Mapping[str, str]]) -> dict[str, str]:
-    maps = list(maps)
-    if not maps:
-        return {}
-    common = dict(maps[0])
-    for m in maps[1:]:
-        common = {k: v for k, v in common.items() if m.get(k) == v}
-    return common
-
-
-def webhook_body(
-    items: Sequence[Notification], now: float, valid_for: float, receiver: str, external_url: str
-) -> dict[str, Any]:
-    """Alertmanager's webhook payload (version "4") for ``items``."""
-    firing = any(n.status == "firing" for n in items)
-    return {
-        "version": "4",
-        "groupKey": "{}:{}",
-        "truncatedAlerts": 0,
-        "status": "firing" if firing else "resolved",
-        "receiver": receiver,
-        "groupLabels": {},
-        "commonLabels": _common(n.labels for n in items),
-        "commonAnnotations": _common(n.annotations for n in items),
-        "externalURL": external_url,
-        "alerts": [
-            {
-                "status": n.status,
-                "labels": dict(n.labels),
-                "annotations": dict(n.annotations),
-                "startsAt": rfc3339(n.starts_at),
-                # Alertmanager sends the zero time for firing alerts in webhooks.
-                "endsAt": rfc3339(n.ends_at) if n.ends_at is not None else "0001-01-01T00:00:00Z",
-                "generatorURL": n.generator_url,
-                "fingerprint": n.fingerprint,
-            }
-            for n in items
-        ],
-    }
-
-
-@dataclass(frozen=True)
-class SendResult:
-    """What one POST achieved."""
-
-    outcome: str
-    """sent | retry | dropped."""
-    detail: str = ""
-    retry_after_seconds: float | None = None
-
-
-def retry_after_seconds(header: str | None, now: float) -> float | None:
-    """``Retry-After`` as seconds from now: delta-seconds or an HTTP date; None when absent or bad."""
-    if not header:
-        return None
-    header = header.strip()
-    if header.isdigit():
-        return float(header)
-    try:
-        when = email.utils.parsedate_to_datetime(header)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, when.timestamp() - now)
-
-
-def post_json(
-    session: requests.Session,
-    url: str,
-    body: Any,
-    timeout_seconds: float,
-    now: float,
-    http: ReceiverHttp | None = None,
-) -> SendResult:
-    """POST ``body`` as JSON with the receiver's TLS and auth options, and classify the answer."""
-    http = http or ReceiverHttp()
-    headers = {"User-Agent": USER_AGENT}
-    if http.bearer_token_file:
-        try:
-            with open(http.bearer_token_file, encoding="utf-8") as f:
-                headers["Authorization"] = "Bearer " + f.read().strip()
-        except OSError as exc:
-            return SendResult("retry", f"cannot read bearer_token_file {http.bearer_token_file}: {exc.strerror or exc}")
-    cert = (http.cert_file, http.key_file) if http.cert_file and http.key_file else None
-    try:
-        response = session.post(
-            url, json=body, timeout=timeout_seconds, headers=headers, verify=http.ca_file or True, cert=cert
-        )
-    except requests.Timeout:
-        return SendResult("retry", f"timed out after {timeout_seconds:g} s")
-    except requests.exceptions.SSLError as exc:
-        return SendResult("retry", f"TLS failed: {_tls_reason(exc)}")
-    except requests.ConnectionError as exc:
-        return SendResult("retry", f"connection failed: {_short(exc)}")
-    except (requests.RequestException, OSError) as exc:  # OSError: an unreadable CA or client key file
-        return SendResult("retry", f"request failed: {_short(exc)}")
-    code = response.status_code
-    text = response.text[:200].strip()
-    response.close()
-    if 200 <= code < 300:
-        return SendResult("sent", f"HTTP {code}")
-    if code == 429 or code >= 500:
-        return SendResult("retry", f"HTTP {code} {text}", retry_after_seconds(response.headers.get("Retry-After"), now))
-    return SendResult("dropped", f"HTTP {code} {text}")
-
-
-def _tls_reason(exc: BaseException) -> str:
-    """The ssl module's own words from inside requests' wrapping (urllib3 MaxRetryError, ...)."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        e = todo.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, ssl.SSLCertVerificationError):
-            return f"certificate verify failed: {e.verify_message} (a private CA? set ca_file)"
-        if isinstance(e, ssl.SSLError):
-            return f"{e.reason or 'SSL error'}: {_short(e)}"
-        todo += [a for a in e.args if isinstance(a, BaseException)]
-        todo += [x for x in (getattr(e, "reason", None), e.__cause__, e.__context__) if isinstance(x, BaseException)]
-    return _short(exc)
 
 
 def _describe(exc: BaseException) -> str:
@@ -252,20 +56,6 @@ def _describe(exc: BaseException) -> str:
     except Exception:
         text = type(exc).__name__
     return text if len(text) < 300 else text[:297] + "..."
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc)
-    return text if len(text) < 160 else text[:157] + "..."
-
-
-def safe_url(url: str) -> str:
-    """``url`` without its password, for logs and metric labels."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 @dataclass
@@ -618,7 +408,3 @@ def sender_metric_families(receivers: Sequence[Receiver]) -> list[Metric]:
         if r.stats.last_attempt_at is not None:
             last.add_metric([r.name], r.stats.last_attempt_at)
     return [up, errors, last]
-
-
-def replace_status(n: Notification, status: str, ends_at: float | None) -> Notification:
-    return replace(n, status=status, ends_at=ends_at)

@@ -30,11 +30,13 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from gpumon.alerts.alert import Alert, BurnHoldBack
 from gpumon.alerts.builtin import xid_action_from_catalog
 from gpumon.alerts.burn_marker import BurnMarkerReader
 from gpumon.alerts.config import AlertingConfig, ReceiverHttp
-from gpumon.alerts.engine import Alert, AlertEngine, BurnHoldBack
-from gpumon.alerts.notify import Notification, Receiver, replace_status, sender_metric_families
+from gpumon.alerts.engine import AlertEngine
+from gpumon.alerts.notification import Notification, replace_status
+from gpumon.alerts.notify import Receiver, sender_metric_families
 from gpumon.alerts.spool import Spool
 from gpumon.events.model import XidEvent
 from gpumon.failure_log import FailureLog

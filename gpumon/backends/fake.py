@@ -15,6 +15,7 @@ list is indexed by tick and its last element repeats.
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -25,22 +26,13 @@ from typing import Any
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError
 from gpumon.backends.scenario import ScenarioError, read_scenario, scenario_problems
 from gpumon.events.model import XidEvent
+from gpumon.fields.spec import NO_FAKE
 from gpumon.nvml_vocabulary import CLOCK_EVENT_BITS
-from gpumon.snapshot import HostSnapshot, P2pStatus, ProcessSnapshot, Tier, field_tier
+from gpumon.snapshot import HostSnapshot, P2pStatus, ProcessSnapshot, Tier, field_specs, field_tier
 
 MIB = 1024 * 1024
 
 CLOCK_EVENT_REASONS = tuple(CLOCK_EVENT_BITS)
-THROTTLE_REASONS = (
-    "power",
-    "thermal",
-    "sync_boost",
-    "board_limit",
-    "low_utilization",
-    "reliability",
-    "total_app_clocks",
-    "total_base_clocks",
-)
 
 __all__ = ["FakeBackend", "FakeGpuScript", "ScenarioError"]
 
@@ -259,67 +251,26 @@ NVLINK_DOMAIN_GPUS = 8
 
 
 def _static_defaults(i: int, count: int) -> dict[str, Any]:
-    """Identity and limits of an H200 SXM, the same for every tick."""
+    """An H200 SXM at rest, the same for every tick: each field's declared ``fake=`` value
+    (gpumon/fields/), plus the identity and topology that depend on the GPU's index."""
     first = i - i % NVLINK_DOMAIN_GPUS
     peers = [p for p in range(first, min(count, first + NVLINK_DOMAIN_GPUS)) if p != i]
-    return {
-        "name": "NVIDIA H200",
-        "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
-        "serial": f"165002401{i:04d}",
-        "vbios_version": "96.00.AF.00.01",
-        "compute_capability": "9.0",
-        "minor_number": i,
-        "memory_total_bytes": 143771 * MIB,
-        "memory_reserved_bytes": 550 * MIB,
-        "temperature_slowdown_threshold_celsius": 90.0,
-        "temperature_shutdown_threshold_celsius": 95.0,
-        "temperature_max_operating_celsius": 87.0,
-        "memory_temperature_max_operating_celsius": 95.0,
-        "power_limit_watts": 700.0,
-        "clocks_max_hertz": {"sm": 1980e6, "memory": 3201e6, "graphics": 1980e6},
-        "pcie_link_generation_max": 5,
-        "pcie_link_width_max": 16,
-        "pcie_link_generation": 5,
-        "pcie_link_width": 16,
-        "pcie_replays_total": 0,
-        "pcie_bytes_total": {"tx": 123_456_789_012, "rx": 98_765_432_109},
-        "ecc_mode_enabled": True,
-        "ecc_errors_total": {
-            "corrected_volatile": 0,
-            "uncorrected_volatile": 0,
-            "corrected_aggregate": 0,
-            "uncorrected_aggregate": 0,
-        },
-        "remapped_rows": {"correctable": 0, "uncorrectable": 0},
-        "row_remap_pending": False,
-        "row_remap_failure": False,
-        "persistence_mode_enabled": True,
-        "mig_mode_enabled": False,
-        "compute_mode": "default",
-        "fabric_state": "completed",
-        "fabric_status_ok": True,
-        "nvlink_up": {str(link): True for link in range(18)},
-        "nvlink_errors_total": {str(link): {"replay": 0, "recovery": 0, "crc": 0} for link in range(18)},
-        "p2p_status": tuple(
-            P2pStatus(peer_index=p, capability=c, ok=True)
-            for p in peers
-            for c in ("read", "write", "nvlink", "atomics")
-        ),
-        "topology_level": {str(p): "nvlink" for p in peers},
-        "performance_state": 0,
-        "clock_events_active": {r: r == "gpu_idle" for r in CLOCK_EVENT_REASONS},
-        "throttle_seconds_total": {r: 0.0 for r in THROTTLE_REASONS},
-        "utilization_ratio": 0.0,
-        "memory_bandwidth_utilization_ratio": 0.0,
-        "memory_used_bytes": 0,
-        "memory_free_bytes": (143771 - 550) * MIB,
-        "temperature_celsius": 30.0,
-        "memory_temperature_celsius": 36.0,
-        "power_watts": 75.0,
-        "energy_joules_total": 1_000_000.0,
-        "clocks_hertz": {"sm": 345e6, "memory": 3201e6, "graphics": 345e6},
-        "processes": (),
-    }
+    values = {name: copy.deepcopy(spec.fake) for name, spec in field_specs() if spec.fake is not NO_FAKE}
+    values.update(
+        {
+            "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
+            "serial": f"165002401{i:04d}",
+            "minor_number": i,
+            "p2p_status": tuple(
+                P2pStatus(peer_index=p, capability=c, ok=True)
+                for p in peers
+                for c in ("read", "write", "nvlink", "atomics")
+            ),
+            "topology_level": {str(p): "nvlink" for p in peers},
+            "clock_events_active": {r: r == "gpu_idle" for r in CLOCK_EVENT_REASONS},
+        }
+    )
+    return values
 
 
 def _whole_mhz(hertz: float) -> float:

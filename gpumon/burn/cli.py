@@ -15,8 +15,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from gpumon.burn.errors import EXIT_CANNOT_RUN, EXIT_INTERRUPTED, EXIT_USAGE, BurnUsageError, CannotRunError
-from gpumon.burn.options import (
+from gpumon.burn.orchestration.options import (
     DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
     DEFAULT_STARTUP_TIMEOUT_SECONDS,
     DEFAULT_STATE_DIR,
@@ -29,6 +28,7 @@ from gpumon.burn.options import (
     parse_gpus,
     parse_tests,
 )
+from gpumon.burn.verdict.errors import EXIT_CANNOT_RUN, EXIT_INTERRUPTED, EXIT_USAGE, BurnUsageError, CannotRunError
 from gpumon.jsonout import add_json_option, to_stdout
 
 DESCRIPTION = (
@@ -109,7 +109,8 @@ def _make_backend(spec: str, device: str) -> Any:
 def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOptions | None, Any, list[str]]:
     """Validate everything; returns (options, initialised backend, problems). Raises CannotRunError."""
     from gpumon.backends.base import NvmlUnavailableError
-    from gpumon.burn import inject, thresholds
+    from gpumon.burn.verdict import thresholds
+    from gpumon.burn.workloads import inject
 
     problems: list[str] = []
     tests, p = parse_tests(args.tests)
@@ -188,7 +189,8 @@ def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOp
 
 def run(args: argparse.Namespace) -> int:
     """Run ``gpumon burn``; returns the exit code. Every failure prints one clear line."""
-    from gpumon.burn import inject, thresholds
+    from gpumon.burn.verdict import thresholds
+    from gpumon.burn.workloads import inject
 
     env = dict(os.environ)
     if threading.current_thread() is threading.main_thread():
@@ -202,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         from rich.console import Console
 
-        from gpumon.burn.runner import run_burn
+        from gpumon.burn.orchestration.runner import run_burn
 
         injection, _ = inject.parse(env.get(inject.ENV_VAR))
         th, _ = thresholds.for_device(opts.device, env.get(thresholds.FLOORS_ENV_VAR))

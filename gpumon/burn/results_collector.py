@@ -25,7 +25,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
-from gpumon.burn.state import LAST_NAME, MARKER_NAME, burn_dir, pid_alive
+from gpumon.state.burn_files import LAST_NAME, MARKER_NAME, burn_dir, pid_alive
 
 
 class BurnResultsCollector:

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 
 from gpumon.events.catalog import XidCatalog
+from gpumon.fields.spec import Dcgm
 from gpumon.nvml_vocabulary import CLOCK_EVENT_BITS
-from gpumon.snapshot import GpuSnapshot, Snapshot
+from gpumon.snapshot import GpuSnapshot, Snapshot, field_specs
 from gpumon.store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -86,30 +87,6 @@ def _key(field: str, key: str, factor: float = 1.0) -> Value:
     return value
 
 
-def _flag(field: str) -> Value:
-    def value(gpu: GpuSnapshot) -> float | None:
-        raw = getattr(gpu, field)
-        return None if raw is None else (1.0 if raw else 0.0)
-
-    return value
-
-
-def _nvlink_sum(kind: str) -> Value:
-    def value(gpu: GpuSnapshot) -> float | None:
-        if not gpu.nvlink_errors_total:
-            return None
-        counts = [link[kind] for link in gpu.nvlink_errors_total.values() if kind in link]
-        return float(sum(counts)) if counts else None
-
-    return value
-
-
-def _fan_percent(gpu: GpuSnapshot) -> float | None:
-    if not gpu.fan_speed_ratios:
-        return None
-    return 100.0 * sum(gpu.fan_speed_ratios.values()) / len(gpu.fan_speed_ratios)
-
-
 def clock_events_mask(active: Mapping[str, bool] | None) -> float | None:
     """NVML's bitmask of the active clock event (throttle) reasons; None when unknown."""
     if active is None:
@@ -121,286 +98,96 @@ def _clock_mask(gpu: GpuSnapshot) -> float | None:
     return clock_events_mask(gpu.clock_events_active)
 
 
-def _pcie_rate(gpm_key: str, direction: str) -> Value:
-    """GPM's PCIe rate where the GPU has it, else NVML's sampled PCIe throughput; bytes/s."""
+COMPUTED_HERE: Mapping[str, Value] = {
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": _clock_mask,
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": _clock_mask,
+}
+"""Values of twins declared ``in_exporter=True``: they need NVML's constants, which gpumon/fields may not import."""
 
-    def value(gpu: GpuSnapshot) -> float | None:
-        v = _get(gpu.gpm_throughput_bytes_per_second, gpm_key)
-        return v if v is not None else _get(gpu.pcie_throughput_bytes_per_second, direction)
+DCGM_ORDER = (
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_SLOWDOWN_TEMP",
+    "DCGM_FI_DEV_SHUTDOWN_TEMP",
+    "DCGM_FI_DEV_GPU_MAX_OP_TEMP",
+    "DCGM_FI_DEV_MEM_MAX_OP_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_PSTATE",
+    "DCGM_FI_DEV_FAN_SPEED",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_FB_TOTAL",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    "DCGM_FI_DEV_POWER_VIOLATION",
+    "DCGM_FI_DEV_THERMAL_VIOLATION",
+    "DCGM_FI_DEV_SYNC_BOOST_VIOLATION",
+    "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION",
+    "DCGM_FI_DEV_LOW_UTIL_VIOLATION",
+    "DCGM_FI_DEV_RELIABILITY_VIOLATION",
+    "DCGM_FI_DEV_PCIE_LINK_GEN",
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
+    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+    "DCGM_FI_DEV_RETIRED_SBE",
+    "DCGM_FI_DEV_RETIRED_DBE",
+    "DCGM_FI_DEV_RETIRED_PENDING",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+    "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_PROF_SM_OCCUPANCY",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_PROF_DRAM_ACTIVE",
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+    "DCGM_FI_PROF_NVLINK_TX_BYTES",
+    "DCGM_FI_PROF_NVLINK_RX_BYTES",
+)
+"""The exposition order of the families gpumon had before they were declared with their fields (that of
+dcgm-exporter's default counters, roughly); twins declared later follow in declaration order."""
 
-    return value
+
+def _value(field: str, twin: Dcgm) -> Value:
+    if twin.in_exporter:
+        return COMPUTED_HERE[twin.name]
+    if twin.value is not None:
+        return twin.value
+    if twin.whole_mib:
+        return _mib(field)
+    if twin.key is not None:
+        return _key(field, twin.key, twin.scale)
+    return _scaled(field, twin.scale)
 
 
 def dcgm_fields() -> tuple[DcgmField, ...]:
-    """Every DCGM_FI_* family gpumon can fill, in dcgm-exporter's units."""
-    g, u = "gauge", "untyped"
-    return (
-        DcgmField("DCGM_FI_DEV_SM_CLOCK", g, "SM clock frequency (in MHz).", _key("clocks_hertz", "sm", 1e-6)),
-        DcgmField("DCGM_FI_DEV_MEM_CLOCK", g, "Memory clock frequency (in MHz).", _key("clocks_hertz", "memory", 1e-6)),
-        DcgmField("DCGM_FI_DEV_MEMORY_TEMP", g, "Memory temperature (in C).", _scaled("memory_temperature_celsius", 1)),
-        DcgmField("DCGM_FI_DEV_GPU_TEMP", g, "GPU temperature (in C).", _scaled("temperature_celsius", 1)),
-        DcgmField(
-            "DCGM_FI_DEV_SLOWDOWN_TEMP",
-            g,
-            "Slowdown temperature (in C).",
-            _scaled("temperature_slowdown_threshold_celsius", 1),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_SHUTDOWN_TEMP",
-            g,
-            "Shutdown temperature (in C).",
-            _scaled("temperature_shutdown_threshold_celsius", 1),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_GPU_MAX_OP_TEMP",
-            g,
-            "Maximum operating temperature of the GPU (in C).",
-            _scaled("temperature_max_operating_celsius", 1),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_MEM_MAX_OP_TEMP",
-            g,
-            "Maximum operating temperature of the memory (in C).",
-            _scaled("memory_temperature_max_operating_celsius", 1),
-        ),
-        DcgmField("DCGM_FI_DEV_POWER_USAGE", g, "Power draw (in W).", _scaled("power_watts", 1)),
-        DcgmField(
-            "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
-            g,
-            "Effective power limit that the driver enforces (in W).",
-            _scaled("power_limit_watts", 1),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-            u,
-            "Total energy consumption since boot (in mJ).",
-            _scaled("energy_joules_total", 1000),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_PSTATE",
-            g,
-            "Performance state (P-State) 0-15, 0 is the highest.",
-            _scaled("performance_state", 1),
-        ),
-        DcgmField("DCGM_FI_DEV_FAN_SPEED", g, "Fan speed (in %), the mean of the GPU's fans.", _fan_percent),
-        DcgmField("DCGM_FI_DEV_GPU_UTIL", g, "GPU utilization (in %).", _scaled("utilization_ratio", 100)),
-        DcgmField(
-            "DCGM_FI_DEV_MEM_COPY_UTIL",
-            g,
-            "Memory utilization (in %).",
-            _scaled("memory_bandwidth_utilization_ratio", 100),
-        ),
-        DcgmField("DCGM_FI_DEV_FB_TOTAL", g, "Framebuffer memory total (in MiB).", _mib("memory_total_bytes")),
-        DcgmField("DCGM_FI_DEV_FB_FREE", g, "Framebuffer memory free (in MiB).", _mib("memory_free_bytes")),
-        DcgmField("DCGM_FI_DEV_FB_USED", g, "Framebuffer memory used (in MiB).", _mib("memory_used_bytes")),
-        DcgmField("DCGM_FI_DEV_FB_RESERVED", g, "Framebuffer memory reserved (in MiB).", _mib("memory_reserved_bytes")),
-        DcgmField(
-            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", g, "Current clock event reasons (bitmask of NVML reasons).", _clock_mask
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-            g,
-            "Current clock throttle reasons (bitmask; the name DCGM used before 3.3).",
-            _clock_mask,
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_POWER_VIOLATION",
-            u,
-            "Throttling duration due to power constraints (in us).",
-            _key("throttle_seconds_total", "power", 1e6),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_THERMAL_VIOLATION",
-            u,
-            "Throttling duration due to thermal constraints (in us).",
-            _key("throttle_seconds_total", "thermal", 1e6),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_SYNC_BOOST_VIOLATION",
-            u,
-            "Throttling duration due to sync-boost constraints (in us).",
-            _key("throttle_seconds_total", "sync_boost", 1e6),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION",
-            u,
-            "Throttling duration due to board limit constraints (in us).",
-            _key("throttle_seconds_total", "board_limit", 1e6),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_LOW_UTIL_VIOLATION",
-            u,
-            "Throttling duration due to low utilization (in us).",
-            _key("throttle_seconds_total", "low_utilization", 1e6),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_RELIABILITY_VIOLATION",
-            u,
-            "Throttling duration due to reliability constraints (in us).",
-            _key("throttle_seconds_total", "reliability", 1e6),
-        ),
-        DcgmField("DCGM_FI_DEV_PCIE_LINK_GEN", g, "PCIe link generation.", _scaled("pcie_link_generation", 1)),
-        DcgmField("DCGM_FI_DEV_PCIE_LINK_WIDTH", g, "PCIe link width (lanes).", _scaled("pcie_link_width", 1)),
-        DcgmField(
-            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", u, "Total number of PCIe retries.", _scaled("pcie_replays_total", 1)
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
-            u,
-            "PCIe TX throughput over a short NVML sample (in KB/s).",
-            _key("pcie_throughput_bytes_per_second", "tx", 1 / 1024),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
-            u,
-            "PCIe RX throughput over a short NVML sample (in KB/s).",
-            _key("pcie_throughput_bytes_per_second", "rx", 1 / 1024),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-            u,
-            "Total number of single-bit volatile ECC errors.",
-            _key("ecc_errors_total", "corrected_volatile"),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-            u,
-            "Total number of double-bit volatile ECC errors.",
-            _key("ecc_errors_total", "uncorrected_volatile"),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
-            u,
-            "Total number of single-bit persistent ECC errors.",
-            _key("ecc_errors_total", "corrected_aggregate"),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-            u,
-            "Total number of double-bit persistent ECC errors.",
-            _key("ecc_errors_total", "uncorrected_aggregate"),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_RETIRED_SBE",
-            u,
-            "Total number of retired pages due to single-bit errors.",
-            _key("retired_pages", "single_bit"),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_RETIRED_DBE",
-            u,
-            "Total number of retired pages due to double-bit errors.",
-            _key("retired_pages", "double_bit"),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_RETIRED_PENDING", u, "Pages pending retirement (1 when any).", _flag("retired_pages_pending")
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-            u,
-            "Number of remapped rows for uncorrectable errors.",
-            _key("remapped_rows", "uncorrectable"),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-            u,
-            "Number of remapped rows for correctable errors.",
-            _key("remapped_rows", "correctable"),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_ROW_REMAP_FAILURE", g, "Whether remapping of rows has failed.", _flag("row_remap_failure")
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_ROW_REMAP_PENDING",
-            g,
-            "Whether remapping of rows is pending a GPU reset.",
-            _flag("row_remap_pending"),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
-            u,
-            "Total number of NVLink flow-control CRC errors (nvidia-smi nvlink -e: CRC Errors).",
-            _nvlink_sum("crc"),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
-            u,
-            "Total number of NVLink retries.",
-            _nvlink_sum("replay"),
-        ),
-        DcgmField(
-            "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
-            u,
-            "Total number of NVLink recovery errors.",
-            _nvlink_sum("recovery"),
-        ),
-        DcgmField(
-            "DCGM_FI_PROF_SM_ACTIVE",
-            g,
-            "The ratio of cycles an SM has at least 1 warp assigned.",
-            _scaled("sm_active_ratio", 1),
-        ),
-        DcgmField(
-            "DCGM_FI_PROF_SM_OCCUPANCY",
-            g,
-            "The ratio of number of warps resident on an SM.",
-            _scaled("sm_occupancy_ratio", 1),
-        ),
-        DcgmField(
-            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-            g,
-            "Ratio of cycles the tensor (HMMA) pipe is active.",
-            _scaled("tensor_active_ratio", 1),
-        ),
-        DcgmField(
-            "DCGM_FI_PROF_DRAM_ACTIVE",
-            g,
-            "Ratio of cycles the device memory interface is active sending or receiving data.",
-            _scaled("dram_active_ratio", 1),
-        ),
-        DcgmField(
-            "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
-            g,
-            "Ratio of cycles the fp64 pipes are active.",
-            _scaled("fp64_active_ratio", 1),
-        ),
-        DcgmField(
-            "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
-            g,
-            "Ratio of cycles the fp32 pipes are active.",
-            _scaled("fp32_active_ratio", 1),
-        ),
-        DcgmField(
-            "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
-            g,
-            "Ratio of cycles the fp16 pipes are active.",
-            _scaled("fp16_active_ratio", 1),
-        ),
-        DcgmField(
-            "DCGM_FI_PROF_PCIE_TX_BYTES",
-            g,
-            "The rate of data transmitted over the PCIe bus, headers and payload, in bytes per second.",
-            _pcie_rate("pcie_tx", "tx"),
-        ),
-        DcgmField(
-            "DCGM_FI_PROF_PCIE_RX_BYTES",
-            g,
-            "The rate of data received over the PCIe bus, headers and payload, in bytes per second.",
-            _pcie_rate("pcie_rx", "rx"),
-        ),
-        DcgmField(
-            "DCGM_FI_PROF_NVLINK_TX_BYTES",
-            g,
-            "The rate of data transmitted over NVLink, in bytes per second.",
-            _key("gpm_throughput_bytes_per_second", "nvlink_tx"),
-        ),
-        DcgmField(
-            "DCGM_FI_PROF_NVLINK_RX_BYTES",
-            g,
-            "The rate of data received over NVLink, in bytes per second.",
-            _key("gpm_throughput_bytes_per_second", "nvlink_rx"),
-        ),
-    )
+    """Every DCGM_FI_* family gpumon can fill, in dcgm-exporter's units, from the fields' ``dcgm=`` twins."""
+    declared = [
+        DcgmField(twin.name, twin.kind, twin.help, _value(field, twin))
+        for field, spec in field_specs()
+        for twin in spec.dcgm
+    ]
+    position = {name: i for i, name in enumerate(DCGM_ORDER)}
+    return tuple(sorted(declared, key=lambda f: position.get(f.name, len(position))))
 
 
 def last_xid(gpu: GpuSnapshot) -> int | None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpumon.burn.state import LAST_NAME, burn_dir
 from gpumon.findings.model import CRITICAL, Finding
 from gpumon.findings.xid_lifecycle import Clear
+from gpumon.state.burn_files import LAST_NAME, burn_dir
 from gpumon.state.files import read_json
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpumon.alerts.engine import fingerprint
+from gpumon.alerts.alert import fingerprint
 from gpumon.alerts.service import AlertService
 from gpumon.backends.fake import FakeBackend
 from gpumon.poller import Poller

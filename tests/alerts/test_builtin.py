@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from gpumon.alerts.alert import BurnHoldBack
 from gpumon.alerts.builtin import builtin_rules_raw, minimal_xid_action, xid_action_from_catalog
-from gpumon.alerts.engine import AlertEngine, BurnHoldBack
+from gpumon.alerts.engine import AlertEngine
 from gpumon.events.model import XidEvent
 from gpumon.snapshot import ProcessSnapshot
 from tests.alerts.helpers import UUID0, alerting, gpu, snap

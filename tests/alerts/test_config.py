@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpumon import config as gpumon_config
-from gpumon.alerts.config import format_duration, parse, parse_duration
+from gpumon.alerts.config import parse
+from gpumon.alerts.config_values import format_duration, parse_duration
 from gpumon.alerts.rules import PLACEHOLDERS, render, template_problems
 
 

@@ -17,7 +17,8 @@ import pytest
 import requests
 
 from gpumon.alerts.config import AlertingConfig, RetryConfig
-from gpumon.alerts.notify import Notification, Receiver
+from gpumon.alerts.notification import Notification
+from gpumon.alerts.notify import Receiver
 from gpumon.alerts.service import AlertService
 from tests.alerts.helpers import (
     UUID0,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumon.alerts.engine import AlertEngine, BurnHoldBack, fingerprint
+from gpumon.alerts.alert import BurnHoldBack, fingerprint
+from gpumon.alerts.engine import AlertEngine
 from gpumon.events.model import XidEvent
 from tests.alerts.helpers import UUID0, UUID1, alerting, gpu, snap
 

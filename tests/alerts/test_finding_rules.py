@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from gpumon.alerts.alert import BurnHoldBack
 from gpumon.alerts.config import parse
-from gpumon.alerts.engine import AlertEngine, BurnHoldBack
+from gpumon.alerts.engine import AlertEngine
 from gpumon.alerts.service import AlertService
 from gpumon.findings.model import CRITICAL, UNKNOWN, WARNING, Finding
 from tests.alerts.helpers import UUID0, UUID1, FakeClock, alerting

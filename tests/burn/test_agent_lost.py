@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from gpumon.burn.agent import Agent
+from gpumon.burn.orchestration.agent import Agent
 
 
 def _agent(heartbeat: float = 5, startup: float = 60) -> Agent:

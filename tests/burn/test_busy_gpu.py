@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.burn.runner import read_gpu
-from gpumon.burn.sw import check_gpu
+from gpumon.burn.orchestration.runner import read_gpu
+from gpumon.burn.workloads.sw import check_gpu
 from tests.fake_pynvml import MIB, h200_pair
 
 

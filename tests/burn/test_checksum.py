@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumon.burn.loads import _checksum
+from gpumon.burn.workloads.context import checksum
 
 CTX = SimpleNamespace(torch=torch)
 N_WORDS = 64 * 64
@@ -33,7 +33,7 @@ def test_two_opposite_flips_that_cancel_in_a_sum_of_words_change_the_fingerprint
     _flip(flipped, j, 0)
     plain_sum = flipped.view(torch.int16).sum(dtype=torch.int64) == out.view(torch.int16).sum(dtype=torch.int64)
     assert plain_sum  # what the old checksum saw: nothing
-    assert _checksum(CTX, flipped) != _checksum(CTX, out)
+    assert checksum(CTX, flipped) != checksum(CTX, out)
 
 
 @settings(max_examples=200, deadline=None)
@@ -45,13 +45,13 @@ def test_any_one_or_two_flipped_bits_change_the_fingerprint(first, second):
     out = _output()
     flipped = out.clone()
     _flip(flipped, *first)
-    assert _checksum(CTX, flipped) != _checksum(CTX, out)
+    assert checksum(CTX, flipped) != checksum(CTX, out)
     if second != first:
         _flip(flipped, *second)
-        assert _checksum(CTX, flipped) != _checksum(CTX, out)
+        assert checksum(CTX, flipped) != checksum(CTX, out)
 
 
 def test_identical_outputs_have_identical_fingerprints_in_any_dtype():
     for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
         a = _output().to(dtype)
-        assert _checksum(CTX, a) == _checksum(CTX, a.clone())
+        assert checksum(CTX, a) == checksum(CTX, a.clone())

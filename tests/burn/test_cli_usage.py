@@ -8,8 +8,8 @@ import sys
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpumon.burn import inject
-from gpumon.burn.options import launch_from, parse_gpus, parse_tests
+from gpumon.burn.orchestration.options import launch_from, parse_gpus, parse_tests
+from gpumon.burn.workloads import inject
 
 
 def test_every_usage_problem_is_listed_at_once_with_exit_2(burn):

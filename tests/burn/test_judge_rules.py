@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumon.burn.judge import judge
-from gpumon.burn.report import exit_code
-from gpumon.burn.thresholds import Thresholds, for_device
-from gpumon.burn.watchdog import RankView, decide
+from gpumon.burn.orchestration.watchdog import RankView, decide
+from gpumon.burn.verdict.judge import judge
+from gpumon.burn.verdict.report import exit_code
+from gpumon.burn.verdict.thresholds import Thresholds, for_device
 
 
 def _matmul(
@@ -276,13 +276,13 @@ class _DictStore:
 
 
 def test_an_error_that_follows_another_nodes_abort_is_marked_as_fallout():
-    from gpumon.burn.agent import Agent
+    from gpumon.burn.orchestration.agent import Agent
 
     store = _DictStore()
     agent = Agent(
         [], node=0, agent_index=0, agent_count=2, store=store, heartbeat_timeout_seconds=4, startup_timeout_seconds=60
     )
-    from gpumon.burn.agent import RankState
+    from gpumon.burn.orchestration.agent import RankState
 
     agent.states[0] = RankState(rank=0, gpu=0, node=0)
     agent.states[0].ready = True

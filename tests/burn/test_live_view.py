@@ -7,8 +7,8 @@ import time
 
 from rich.console import Console
 
-from gpumon.burn.agent import RankState
-from gpumon.burn.live import LiveView
+from gpumon.burn.orchestration.agent import RankState
+from gpumon.burn.orchestration.live import LiveView
 
 
 def _view() -> tuple[LiveView, io.StringIO]:

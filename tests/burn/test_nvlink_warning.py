@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.burn.judge import judge
-from gpumon.burn.thresholds import Thresholds
-from gpumon.burn.watcher import Watcher, summarise
+from gpumon.burn.orchestration.watcher import Watcher, summarise
+from gpumon.burn.verdict.judge import judge
+from gpumon.burn.verdict.thresholds import Thresholds
 from tests.burn.test_judge_rules import _node
 from tests.fake_pynvml import h200_pair
 

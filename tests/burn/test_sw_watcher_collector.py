@@ -13,11 +13,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpumon.backends.fake import FakeBackend
+from gpumon.burn.orchestration.watcher import Watcher, summarise
 from gpumon.burn.results_collector import BurnResultsCollector
-from gpumon.burn.state import StateFiles
-from gpumon.burn.sw import check_gpu, check_host
-from gpumon.burn.watcher import Watcher, summarise
+from gpumon.burn.workloads.sw import check_gpu, check_host
 from gpumon.snapshot import HostSnapshot
+from gpumon.state.burn_files import StateFiles
 
 
 def _values(**override):

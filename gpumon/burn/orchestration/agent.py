@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpumon.burn import watchdog
-from gpumon.burn.interrupts import signals_deferred
-from gpumon.burn.protocol import NO_MULTICAST_ENV, WorkerSpec
+from gpumon.burn.orchestration import watchdog
+from gpumon.burn.orchestration.interrupts import signals_deferred
+from gpumon.burn.orchestration.protocol import NO_MULTICAST_ENV, WorkerSpec
 
 BEAT_PUBLISH_SECONDS = 1.0
 KILL_GRACE_SECONDS = 2.0
@@ -103,7 +103,7 @@ class Agent:
         for key, value in NO_MULTICAST_ENV.items():
             os.environ[key] = value  # inherited by the spawned workers
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-        from gpumon.burn import worker
+        from gpumon.burn.orchestration import worker
 
         ctx = multiprocessing.get_context("spawn")
         q = ctx.Queue()

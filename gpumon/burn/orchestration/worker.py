@@ -1,7 +1,7 @@
 """One worker process per GPU: imports torch, joins the process group, runs the load tests.
 
 Started by the agent with the ``spawn`` method; talks back only through the message queue
-(see ``gpumon.burn.protocol``). Never raises out: every failure becomes one message.
+(see ``gpumon.burn.orchestration.protocol``). Never raises out: every failure becomes one message.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 import traceback
 from typing import Any
 
-from gpumon.burn.protocol import NO_MULTICAST_ENV, WorkerSpec
+from gpumon.burn.orchestration.protocol import NO_MULTICAST_ENV, WorkerSpec
 
 
 class InjectedOomError(MemoryError):
@@ -94,10 +94,11 @@ def _run(spec: WorkerSpec, hb: Heartbeat) -> int:
         import torch
     except ImportError as exc:
         raise CannotRunWorkerError(f"torch is not installed: {exc}") from exc
-    from gpumon.burn import loads
+    from gpumon.burn.workloads import context
+    from gpumon.burn.workloads.registry import TESTS
 
     dev = _device(spec, torch)
-    ctx = loads.Context(spec=spec, hb=hb, device=dev, dist=None, torch=torch)
+    ctx = context.Context(spec=spec, hb=hb, device=dev, dist=None, torch=torch)
     if spec.world_size > 1:
         ctx.dist = _init_dist(spec, hb, dev, torch)
         if ctx.cuda:
@@ -105,7 +106,7 @@ def _run(spec: WorkerSpec, hb: Heartbeat) -> int:
             # the waiting GPUs, which cut p2p copy bandwidth to 56 GB/s on 2xH200 (a bare copy: 375 GB/s).
             hb.collective("start", "new_group(gloo)")
             ctx.cpu_group = ctx.dist.new_group(backend="gloo")
-    hb.send({"type": "ready", "model": loads.model_name(ctx)})
+    hb.send({"type": "ready", "model": context.model_name(ctx)})
     failed = False
     for test in spec.tests:
         if test == "sw":
@@ -115,16 +116,16 @@ def _run(spec: WorkerSpec, hb: Heartbeat) -> int:
             ctx.barrier()
         hb.progress(test, force=True)
         try:
-            data = loads.TESTS[test](ctx)
+            data = TESTS[test](ctx)
             hb.send({"type": "result", "test": test, "data": data})
         except Exception as exc:
             failed = True
-            kind, message = loads.classify_error(exc, ctx)
+            kind, message = context.classify_error(exc, ctx)
             if kind == "cannot_run":
                 raise CannotRunWorkerError(message) from exc
             hb.send({"type": "error", "test": test, "kind": kind, "message": message})
         finally:
-            loads.release(ctx)
+            context.release(ctx)
     if ctx.dist is not None:
         hb.collective("end", "barrier")
         ctx.barrier()

@@ -19,21 +19,21 @@ from typing import Any
 from rich.console import Console
 
 from gpumon.backends.base import GpuBackend, GpuLostError
-from gpumon.burn import report as report_mod
-from gpumon.burn import sw as sw_mod
-from gpumon.burn.agent import Agent
-from gpumon.burn.errors import EXIT_CANNOT_RUN, BurnUsageError, CannotRunError
-from gpumon.burn.inject import Injection
-from gpumon.burn.judge import judge
-from gpumon.burn.live import LiveView
-from gpumon.burn.options import BurnOptions
-from gpumon.burn.protocol import WorkerSpec
-from gpumon.burn.state import StateFiles
-from gpumon.burn.thresholds import Thresholds, group_link
-from gpumon.burn.watcher import Watcher, summarise
+from gpumon.burn.orchestration.agent import Agent
+from gpumon.burn.orchestration.live import LiveView
+from gpumon.burn.orchestration.options import BurnOptions
+from gpumon.burn.orchestration.protocol import WorkerSpec
+from gpumon.burn.orchestration.watcher import Watcher, summarise
+from gpumon.burn.verdict import report as report_mod
+from gpumon.burn.verdict.errors import EXIT_CANNOT_RUN, BurnUsageError, CannotRunError
+from gpumon.burn.verdict.judge import judge
+from gpumon.burn.verdict.thresholds import Thresholds, group_link
+from gpumon.burn.workloads import sw as sw_mod
+from gpumon.burn.workloads.inject import Injection
 from gpumon.jsonout import emit_json
 from gpumon.processes import enrich as enrich_processes
 from gpumon.snapshot import Tier
+from gpumon.state.burn_files import StateFiles
 
 MERGE_TIMEOUT_SECONDS = 120.0
 LOST_MERGE_GRACE_SECONDS = 5.0

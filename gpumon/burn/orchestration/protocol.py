@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpumon.burn.inject import Injection
+from gpumon.burn.workloads.inject import Injection
 
 # NVLink multicast (NVLS) stays off: burn must never turn it on, in any process it starts.
 NO_MULTICAST_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}

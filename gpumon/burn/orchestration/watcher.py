@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon.backends.base import GpuBackend, GpuLostError
-from gpumon.burn.interrupts import signals_deferred
+from gpumon.burn.orchestration.interrupts import signals_deferred
 from gpumon.snapshot import Tier
 
 SLOWDOWN_FAULT_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown")

@@ -167,7 +167,9 @@ class Thresholds:
     def allreduce_floor_bytes_per_second(
         self, model: str, single_node: bool, link: GroupLink | None = None
     ) -> float | None:
-        """Floor of busbw at sizes >= 256 MiB, by the path between the GPUs.
+        """Floor of busbw at the largest size of the sweep (>= 256 MiB on CUDA; smaller sizes are reported only).
+
+        By the path between the GPUs:
 
         NVLink (or unknown): the model's figure. PCIe only: PCIE_ALLREDUCE_FRACTION of the slowest
         GPU's PCIe link rate, whatever the model (None when its generation or width is unknown).

@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from gpumon.burn.agent import RankState
-from gpumon.burn.interrupts import signals_deferred
-from gpumon.burn.watcher import Watcher
+from gpumon.burn.orchestration.agent import RankState
+from gpumon.burn.orchestration.interrupts import signals_deferred
+from gpumon.burn.orchestration.watcher import Watcher
 
 PLAIN_EVERY_SECONDS = 5.0
 STALL_SECONDS = 3.0

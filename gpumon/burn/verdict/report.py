@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpumon.burn.errors import EXIT_CANNOT_RUN, EXIT_FAULT, EXIT_PASSED
-from gpumon.burn.judge import Judgement
+from gpumon.burn.verdict.errors import EXIT_CANNOT_RUN, EXIT_FAULT, EXIT_PASSED
+from gpumon.burn.verdict.judgement import Judgement
 
 SCHEMA_VERSION = 1
 

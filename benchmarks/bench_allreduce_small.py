@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""Small-message all-reduce: gpumon burn's busbw at 1 / 4 / 16 / 64 / 256 MiB against a reference, in one run.
+
+Per size it prints gpumon's busbw (``gpumon burn --tests allreduce``, and the same sizes from a
+``--quick`` run of every test, whose wall time is printed too), the reference and the ratio
+(goal >= 90 %). The reference is nccl-tests' ``all_reduce_perf`` (in-place busbw, bf16, one
+process driving every GPU) when it is found (``--nccl-tests PATH``, ``$NCCL_TESTS_DIR`` or
+``PATH``); otherwise the same NCCL op timed by a plain CUDA-graph torch loop, and the table says
+so. The plain graph loop and a plain eager ``dist.all_reduce`` loop are always shown beside it,
+so the launch overhead a graph removes is visible. busbw = size/time · 2(n−1)/n (nccl-tests).
+
+Bare loops run in child processes so this process never holds a CUDA context (gpumon would see
+it as another compute process). Every process keeps NVLink multicast off, as gpumon burn does.
+Usage (repository root, GPU host): python3 benchmarks/bench_allreduce_small.py [--nccl-tests PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+MIB = 1 << 20
+SIZES = (MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB)
+GRAPH_OPS = 50
+GOAL = 0.90
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(NO_MULTICAST)
+    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    env.pop("GPUMON_BURN_INJECT", None)
+    return env
+
+
+# ------------------------------------------------------------------ bare torch loops (child processes)
+def _bare_rank(rank: int, world: int, port: int, out: str) -> None:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.set_device(rank)
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=300),
+        device_id=torch.device("cuda", rank),
+    )
+
+    def agree_max(value: float) -> float:
+        t = torch.tensor([value], dtype=torch.float64, device="cuda")
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    res = []
+    for size in SIZES:
+        buf = torch.zeros(size // 2, dtype=torch.bfloat16, device="cuda")
+        for _ in range(20):
+            dist.all_reduce(buf)
+        torch.cuda.synchronize()
+        # eager: what a plain torch loop measures (launch overhead included)
+        t = time.perf_counter()
+        for _ in range(10):
+            dist.all_reduce(buf)
+        torch.cuda.synchronize()
+        iters = max(20, int(0.5 / agree_max((time.perf_counter() - t) / 10)))
+        iters = int(agree_max(iters))
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(buf)
+        torch.cuda.synchronize()
+        eager = (time.perf_counter() - t) / iters
+        # CUDA graph of GRAPH_OPS all-reduces, replays timed with CUDA events
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+            for _ in range(GRAPH_OPS):
+                dist.all_reduce(buf)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        graph.replay()
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        replays = max(5, int(0.5 / agree_max(start.elapsed_time(end) / 1e3)))
+        graph.replay()
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        graphed = start.elapsed_time(end) / 1e3 / (replays * GRAPH_OPS)
+        factor = 2 * (world - 1) / world
+        res.append(
+            {
+                "bytes": size,
+                "eager_busbw_bytes_per_second": size / eager * factor,
+                "graph_busbw_bytes_per_second": size / graphed * factor,
+            }
+        )
+        del graph, buf
+        torch.cuda.empty_cache()
+    if rank == 0:
+        Path(out).write_text(json.dumps(res))
+    dist.destroy_process_group()
+
+
+def bare_loops(world: int) -> list[dict[str, Any]]:
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as d:
+        out = str(Path(d) / "ar.json")
+        mp.spawn(_bare_rank, args=(world, port, out), nprocs=world, join=True)
+        return list(json.loads(Path(out).read_text()))
+
+
+# ------------------------------------------------------------------ nccl-tests
+def find_nccl_tests(given: str | None) -> str | None:
+    for candidate in (given, os.environ.get("NCCL_TESTS_DIR")):
+        if candidate:
+            path = Path(candidate)
+            path = path / "all_reduce_perf" if path.is_dir() else path
+            if path.is_file() and os.access(path, os.X_OK):
+                return str(path)
+    return shutil.which("all_reduce_perf")
+
+
+def nccl_tests(binary: str, world: int) -> tuple[dict[int, float], str]:
+    """{bytes: in-place busbw bytes/s} from one all_reduce_perf run over ``world`` GPUs, and its command line."""
+    base = [binary, "-b", "1M", "-e", "256M", "-f", "4", "-g", str(world), "-w", "20", "-n", "200"]
+    for extra in (["-d", "bfloat16"], []):  # bf16 as gpumon; builds without it fall back to float
+        cmd = base + extra
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600)
+        rows = _parse_nccl_tests(proc.stdout)
+        if proc.returncode == 0 and rows:
+            return rows, " ".join(cmd)
+    raise SystemExit(f"all_reduce_perf failed: {proc.stdout[-1500:]}{proc.stderr[-1500:]}")
+
+
+def _parse_nccl_tests(text: str) -> dict[int, float]:
+    """Rows: size count type redop root | time algbw busbw #wrong (out-of-place) | same (in-place); GB/s."""
+    out: dict[int, float] = {}
+    for line in text.splitlines():
+        cols = line.split()
+        if len(cols) >= 13 and cols[0].isdigit():
+            out[int(cols[0])] = float(cols[11]) * 1e9
+    return out
+
+
+# ------------------------------------------------------------------ gpumon
+def _gpumon(args: list[str]) -> tuple[dict[str, Any], float]:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "r.json"
+        t = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpumon.burn", *args, "--json", str(path), "--state-dir", d],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=600,
+        )
+        wall = time.monotonic() - t
+        if not path.exists():
+            raise SystemExit(f"gpumon burn {' '.join(args)} wrote no report: {proc.stderr[-2000:]}")
+        return json.loads(path.read_text()), wall
+
+
+def _sizes(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    return {s["bytes"]: s for s in (report["gpus"][0].get("allreduce") or {}).get("sizes", [])}
+
+
+def _child(kind: str, *args: str) -> Any:
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", kind, *args], capture_output=True, text=True, env=_env(), timeout=600
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"bare {kind} failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--nccl-tests", help="all_reduce_perf binary or the nccl-tests build directory")
+    p.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child:
+        if a.child[0] == "count":
+            import torch
+
+            print(torch.cuda.device_count())
+        else:
+            print(json.dumps(bare_loops(int(a.child[1]))))
+        return 0
+
+    world = int(_child("count"))
+    if world < 2:
+        raise SystemExit(f"needs 2 or more GPUs, torch sees {world}")
+    binary = find_nccl_tests(a.nccl_tests)
+    ref_rows: dict[int, float] = {}
+    if binary:
+        ref_rows, cmd = nccl_tests(binary, world)
+        ref_name = f"nccl-tests ({cmd})"
+    bare = {r["bytes"]: r for r in _child("loops", str(world))}
+    if not binary:
+        ref_rows = {b: r["graph_busbw_bytes_per_second"] for b, r in bare.items()}
+        ref_name = "plain CUDA-graph torch loop (nccl-tests' all_reduce_perf not found)"
+    full, _ = _gpumon(["--gpus", "all", "--tests", "allreduce"])
+    quick, quick_wall = _gpumon(["--quick", "--gpus", "all"])
+    ours, ours_quick = _sizes(full), _sizes(quick)
+
+    print(f"{world} GPUs, NVLink multicast off; busbw GB/s; reference: {ref_name}")
+    header = ("size", "gpumon", "timing", "gpumon --quick", "reference", "ratio", "graph loop", "eager loop", "goal")
+    rows = [header]
+    worst = None
+    for size in SIZES:
+        mine, mine_q, ref = ours.get(size), ours_quick.get(size), ref_rows.get(size)
+        ratio = mine["busbw_bytes_per_second"] / ref if mine and ref else None
+        if ratio is not None:
+            worst = ratio if worst is None else min(worst, ratio)
+        rows.append(
+            (
+                f"{size // MIB} MiB",
+                f"{mine['busbw_bytes_per_second'] / 1e9:.1f}" if mine else "not run",
+                str(mine.get("timing", "?")) if mine else "",
+                f"{mine_q['busbw_bytes_per_second'] / 1e9:.1f}" if mine_q else "not run",
+                f"{ref / 1e9:.1f}" if ref else "—",
+                f"{ratio * 100:.1f} %" if ratio is not None else "—",
+                f"{bare[size]['graph_busbw_bytes_per_second'] / 1e9:.1f}" if size in bare else "—",
+                f"{bare[size]['eager_busbw_bytes_per_second'] / 1e9:.1f}" if size in bare else "—",
+                f">= {GOAL * 100:.0f} %",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for r in [rows[0], tuple("-" * w for w in widths), *rows[1:]]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    print(f"gpumon burn --quick --gpus all: {quick_wall:.1f} s wall (goal <= 60 s), verdict {quick['verdict']}")
+    print(f"gpumon burn --tests allreduce: verdict {full['verdict']}")
+    fallbacks = [c["detail"] for r in (full, quick) for c in r["checks"] if c["check"] == "timing"]
+    for line in fallbacks:
+        print(f"fallback: {line}")
+    if worst is not None:
+        print(f"lowest ratio {worst * 100:.1f} % (goal >= {GOAL * 100:.0f} %)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""One alert state to deliver, and the JSON bodies it travels in to Alertmanagers and webhooks.
+
+* Alertmanager: ``POST <url>/api/v2/alerts`` with a JSON list of
+  ``{labels, annotations, startsAt, endsAt, generatorURL}``. A firing alert's ``endsAt``
+  is set at send time to ``now + valid_for`` (4 × resend interval, as Prometheus does), so
+  Alertmanager resolves it by itself if gpumon disappears; a resolved alert carries
+  ``endsAt`` in the past.
+* Webhook: Alertmanager's webhook body (``version: "4"``, ``status``, ``receiver``,
+  ``groupLabels``, ``commonLabels``, ``commonAnnotations``, ``externalURL``, ``alerts[]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One alert state to deliver (the latest one for its fingerprint)."""
+
+    fingerprint: str
+    status: str
+    """firing | resolved."""
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    starts_at: float
+    """Unix seconds the alert fired."""
+    ends_at: float | None = None
+    """Unix seconds it resolved; None while firing (set at send time)."""
+    generator_url: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "status": self.status,
+            "labels": dict(self.labels),
+            "annotations": dict(self.annotations),
+            "starts_at": self.starts_at,
+            "ends_at": self.ends_at,
+            "generator_url": self.generator_url,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Notification:
+        return cls(
+            fingerprint=str(raw["fingerprint"]),
+            status=str(raw["status"]),
+            labels={str(k): str(v) for k, v in dict(raw["labels"]).items()},
+            annotations={str(k): str(v) for k, v in dict(raw.get("annotations") or {}).items()},
+            starts_at=float(raw["starts_at"]),
+            ends_at=None if raw.get("ends_at") is None else float(raw["ends_at"]),
+            generator_url=str(raw.get("generator_url") or ""),
+        )
+
+
+def rfc3339(seconds: float) -> str:
+    """Unix seconds -> ``2026-11-22T14:26:51.123Z``."""
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _ends_at(n: Notification, now: float, valid_for: float) -> float:
+    return n.ends_at if n.ends_at is not None else now + valid_for
+
+
+def alertmanager_body(items: Sequence[Notification], now: float, valid_for: float) -> list[dict[str, Any]]:
+    """The JSON list for ``POST /api/v2/alerts``."""
+    out = []
+    for n in items:
+        alert: dict[str, Any] = {
+            "labels": dict(n.labels),
+            "annotations": dict(n.annotations),
+            "startsAt": rfc3339(n.starts_at),
+            "endsAt": rfc3339(_ends_at(n, now, valid_for)),
+        }
+        if n.generator_url:
+            alert["generatorURL"] = n.generator_url
+        out.append(alert)
+    return out
+
+
+def _common(maps: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    maps = list(maps)
+    if not maps:
+        return {}
+    common = dict(maps[0])
+    for m in maps[1:]:
+        common = {k: v for k, v in common.items() if m.get(k) == v}
+    return common
+
+
+def webhook_body(
+    items: Sequence[Notification], now: float, valid_for: float, receiver: str, external_url: str
+) -> dict[str, Any]:
+    """Alertmanager's webhook payload (version "4") for ``items``."""
+    firing = any(n.status == "firing" for n in items)
+    return {
+        "version": "4",
+        "groupKey": "{}:{}",
+        "truncatedAlerts": 0,
+        "status": "firing" if firing else "resolved",
+        "receiver": receiver,
+        "groupLabels": {},
+        "commonLabels": _common(n.labels for n in items),
+        "commonAnnotations": _common(n.annotations for n in items),
+        "externalURL": external_url,
+        "alerts": [
+            {
+                "status": n.status,
+                "labels": dict(n.labels),
+                "annotations": dict(n.annotations),
+                "startsAt": rfc3339(n.starts_at),
+                # Alertmanager sends the zero time for firing alerts in webhooks.
+                "endsAt": rfc3339(n.ends_at) if n.ends_at is not None else "0001-01-01T00:00:00Z",
+                "generatorURL": n.generator_url,
+                "fingerprint": n.fingerprint,
+            }
+            for n in items
+        ],
+    }
+
+
+def replace_status(n: Notification, status: str, ends_at: float | None) -> Notification:
+    """The same alert with another status and end time (Unix seconds; None while firing)."""
+    return replace(n, status=status, ends_at=ends_at)

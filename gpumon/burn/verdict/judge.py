@@ -1,0 +1,156 @@
+"""Judge the merged results: every figure against its peers and floors; name the GPU, link or rank.
+
+Pure functions over JSON-ready data, so every rule is unit-tested without torch. This module
+merges the nodes and orders the rules; each test's rules live in ``judge_loads``,
+``judge_allreduce`` and ``judge_telemetry``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from gpumon.burn.verdict.judge_allreduce import judge_allreduce
+from gpumon.burn.verdict.judge_loads import judge_matmul, judge_memory, judge_p2p
+from gpumon.burn.verdict.judge_telemetry import judge_telemetry
+from gpumon.burn.verdict.judgement import GpuKey, Judgement
+from gpumon.burn.verdict.thresholds import Thresholds, group_link
+
+
+def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str, ...]) -> Judgement:
+    """Checks, faults and per-GPU summaries for the whole run (all nodes)."""
+    j = Judgement(multi_node=len(nodes) > 1)
+    results: dict[str, dict[GpuKey, Any]] = {t: {} for t in tests}
+    for node in nodes:
+        n = node["node"]
+        for r in node["ranks"]:
+            key = (n, r["gpu"])
+            info = node.get("gpus_info", {}).get(str(r["gpu"]), {})
+            j.gpus[key] = {
+                "node": n,
+                "gpu": r["gpu"],
+                "rank": r["rank"],
+                "uuid": info.get("uuid"),
+                "model": r.get("model") or info.get("name") or "unknown",
+                "hostname": node.get("hostname"),
+                "telemetry": node.get("telemetry", {}).get(str(r["gpu"]), {}),
+                "tests": {},
+            }
+            for test, data in r["results"].items():
+                results.setdefault(test, {})[key] = data
+    for node in nodes:
+        j.busy |= {(node["node"], int(g)) for g in node.get("busy_gpus", ())}
+        for r in node["ranks"]:
+            _partial_matmul(j, (node["node"], r["gpu"]), r)
+    for node in nodes:
+        _judge_sw(j, node)
+    # The watchdog's finding first: it names the cause, the workers' errors after it are fallout.
+    seen_aborts: set[str] = set()
+    for node in nodes:
+        abort = node.get("abort")
+        if abort and abort["kind"] in ("hang", "dead", "lost") and abort["message"] not in seen_aborts:
+            seen_aborts.add(abort["message"])
+            ranks = set(abort["ranks"])
+            keys = [k for k, g in j.gpus.items() if g["rank"] in ranks]
+            if not keys:  # a lost node's GPUs sent nothing, or the other nodes could not be reached
+                j.add("run", None, "node_lost" if abort["kind"] == "lost" else "worker_died", False, abort["message"])
+                j.faults[-1] = abort["message"]
+                continue
+            test = _last_test(nodes, ranks)
+            for i, key in enumerate(keys):
+                j.add(
+                    test,
+                    key,
+                    "watchdog" if abort["kind"] == "hang" else "worker_died",
+                    False,
+                    abort["message"],
+                    fault=abort["message"] if i == 0 else "",
+                )
+        if abort and abort["kind"] == "cannot_run":
+            j.cannot_run.append(abort["message"])
+    for node in nodes:
+        for r in node["ranks"]:
+            for err in r["errors"]:
+                message = str(err.get("message"))
+                if err.get("kind") == "cannot_run":
+                    j.cannot_run.append(message)
+                elif err.get("after_abort"):
+                    # raised because the run was being stopped (a peer killed, a link closed)
+                    j.add(str(err.get("test")), (node["node"], r["gpu"]), "error", None, "after the stop: " + message)
+                else:
+                    j.add(str(err.get("test")), (node["node"], r["gpu"]), "error", False, message, fault=message)
+    if "matmul" in tests:
+        judge_matmul(j, results.get("matmul", {}), thresholds)
+    if "memory" in tests:
+        judge_memory(j, results.get("memory", {}), thresholds)
+    if "p2p" in tests:
+        judge_p2p(j, results.get("p2p", {}), nodes, thresholds)
+    for key, g in j.gpus.items():
+        judge_telemetry(j, key, g["telemetry"])
+    if "allreduce" in tests:
+        link = None
+        if len(nodes) == 1:
+            gpus = [g for (_n, g), d in results.get("allreduce", {}).items() if "skipped" not in d]
+            link = group_link(nodes[0].get("topology") or {}, nodes[0].get("pcie") or {}, sorted(gpus))
+        judge_allreduce(j, results.get("allreduce", {}), thresholds, single_node=len(nodes) == 1, link=link)
+    for key, g in j.gpus.items():
+        for test in tests:
+            mine = [
+                c
+                for c in j.checks
+                if (c["test"] == test and (c["node"], c["gpu"]) == key)
+                or (
+                    c["test"] == test
+                    and c.get("peer_gpu") is not None
+                    and (c["node"], c["peer_gpu"]) == key
+                    and c["passed"] is False
+                )
+                or (c["test"] == test and list(key) in c.get("group", ()))
+            ]
+            verdicts = [c["passed"] for c in mine if c["passed"] is not None]
+            g["tests"][test] = all(verdicts) if verdicts else None
+        tel = g["telemetry"]
+        if tel and "telemetry" not in g["tests"]:
+            g["tests"]["telemetry"] = all(
+                c["passed"] is not False for c in j.checks if c["test"] == "telemetry" and (c["node"], c["gpu"]) == key
+            )
+    j.cannot_run = list(dict.fromkeys(j.cannot_run))
+    return j
+
+
+def _partial_matmul(j: Judgement, key: GpuKey, rank: Mapping[str, Any]) -> None:
+    """The rounds a GPU finished before the run was stopped (a hang elsewhere, a lost node): shown, not judged."""
+    rates = (rank.get("partial") or {}).get("matmul", {}).get("tflops_rounds") or []
+    if not rates or "matmul" in rank["results"]:
+        return
+    median = statistics.median(rates)
+    j.gpus[key]["matmul"] = {"dtype": None, "tflops": median, "tflops_max": max(rates), "partial": True}
+    j.add(
+        "matmul",
+        key,
+        "partial",
+        None,
+        f"{len(rates)} rounds done when the run was stopped: median {median:.1f} TFLOP/s, "
+        f"max {max(rates):.1f} (not judged)",
+        median * 1e12,
+        "flop_per_second",
+    )
+
+
+def _last_test(nodes: list[dict[str, Any]], ranks: set[int]) -> str:
+    for node in nodes:
+        for r in node["ranks"]:
+            if r["rank"] in ranks:
+                return str(r.get("last_test") or "run")
+    return "run"
+
+
+def _judge_sw(j: Judgement, node: dict[str, Any]) -> None:
+    for c in node.get("sw", []):
+        key = (node["node"], c["gpu"]) if c["gpu"] is not None else None
+        if c["severity"] in ("busy", "cannot_run"):
+            passed: bool | None = None if c["severity"] == "busy" else False
+        else:
+            passed = None if c["severity"] == "skipped" else c["severity"] != "fault"
+        j.add("sw", key, c["name"], passed, c["detail"] + (" (warning)" if c["severity"] == "warn" else ""))

@@ -1,0 +1,186 @@
+"""Rules for the all-reduce: every result exact, group busbw against its floor, pairwise runs to blame a link."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpumon.burn.verdict.judgement import GpuKey, Judgement, blame_links, median
+from gpumon.burn.verdict.thresholds import GroupLink, Thresholds
+
+
+def _suspects(j: Judgement, members: list[GpuKey]) -> dict[GpuKey, list[str]]:
+    """Members of a group that other tests already name: failed checks, or shared with other processes."""
+    out: dict[GpuKey, list[str]] = {k: ["shared with other compute processes"] for k in members if k in j.busy}
+    for c in j.checks:
+        key = (c["node"], c["gpu"])
+        if key not in members or c["test"] == "allreduce":
+            continue
+        if c["passed"] is False:
+            reason = f"failed {c['test']}"
+        elif c["test"] == "sw" and c["check"] == "processes" and c["passed"] is None:
+            reason = "shared with other compute processes"
+        else:
+            continue
+        reasons = out.setdefault(key, [])
+        if reason not in reasons:
+            reasons.append(reason)
+    return out
+
+
+def _group_too_slow(
+    j: Judgement, members: list[GpuKey], busbw: float, floor: float, detail: str, ran: Mapping[GpuKey, Any]
+) -> None:
+    """A group all-reduce below its floor: the GPUs other tests name get it, else the whole group does."""
+    head = f"all-reduce over {len(members)} ranks: busbw {busbw / 1e9:.1f} GB/s below the floor {floor / 1e9:.1f}"
+    tail = "; pairwise runs follow" if any("pairwise" in d for d in ran.values()) else ""
+    suspects = _suspects(j, members)
+    if suspects:
+        named = "; ".join(f"{j.name(k)} {', '.join(why)}" for k, why in suspects.items())
+        for i, key in enumerate(suspects):
+            j.add(
+                "allreduce",
+                key,
+                "busbw",
+                False,
+                f"busbw GB/s: {detail}; the likely cause, as other tests name it: {named}",
+                busbw,
+                "bytes_per_second",
+                floor,
+                fault=f"{head}; likely cause: {named}{tail}" if i == 0 else "",
+            )
+        return
+    names = ", ".join(j.name(k) for k in members)
+    j.add(
+        "allreduce",
+        None,
+        "busbw",
+        False,
+        f"busbw GB/s: {detail}; no other test names one of {names}: the group fails together",
+        busbw,
+        "bytes_per_second",
+        floor,
+        fault=f"{head} ({names}: no other test names one of them){tail}",
+        group=members,
+    )
+
+
+def judge_allreduce(
+    j: Judgement, res: Mapping[GpuKey, Any], th: Thresholds, single_node: bool, link: GroupLink | None = None
+) -> None:
+    ran = {k: d for k, d in res.items() if "skipped" not in d}
+    for key, d in res.items():
+        if "skipped" in d:
+            j.add("allreduce", key, "skipped", None, d["skipped"])
+    if not ran:
+        return
+    for key, d in ran.items():
+        bad = sum(s.get("mismatched_elements", 0) for s in d["sizes"])
+        j.add(
+            "allreduce",
+            key,
+            "correct",
+            bad == 0,
+            f"{bad} elements of the all-reduce result wrong on rank {j.gpus[key]['rank']}"
+            if bad
+            else f"all {len(d['sizes'])} sizes summed exactly",
+            bad,
+            "elements",
+            0,
+        )
+    lead = min(ran, key=lambda k: j.gpus[k]["rank"])
+    sizes = ran[lead]["sizes"]
+    largest = sizes[-1]
+    busbw = largest["busbw_bytes_per_second"]
+    models = sorted({j.gpus[k]["model"] for k in ran})
+    floors = [f for m in models if (f := th.allreduce_floor_bytes_per_second(m, single_node, link)) is not None]
+    floor = min(floors) if floors else None
+    members = sorted(ran, key=lambda k: j.gpus[k]["rank"])
+    over = f" over {link.describe()}" if link is not None and link.kind != "unknown" else ""
+    for key in ran:
+        j.gpus[key]["allreduce"] = {
+            "busbw_bytes_per_second": busbw,
+            "bytes": largest["bytes"],
+            "dtype": ran[lead].get("dtype"),
+            "sizes": [
+                {
+                    **{k: s[k] for k in ("bytes", "iterations", "algbw_bytes_per_second", "busbw_bytes_per_second")},
+                    **({"timing": s["timing"]} if "timing" in s else {}),
+                }
+                for s in sizes
+            ],
+        }
+    _timing_fallbacks(j, ran, members)
+    figures = ", ".join(f"{s['bytes'] / 2**20:.0f} MiB {s['busbw_bytes_per_second'] / 1e9:.1f}" for s in sizes)
+    if floor is None:
+        j.add(
+            "allreduce",
+            None,
+            "busbw",
+            None,
+            f"busbw GB/s: {figures} (no floor for {', '.join(models)}{over})",
+            busbw,
+            "bytes_per_second",
+            group=members,
+        )
+    elif busbw >= floor:
+        j.add(
+            "allreduce",
+            None,
+            "busbw",
+            True,
+            f"busbw GB/s: {figures}; >= the floor {floor / 1e9:.1f}{over} at "
+            f"{largest['bytes'] / 2**20:.0f} MiB over {len(ran)} ranks",
+            busbw,
+            "bytes_per_second",
+            floor,
+            group=members,
+        )
+    else:
+        _group_too_slow(j, members, busbw, floor, f"{figures}; below the floor {floor / 1e9:.1f}{over}", ran)
+    pairs = [p for d in ran.values() for p in d.get("pairwise", [])]
+    if pairs:
+        by_rank = {g["rank"]: k for k, g in j.gpus.items()}
+        med = median(p["busbw_bytes_per_second"] for p in pairs) or 0.0
+        limit = (1 - th.link_fraction) * med  # pairs against each other: the floor only decided to run them
+        judged = []
+        for p in pairs:
+            a, b = by_rank[p["ranks"][0]], by_rank[p["ranks"][1]]
+            slow = p["busbw_bytes_per_second"] < limit
+            judged.append((a, b, slow))
+            j.add(
+                "allreduce",
+                a,
+                "pair_busbw",
+                not slow,
+                f"ranks {p['ranks'][0]}+{p['ranks'][1]}: {p['busbw_bytes_per_second'] / 1e9:.1f} GB/s "
+                f"(limit {limit / 1e9:.1f})",
+                p["busbw_bytes_per_second"],
+                "bytes_per_second",
+                limit,
+                peer=b[1],
+                fault="",
+            )
+        j.faults += blame_links(j, "allreduce", judged)
+
+
+def _timing_fallbacks(j: Judgement, ran: Mapping[GpuKey, Any], members: list[GpuKey]) -> None:
+    """Sizes meant for a CUDA graph but timed eagerly: reported with the reason (their busbw includes launch overhead)."""
+    reasons: dict[int, str] = {}
+    for d in ran.values():
+        for s in d["sizes"]:
+            reason = s.get("timing_fallback")
+            if reason and (s["bytes"] not in reasons or "another rank" in reasons[s["bytes"]]):
+                reasons[s["bytes"]] = reason  # the rank whose capture failed says why
+    if not reasons:
+        return
+    sizes = ", ".join(f"{b / 2**20:.0f} MiB" for b in sorted(reasons))
+    why = "; ".join(dict.fromkeys(reasons[b] for b in sorted(reasons)))
+    j.add(
+        "allreduce",
+        None,
+        "timing",
+        None,
+        f"{sizes} timed with an eager loop, not a CUDA graph ({why}): their busbw includes launch overhead",
+        group=members,
+    )

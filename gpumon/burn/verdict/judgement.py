@@ -1,0 +1,127 @@
+"""The verdict being built: ``Judgement`` (every check, the faults, per-GPU summaries) and the rules shared by tests."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+GpuKey = tuple[int, int]
+"""(node, gpu index on that node)."""
+
+
+@dataclass
+class Judgement:
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)
+    cannot_run: list[str] = field(default_factory=list)
+    gpus: dict[GpuKey, dict[str, Any]] = field(default_factory=dict)
+    multi_node: bool = False
+    busy: set[GpuKey] = field(default_factory=set)
+    """GPUs other compute processes used when the burn started (run with --force), sw test or not."""
+
+    def name(self, key: GpuKey) -> str:
+        node, gpu = key
+        return f"node {node} GPU {gpu}" if self.multi_node else f"GPU {gpu}"
+
+    def add(
+        self,
+        test: str,
+        key: GpuKey | None,
+        check: str,
+        passed: bool | None,
+        detail: str,
+        value: float | None = None,
+        unit: str | None = None,
+        threshold: float | None = None,
+        peer: int | None = None,
+        fault: str | None = None,
+        group: list[GpuKey] | None = None,
+    ) -> None:
+        """Record a check; a failed one adds ``fault`` (or a line built from it) to the faults.
+
+        ``group``: a result of several GPUs together (``key`` None): it counts for each of them.
+        """
+        row: dict[str, Any] = {
+            "test": test,
+            "check": check,
+            "passed": passed,
+            "detail": detail,
+            "node": key[0] if key else None,
+            "gpu": key[1] if key else None,
+            "uuid": self.gpus.get(key, {}).get("uuid") if key else None,
+            "rank": self.gpus.get(key, {}).get("rank") if key else None,
+            "value": value,
+            "unit": unit,
+            "threshold": threshold,
+        }
+        if peer is not None:
+            row["peer_gpu"] = peer
+        if group is not None:
+            row["group"] = [list(k) for k in group]
+        self.checks.append(row)
+        if passed is False and fault != "":
+            where = self.name(key) if key else "host"
+            if key and self.gpus.get(key, {}).get("uuid"):
+                where += f" ({self.gpus[key]['uuid']})"
+            self.faults.append(fault if fault is not None else f"{where}: {test}: {detail}")
+
+
+def median(values: Iterable[float]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def peer_check(
+    j: Judgement,
+    test: str,
+    check: str,
+    items: Mapping[GpuKey, float],
+    group_of: Mapping[GpuKey, str],
+    fraction: float,
+    unit: str,
+    scale: float,
+    label: str,
+) -> None:
+    """Each value against the median of its group (same model): more than ``fraction`` below fails."""
+    groups: dict[str, list[GpuKey]] = {}
+    for key in items:
+        groups.setdefault(group_of[key], []).append(key)
+    for group, keys in groups.items():
+        med = median(items[k] for k in keys)
+        for key in keys:
+            value = items[key]
+            if len(keys) < 2 or med is None:
+                j.add(test, key, check, None, f"no same-model peer to compare with ({group})", value, unit)
+                continue
+            limit = (1 - fraction) * med
+            below = 1 - value / med if med else 0.0
+            ok = value >= limit
+            detail = (
+                (
+                    f"{value / scale:.1f} {label}, {below * 100:.0f}% below the median {med / scale:.1f} of "
+                    f"{len(keys)} {group} GPUs (straggler limit {fraction * 100:.0f}%)"
+                )
+                if not ok
+                else (f"{value / scale:.1f} {label} vs median {med / scale:.1f} of {len(keys)} {group} GPUs")
+            )
+            j.add(test, key, check, ok, detail, value, unit, limit)
+
+
+def blame_links(j: Judgement, test: str, pairs: list[tuple[GpuKey, GpuKey, bool]]) -> list[str]:
+    """A GPU whose every pair is slow (while other pairs are fine) is blamed; otherwise the links."""
+    lines = []
+    gpus = {k for a, b, _ in pairs for k in (a, b)}
+    bad_gpus = set()
+    for g in gpus:
+        mine = [slow for a, b, slow in pairs if g in (a, b)]
+        others = [slow for a, b, slow in pairs if g not in (a, b)]
+        if mine and all(mine) and others and not any(others):
+            bad_gpus.add(g)
+    for g in sorted(bad_gpus):
+        lines.append(f"{j.name(g)}: {test}: every link of this GPU is slow while the other links are fine")
+    for a, b, slow in pairs:
+        if slow and a not in bad_gpus and b not in bad_gpus:
+            lines.append(f"link {j.name(a)} <-> {j.name(b)}: {test}: slow")
+    return lines

@@ -1,0 +1,112 @@
+"""The ``matmul`` load: GEMMs at the best dtype for the whole duration, checked bit for bit and against float64."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from gpumon.burn.workloads.context import (
+    REFERENCE_SIZE,
+    SEED,
+    TORCH_DTYPES,
+    Context,
+    checksum,
+    flip_bit,
+    model_name,
+    resolve_dtype,
+    slow_down,
+)
+
+
+def matmul(ctx: Context) -> dict[str, Any]:
+    """GEMMs at the best dtype for the whole duration; bit-exact and float64-reference checks."""
+    torch = ctx.torch
+    dtype_name = resolve_dtype(ctx.spec.dtype, ctx)
+    dtype = getattr(torch, TORCH_DTYPES[dtype_name])
+    if ctx.cuda:
+        torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
+        torch.backends.cudnn.allow_tf32 = dtype_name == "tf32"
+    n = 8192 if ctx.cuda else 256
+    elem = torch.tensor([], dtype=dtype).element_size()
+    while ctx.cuda and n > 1024 and 4 * n * n * elem > 0.5 * ctx.free_bytes():
+        n //= 2
+    gen = torch.Generator().manual_seed(SEED)
+    a = ctx.alloc((n, n), dtype)
+    b = ctx.alloc((n, n), dtype)
+    c = ctx.alloc((n, n), dtype)
+    ctx.held += [a, b, c]
+    a.copy_(torch.randn(n, n, generator=gen).to(dtype))
+    b.copy_(torch.randn(n, n, generator=gen).to(dtype))
+    tolerance = {"bf16": 2e-2, "fp16": 4e-3, "tf32": 4e-3, "fp32": 1e-5, "fp64": 1e-12}[dtype_name]
+    reference_before = _reference_check(ctx, a, b, tolerance)
+
+    flop = 2.0 * n * n * n
+    for _ in range(3):  # warm-up, and a first estimate of one GEMM's time
+        torch.matmul(a, b, out=c)
+    ctx.sync()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        torch.matmul(a, b, out=c)
+    ctx.sync()
+    per_gemm = max((time.perf_counter() - t0) / 3, 1e-6)
+    round_seconds = 0.5 if ctx.cuda else 0.2
+    per_round = max(1, int(round_seconds / per_gemm))
+
+    rates: list[float] = []
+    first: Any = None
+    """Round 0's output, kept: every later round is compared with it bit for bit."""
+    first_checksum = 0
+    mismatch_rounds: list[int] = []
+    end = time.monotonic() + ctx.spec.duration_seconds
+    rnd = 0
+    while time.monotonic() < end or rnd < 2:
+        ctx.hb.progress("matmul")
+        start = time.perf_counter()
+        for _ in range(per_round):
+            torch.matmul(a, b, out=c)
+        ctx.sync()
+        busy = time.perf_counter() - start
+        slow_down(ctx, busy)
+        elapsed = time.perf_counter() - start
+        if ctx.spec.injection.has("corrupt", ctx.spec.gpu) and rnd >= 1:
+            flip_bit(ctx, c, 7919 * rnd)
+        if first is None:
+            first = c.clone()
+            ctx.held.append(first)
+            first_checksum = checksum(ctx, c)
+        elif not torch.equal(c.view(torch.int16), first.view(torch.int16)):  # the bits, not the values (-0.0, NaN)
+            mismatch_rounds.append(rnd)
+        rates.append(flop * per_round / elapsed / 1e12)
+        ctx.hb.progress("matmul", {"tflops": rates[-1]})
+        rnd += 1
+    reference_after = _reference_check(ctx, a, b, tolerance)
+    return {
+        "model": model_name(ctx),
+        "dtype": dtype_name,
+        "n": n,
+        "gemms_per_round": per_round,
+        "rounds": len(rates),
+        "tflops_median": statistics.median(rates),
+        "tflops_max": max(rates),
+        "tflops_rounds": [round(r, 3) for r in rates],
+        "checksum_first": str(first_checksum),
+        "checksum_mismatch_rounds": mismatch_rounds,
+        "reference": {
+            "size": min(REFERENCE_SIZE, n),
+            "tolerance": tolerance,
+            "max_rel_error": max(reference_before, reference_after),
+            "passed": max(reference_before, reference_after) <= tolerance,
+        },
+    }
+
+
+def _reference_check(ctx: Context, a: Any, b: Any, tolerance: float) -> float:
+    """max|C - C_ref| / max|C_ref| for a small corner of a·b against float64 on the CPU."""
+    torch = ctx.torch
+    r = min(REFERENCE_SIZE, a.shape[0])
+    a_s, b_s = a[:r, :r].contiguous(), b[:r, :r].contiguous()
+    got = torch.matmul(a_s, b_s).double().cpu()
+    ref = a_s.double().cpu() @ b_s.double().cpu()
+    scale = float(ref.abs().max()) or 1.0
+    return float((got - ref).abs().max()) / scale

@@ -1,0 +1,19 @@
+"""The load tests by name, as ``--tests`` and the worker know them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gpumon.burn.workloads.allreduce import allreduce
+from gpumon.burn.workloads.context import Context
+from gpumon.burn.workloads.matmul import matmul
+from gpumon.burn.workloads.memory import memory
+from gpumon.burn.workloads.p2p import p2p
+
+TESTS: dict[str, Callable[[Context], dict[str, Any]]] = {
+    "matmul": matmul,
+    "memory": memory,
+    "p2p": p2p,
+    "allreduce": allreduce,
+}

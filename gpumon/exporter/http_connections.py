@@ -1,0 +1,374 @@
+"""The HTTP server's connections: one event loop that accepts, handshakes, reads and writes.
+
+One event-loop thread owns every connection: it accepts, does the TLS handshake and
+reads request headers without blocking anything else, so idle, half-sent (slowloris)
+and slow-handshake connections cost a file descriptor and a few kilobytes, never a
+thread. Complete requests are answered (``_respond``, which a subclass gives) with a
+small, fixed pool of worker threads at hand; bcrypt runs in the web config's own pool.
+Limits (``HttpLimits``): a header timeout for a new connection, an idle timeout between
+keep-alive requests, a header size limit, and a connection limit. At the limit the
+connection that has waited longest without a request is closed to make room, so a new
+scraper always gets in; only when every connection is busy with a request is the new
+one closed at once.
+
+Why not a server library: cheroot (CherryPy's server, the one with a thread pool and TLS)
+does the TLS handshake on its accept path, so one client that stalls its handshake
+freezes every other connection (cherrypy/cheroot#748, open for cheroot 10), and it reads
+request headers in its worker threads, so 200 slowloris clients hold every worker;
+waitress reads headers without threads but has no TLS; the ASGI servers bring a
+framework-sized dependency and a fixed certificate, where gpumon re-reads its web config
+and serves a renewed certificate to the next connection. asyncio's streams do the
+non-blocking TLS and buffering; ``gpumon.exporter.http_messages`` adds the HTTP/1.1 subset
+a scraper needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import email.utils
+import errno
+import logging
+import socket
+import ssl
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from gpumon import __version__
+from gpumon.exporter.http_limits import HttpLimits, bind_listener, raise_open_files_limit
+from gpumon.exporter.http_messages import REASONS, TEXT_PLAIN, BadRequest, Request, parse_head, wants_close
+from gpumon.exporter.repeat_log import RepeatLog
+from gpumon.exporter.tls import HTTP_ON_HTTPS_RESPONSE, looks_like_http, peer_sans
+from gpumon.exporter.webconfig_watcher import WebConfigWatcher
+
+log = logging.getLogger("gpumon.exporter.server")
+"""The logger name these log lines have always carried (they lived in server.py)."""
+
+_MAX_DISCARDED_BODY_BYTES = 65536
+_DISCONNECTS = (ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError, EOFError)
+_ACCEPT_RETRY_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+class _Conn:
+    """One client connection, as the event loop tracks it."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.transport: asyncio.BaseTransport | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()  # type: ignore[attr-defined]
+        else:
+            self.sock.close()
+
+
+class HttpConnectionServer:
+    """Owns the listening socket, the event loop and every connection; ``_respond`` answers a request.
+
+    ``web_config``: TLS, extra headers (and, for the subclass, basic auth and rate limit) from
+    a web-config.yml (None: plain HTTP). The listening socket is bound in the constructor
+    (OSError when it cannot be).
+    """
+
+    def __init__(self, address: tuple[str, int], *, web_config: WebConfigWatcher | None, limits: HttpLimits) -> None:
+        self._web = web_config
+        self._limits = limits
+        self._listener = bind_listener(address, limits.backlog)
+        self._server_header = f"gpumon/{__version__}"
+        self._repeat = RepeatLog(log)
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._workers: concurrent.futures.ThreadPoolExecutor | None = None
+        self._conns: dict[int, _Conn] = {}
+        self._waiting: OrderedDict[int, _Conn] = OrderedDict()
+        """Connections waiting for a request (no request in hand), oldest first."""
+        self._max_connections = limits.max_connections
+        self.shed_connections_total = 0
+        """Connections closed to stay under the connection limit (idle ones evicted or new ones refused)."""
+
+    @property
+    def port(self) -> int:
+        return int(self._listener.getsockname()[1])
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._conns)
+
+    def start(self) -> None:
+        nofile = raise_open_files_limit()
+        self._max_connections = max(16, min(self._limits.max_connections, nofile - 128))
+        self._workers = concurrent.futures.ThreadPoolExecutor(self._limits.workers, thread_name_prefix="gpumon-http")
+        self._thread = threading.Thread(target=self._run, name="gpumon-http", daemon=True)
+        self._thread.start()
+        self._started.wait(10)
+
+    def stop(self) -> None:
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None and self._thread is not None:
+            loop.call_soon_threadsafe(stopping.set)
+            self._thread.join(5)
+        self._listener.close()
+        if self._workers is not None:
+            self._workers.shutdown(wait=False, cancel_futures=True)
+
+    # --- the event loop ---------------------------------------------------
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except Exception:
+            log.exception("the HTTP server stopped")
+
+    async def _main(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(self._loop_exception)
+        self._loop = loop
+        self._stopping = asyncio.Event()
+        self._started.set()
+        accept = asyncio.create_task(self._accept_loop())
+        while True:
+            try:
+                async with asyncio.timeout(30.0):
+                    await self._stopping.wait()
+                break
+            except TimeoutError:
+                self._repeat.flush()
+        accept.cancel()
+        for conn in list(self._conns.values()):
+            conn.abort()
+            if conn.task is not None:
+                conn.task.cancel()
+        await asyncio.gather(accept, *(c.task for c in list(self._conns.values()) if c.task), return_exceptions=True)
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, _DISCONNECTS) or (isinstance(exc, OSError) and exc.errno in (errno.EBADF, errno.ENOTCONN)):
+            # EBADF: a connection evicted (its socket closed) before its transport had started
+            # reading; the loop's pending add_reader then meets the closed descriptor. Nothing is lost.
+            log.debug("connection error: %s", context.get("message"))
+            return
+        self._repeat(
+            logging.ERROR, "HTTP server error", "HTTP server: %s", context.get("message"), exc_info=exc is not None
+        )
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, addr = await loop.sock_accept(self._listener)
+            except OSError as exc:
+                if exc.errno not in _ACCEPT_RETRY_ERRNOS:
+                    raise
+                self._repeat(
+                    logging.WARNING, "cannot accept a connection", "cannot accept a connection: %s", exc.strerror
+                )
+                if not self._evict_one():
+                    await asyncio.sleep(0.05)
+                continue
+            if len(self._conns) >= self._max_connections and self._evict_one():
+                await asyncio.sleep(0)  # let the evicted connection's socket close before the next accept
+            elif len(self._conns) >= self._max_connections:
+                self.shed_connections_total += 1
+                self._repeat(
+                    logging.WARNING,
+                    "connection limit reached",
+                    "connection limit of %d reached with every connection busy; closing new connections",
+                    self._max_connections,
+                )
+                sock.close()
+                continue
+            conn = _Conn(sock)
+            self._conns[id(conn)] = conn
+            self._waiting[id(conn)] = conn
+            conn.task = asyncio.create_task(self._serve_connection(conn, str(addr[0])))
+
+    def _evict_one(self) -> bool:
+        if not self._waiting:
+            return False
+        key, conn = self._waiting.popitem(last=False)
+        self._conns.pop(key, None)
+        self.shed_connections_total += 1
+        conn.abort()
+        if conn.task is not None:
+            conn.task.cancel()
+        return True
+
+    def _set_waiting(self, conn: _Conn, waiting: bool) -> None:
+        if waiting:
+            self._waiting[id(conn)] = conn
+            self._waiting.move_to_end(id(conn))
+        else:
+            self._waiting.pop(id(conn), None)
+
+    async def _serve_connection(self, conn: _Conn, client: str) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._limits.header_timeout_seconds
+        try:
+            async with asyncio.timeout_at(deadline):
+                streams = await self._open(conn, client)
+            if streams is None:
+                return
+            reader, writer = streams
+            while await self._one_request(conn, reader, writer, client, deadline):
+                deadline = loop.time() + self._limits.idle_timeout_seconds
+            await self._close(writer)
+        except asyncio.CancelledError:
+            pass
+        except (*_DISCONNECTS, OSError) as exc:
+            log.debug("connection from %s ended: %r", client, exc)
+        except Exception:
+            self._repeat(
+                logging.ERROR, "HTTP connection failed", "HTTP connection from %s failed", client, exc_info=True
+            )
+        finally:
+            self._conns.pop(id(conn), None)
+            self._waiting.pop(id(conn), None)
+            conn.abort()
+
+    async def _open(self, conn: _Conn, client: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """TLS handshake (or not) and stream set-up; None when the connection is done with."""
+        loop = asyncio.get_running_loop()
+        web = self._web
+        context = web.ssl_context() if web is not None else None
+        sock = conn.sock
+        if context is not None:
+            readable: asyncio.Future[None] = loop.create_future()
+
+            def wake() -> None:
+                if not readable.done():
+                    readable.set_result(None)
+
+            loop.add_reader(sock.fileno(), wake)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(sock.fileno())
+            first = sock.recv(5, socket.MSG_PEEK)
+            if not first:
+                return None
+            if first[0] != 0x16 and looks_like_http(first):
+                await self._answer_plain_http(sock)
+                return None
+        reader = asyncio.StreamReader(limit=self._limits.max_header_bytes)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        transport, _ = await loop.connect_accepted_socket(
+            lambda: protocol,
+            sock,
+            ssl=context,
+            ssl_handshake_timeout=self._limits.header_timeout_seconds if context is not None else None,
+        )
+        conn.transport = transport
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        if context is not None and web is not None:
+            tls = web.current().tls
+            if tls is not None and tls.client_allowed_sans:
+                ssl_object = writer.get_extra_info("ssl_object")
+                peer = peer_sans(ssl_object.getpeercert() or {}) if ssl_object is not None else set()
+                if not peer & set(tls.client_allowed_sans):
+                    log.info("client %s rejected: certificate SANs %s not allowed", client, sorted(peer))
+                    transport.abort()
+                    return None
+        return reader, writer
+
+    async def _answer_plain_http(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(sock, HTTP_ON_HTTPS_RESPONSE)
+        sock.shutdown(socket.SHUT_WR)
+        drained = 0
+        async with asyncio.timeout(1.0):  # read what the client sent, so closing does not reset first
+            while drained < 65536:
+                chunk = await loop.sock_recv(sock, 4096)
+                if not chunk:
+                    break
+                drained += len(chunk)
+
+    async def _close(self, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+        try:
+            async with asyncio.timeout(1.0):
+                await writer.wait_closed()
+        except (*_DISCONNECTS, OSError):
+            pass
+
+    async def _one_request(
+        self,
+        conn: _Conn,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        client: str,
+        deadline: float,
+    ) -> bool:
+        """Read (headers by ``deadline``) and answer one request; True to keep the connection for another."""
+        self._set_waiting(conn, True)
+        try:
+            async with asyncio.timeout_at(deadline):
+                head = await reader.readuntil(b"\r\n\r\n")
+        except TimeoutError:
+            log.debug("client %s sent no complete request in time; closing", client)
+            return False
+        except asyncio.LimitOverrunError:
+            await self._send(
+                writer, None, 431, {"Content-Type": TEXT_PLAIN}, b"request headers too large\n", close=True
+            )
+            return False
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial.strip():
+                log.debug("client %s hung up in the middle of its request headers", client)
+            return False
+        self._set_waiting(conn, False)
+        try:
+            request = parse_head(head, client)
+        except BadRequest as exc:
+            await self._send(writer, None, exc.status, {"Content-Type": TEXT_PLAIN}, f"{exc}\n".encode(), close=True)
+            return False
+        close = wants_close(request)
+        if "transfer-encoding" in request.headers:
+            await self._send(writer, request, 411, {"Content-Type": TEXT_PLAIN}, b"send a Content-Length\n", close=True)
+            return False
+        length_text = request.headers.get("content-length", "0")
+        if not length_text.isdigit() or int(length_text) > _MAX_DISCARDED_BODY_BYTES:
+            await self._send(
+                writer, request, 413, {"Content-Type": TEXT_PLAIN}, b"request body too large\n", close=True
+            )
+            return False
+        if int(length_text):
+            async with asyncio.timeout(self._limits.header_timeout_seconds):
+                await reader.readexactly(int(length_text))
+        status, headers, body = await self._respond(request)
+        await self._send(writer, request, status, headers, body, close=close)
+        return not close
+
+    async def _send(
+        self,
+        writer: asyncio.StreamWriter,
+        request: Request | None,
+        status: int,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        close: bool,
+    ) -> None:
+        lines = [
+            f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}",
+            f"Server: {self._server_header}",
+            f"Date: {email.utils.formatdate(usegmt=True)}",
+        ]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        if self._web is not None:
+            lines += [f"{k}: {v}" for k, v in self._web.extra_headers().items()]
+        lines.append(f"Content-Length: {len(body)}")
+        if close:
+            lines.append("Connection: close")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        writer.write(head if request is not None and request.method == "HEAD" else head + body)
+        async with asyncio.timeout(self._limits.write_timeout_seconds):
+            await writer.drain()
+
+    async def _respond(self, request: Request) -> tuple[int, dict[str, str], bytes]:
+        """(status, headers, body) for a complete request; the subclass says what a request gets."""
+        raise NotImplementedError

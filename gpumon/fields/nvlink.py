@@ -1,0 +1,91 @@
+"""NVLink: link state (fast) and the error counters nvidia-smi nvlink -e shows (slow)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpumon.fields.spec import Dcgm, Metric, Sample, Tier, declare_mapping, natural
+
+if TYPE_CHECKING:
+    from gpumon.snapshot import GpuSnapshot
+
+LINKS_H200 = 18
+
+
+def _error_samples(errors: Mapping[str, Mapping[str, int]]) -> Iterable[Sample]:
+    return [
+        ((link, kind), float(count))
+        for link in sorted(errors, key=natural)
+        for kind, count in sorted(errors[link].items())
+    ]
+
+
+def _summed(kind: str) -> Callable[[GpuSnapshot], float | None]:
+    """One error type summed over the links; None when no link has it."""
+
+    def value(gpu: GpuSnapshot) -> float | None:
+        if not gpu.nvlink_errors_total:
+            return None
+        counts = [link[kind] for link in gpu.nvlink_errors_total.values() if kind in link]
+        return float(sum(counts)) if counts else None
+
+    return value
+
+
+@dataclass(frozen=True)
+class NvlinkFields:
+    nvlink_up: Mapping[str, bool] | None = declare_mapping(
+        Tier.FAST,
+        "NVLink state by link index (nvidia-smi nvlink --status)",
+        nvml="nvmlDeviceGetNvLinkState per link; links counted once (0.. until NOT_SUPPORTED / INVALID_ARGUMENT)",
+        smi="nvlink --status",
+        metric=Metric(
+            "gpumon_nvlink_link_up",
+            "gauge",
+            "1 when the NVLink link is active (nvidia-smi nvlink --status).",
+            labels=("link",),
+        ),
+        fake={str(link): True for link in range(LINKS_H200)},
+    )
+    nvlink_errors_total: Mapping[str, Mapping[str, int]] | None = declare_mapping(
+        Tier.SLOW,
+        "NVLink error counters by link index, then type replay|recovery|crc (nvidia-smi nvlink -e)",
+        nvml="one nvmlDeviceGetFieldValues call: NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY / _RECOVERY / _CRC (161–163)"
+        " with scopeId = link; a type whose field the driver does not support falls back to"
+        " nvmlDeviceGetNvLinkErrorCounter(link, DL_REPLAY / DL_RECOVERY / DL_CRC_FLIT)."
+        " DL_CRC_DATA and DL_ECC_DATA are not read (below)",
+        smi="`nvlink -e`: Replay Errors, Recovery Errors, CRC Errors",
+        metric=Metric(
+            "gpumon_nvlink_errors_total",
+            "counter",
+            "NVLink errors by link and type replay|recovery|crc, as nvidia-smi nvlink -e shows them.",
+            labels=("link", "type"),
+            samples=_error_samples,
+        ),
+        dcgm=(
+            Dcgm(
+                "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+                "untyped",
+                "Total number of NVLink flow-control CRC errors (nvidia-smi nvlink -e: CRC Errors).",
+                value=_summed("crc"),
+                source="nvlink_errors_total[*][crc], summed over links",
+            ),
+            Dcgm(
+                "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+                "untyped",
+                "Total number of NVLink retries.",
+                value=_summed("replay"),
+                source="nvlink_errors_total[*][replay], summed",
+            ),
+            Dcgm(
+                "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+                "untyped",
+                "Total number of NVLink recovery errors.",
+                value=_summed("recovery"),
+                source="nvlink_errors_total[*][recovery], summed",
+            ),
+        ),
+        fake={str(link): {"replay": 0, "recovery": 0, "crc": 0} for link in range(LINKS_H200)},
+    )
