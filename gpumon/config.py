@@ -102,6 +102,10 @@ class Config:
         return host.strip("[]") or "0.0.0.0", int(port)
 
 
+_NOT_CONFIGURATION = frozenset({"strict_fields"})
+"""GPUMON_* variables that are not configuration: GPUMON_STRICT_FIELDS=1 makes the poller raise on a field
+name no GpuSnapshot declares (the test suite sets it, so a reader's typo fails a test)."""
+
 _SCALARS: dict[str, type] = {
     "listen": str,
     "backend": str,
@@ -429,6 +433,8 @@ def load(
             env_raw[key] = value
         elif key in ("exporter_compat", "exporter_processes"):
             _set_exporter(values, key[len("exporter_") :], value)
+        elif key in _NOT_CONFIGURATION:
+            continue
         else:
             problems.append(f"environment: unknown variable {brief(name)}")
     _apply(values, env_raw, "environment", problems, sections=False)

@@ -135,3 +135,9 @@ def test_xid_catalog_overrides_are_validated(tmp_path: Path) -> None:
     assert "apocalyptic" in text and "'abc'" in text
     ok = load(write(tmp_path, "xid_catalog:\n  79: {action: contact_support}\n"), env={}, flags={})
     assert ok.xid_catalog == {79: {"action": "contact_support"}}
+
+
+def test_the_test_suites_strict_fields_switch_is_not_taken_for_configuration(tmp_path: Path) -> None:
+    # GPUMON_STRICT_FIELDS=1 (tests/conftest.py) reaches every daemon a test starts; the config must let it by
+    config = load(write(tmp_path, ""), env={"GPUMON_STRICT_FIELDS": "1"}, flags={})
+    assert config.interval_seconds > 0
