@@ -9,6 +9,7 @@ variable, so no ``__inputs`` mapping is needed on import.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +284,8 @@ def fleet() -> dict[str, Any]:
              count(f"count by (instance, gpu) (gpumon_nvlink_link_up{{{SEL}}} == 0 "
                    f"and max_over_time(gpumon_nvlink_link_up{{{SEL}}}[1h]) == 1)"),
              description="A link that was up in the last hour is down now."),
+        stat("GPUs whose driver asks for recovery", count(f'gpumon_recovery_action_info{{action!="none", {SEL}}}'),
+             description="nvidia-smi gpu_recovery_action is not None: the GPU needs a reset, a drain or a reboot."),
         stat("GPUs not registered in the NVSwitch fabric", count(f"gpumon_fabric_status_ok{{{SEL}}} == 0"),
              description="HGX/NVSwitch systems only: CUDA cannot start on these GPUs until nvidia-fabricmanager "
              "registers them."),
@@ -378,6 +381,32 @@ def fleet() -> dict[str, Any]:
 # --- GPU detail ---------------------------------------------------------------------------------------
 
 
+def unplaced_families(panels: list[Panel]) -> list[Panel]:
+    """A row with one plain panel per declared per-GPU family no panel above queries yet, so a new field
+    shows on the dashboard without an edit here (give it a panel of its own when it deserves one)."""
+    from gpumon.exporter.metrics import gpu_rows
+
+    exprs = json.dumps(panels)
+    missing = [r for r in gpu_rows() if not re.search(rf"\b{r.name}\b", exprs)]
+    if not missing:
+        return []
+    out = [row("More per-GPU metrics")]
+    for r in missing:
+        labels = "".join(f" {{{{{label}}}}}" for label in r.labels)
+        expr = f"rate({r.name}{{{SEL}}}[$__rate_interval])" if r.kind == "counter" else f"{r.name}{{{SEL}}}"
+        out.append(timeseries(r.name, [target(expr, LEGEND + labels)], _unit_of(r.name), description=r.help))
+    return out
+
+
+def _unit_of(name: str) -> str:
+    """Grafana's unit for a family by its base-unit suffix."""
+    for suffix, unit in (("_ratio", "percentunit"), ("_bytes", "bytes"), ("_bytes_total", "Bps"),
+                         ("_celsius", "celsius"), ("_watts", "watt"), ("_hertz", "hertz"), ("_seconds", "s")):
+        if name.endswith(suffix):
+            return unit
+    return "short"
+
+
 def gpu_detail() -> dict[str, Any]:
     def ts(title: str, expr: str, unit: str, legend: str = LEGEND, **kw: Any) -> Panel:
         return timeseries(title, [target(expr, legend)], unit, **kw)
@@ -400,7 +429,12 @@ def gpu_detail() -> dict[str, Any]:
         ts("GPU utilization", f"gpumon_gpu_utilization_ratio{{{SEL}}}", "percentunit", min_value=0, max_value=1),
         ts("Memory bandwidth utilization", f"gpumon_memory_bandwidth_utilization_ratio{{{SEL}}}", "percentunit",
            min_value=0, max_value=1),
-        timeseries("Profiling: SM, tensor, DRAM (GPM, Hopper and newer)", [
+        timeseries("Video encoder / decoder", [
+            target(f"gpumon_encoder_utilization_ratio{{{SEL}}}", lg("encoder")),
+            target(f"gpumon_decoder_utilization_ratio{{{SEL}}}", lg("decoder")),
+        ], "percentunit", min_value=0, max_value=1),
+        timeseries("Profiling: graphics engine, SM, tensor, DRAM (GPM, Hopper and newer)", [
+            target(f"gpumon_graphics_active_ratio{{{SEL}}}", lg("graphics engine")),
             target(f"gpumon_sm_active_ratio{{{SEL}}}", lg("SM active")),
             target(f"gpumon_sm_occupancy_ratio{{{SEL}}}", lg("SM occupancy")),
             target(f"gpumon_tensor_active_ratio{{{SEL}}}", lg("tensor")),
@@ -470,6 +504,11 @@ def gpu_detail() -> dict[str, Any]:
             target(f"gpumon_retired_pages_pending{{{SEL}}}", lg("retirement pending")),
         ], "bool", min_value=0, max_value=1),
         ts("Retired pages (before Ampere)", f"gpumon_retired_pages{{{SEL}}}", "short", lg("{{cause}}")),
+        ts("Memory banks by spare rows left", f"gpumon_row_remap_banks{{{SEL}}}", "short", lg("{{availability}}"),
+           description="nvidia-smi remapped_rows.histogram: banks at max, high, partial, low and no spare-row "
+           "availability. Banks at none cannot remap another row."),
+        ts("Recovery action the driver asks for", f'gpumon_recovery_action_info{{action!="none", {SEL}}}', "bool",
+           lg("{{action}}"), draw="points", description="nvidia-smi gpu_recovery_action: empty while it is none."),
         row("Modes"),
         table("Modes", [
             target(f"gpumon_ecc_mode_enabled{{{SEL}}}", instant=True, table=True),
@@ -488,6 +527,8 @@ def gpu_detail() -> dict[str, Any]:
         ts("NVLink links up", f"sum by (instance, gpu) (gpumon_nvlink_link_up{{{SEL}}})", "short"),
         ts("NVLink errors", f"sum by (instance, gpu, type) (increase(gpumon_nvlink_errors_total{{{SEL}}}[$__rate_interval]))",
            "short", lg("{{type}}")),
+        ts("NVLink data", f"sum by (instance, gpu, direction) (rate(gpumon_nvlink_data_bytes_total{{{SEL}}}[$__rate_interval]))",
+           "Bps", lg("{{direction}}"), description="Payload bytes over all links (nvidia-smi nvlink -gt d)."),
         table("Peer-to-peer and topology", [
             target(f"gpumon_p2p_status{{{SEL}}}", instant=True, table=True),
             target(f"gpumon_topology_info{{{SEL}}}", instant=True, table=True),
@@ -554,6 +595,7 @@ def gpu_detail() -> dict[str, Any]:
             hide=("Time", "__name__", "job"), rename={"Value #A": "last reload ok", "Value #B": "loaded at"},
             units={"loaded at": "dateTimeAsIso"}, w=8),
     ]  # fmt: skip
+    panels += unplaced_families(panels)
     return dashboard(
         "gpumon-gpu-detail",
         "gpumon / GPU detail",

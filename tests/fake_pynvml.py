@@ -86,6 +86,14 @@ class FakeGpu:
     ecc_mode: tuple[int, int] = (1, 1)
     ecc_counts: dict[tuple[int, int], int] = field(default_factory=lambda: {(0, 0): 1, (1, 0): 0, (0, 1): 5, (1, 1): 2})
     remapped_rows: tuple[int, int, int, int] = (0, 1, 0, 0)
+    remap_histogram: tuple[int, int, int, int, int] | None = (3072, 0, 0, 0, 0)
+    """Banks at max, high, partial, low, none spare-row availability; None -> NOT_SUPPORTED."""
+    recovery_action: int | None = 0
+    """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION's value; None -> the field reports NOT_SUPPORTED (older drivers)."""
+    video_percent: tuple[int, int] | None = (0, 0)
+    """Encoder and decoder utilization, %; None -> NOT_SUPPORTED."""
+    nvlink_data_kib: dict[int, int] = field(default_factory=lambda: {138: 1000, 139: 3000})
+    """NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/_RX per link (KiB since the driver loaded); {} = unsupported."""
     retired_pages: dict[int, list[int]] | None = None
     """None -> NOT_SUPPORTED (Hopper)."""
     persistence: int = 1
@@ -277,6 +285,24 @@ class FakeNvml:
                         value=SimpleNamespace(ullVal=g.nvlink_error_fields[field_id]),
                     )
                 )
+            elif field_id in g.nvlink_data_kib and link < len(g.nvlink_states):
+                out.append(
+                    SimpleNamespace(
+                        fieldId=field_id,
+                        nvmlReturn=0,
+                        valueType=_real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                        value=SimpleNamespace(ullVal=g.nvlink_data_kib[field_id]),
+                    )
+                )
+            elif field_id == 230 and g.recovery_action is not None:  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+                out.append(
+                    SimpleNamespace(
+                        fieldId=field_id,
+                        nvmlReturn=0,
+                        valueType=_real.NVML_VALUE_TYPE_UNSIGNED_INT,
+                        value=SimpleNamespace(uiVal=g.recovery_action),
+                    )
+                )
             elif field_id == _real.NVML_FI_DEV_MEMORY_TEMP and g.memory_temperature is not None:
                 out.append(
                     SimpleNamespace(
@@ -400,6 +426,24 @@ class FakeNvml:
 
     def nvmlDeviceGetRemappedRows(self, h: FakeHandle) -> tuple[int, int, int, int]:
         return self._gpu("nvmlDeviceGetRemappedRows", h).remapped_rows
+
+    def nvmlDeviceGetRowRemapperHistogram(self, h: FakeHandle) -> Any:
+        g = self._gpu("nvmlDeviceGetRowRemapperHistogram", h)
+        if g.remap_histogram is None:
+            raise NVMLError(NOT_SUPPORTED)
+        return SimpleNamespace(**dict(zip(("max", "high", "partial", "low", "none"), g.remap_histogram, strict=True)))
+
+    def nvmlDeviceGetEncoderUtilization(self, h: FakeHandle) -> list[int]:
+        g = self._gpu("nvmlDeviceGetEncoderUtilization", h)
+        if g.video_percent is None:
+            raise NVMLError(NOT_SUPPORTED)
+        return [g.video_percent[0], 100_000]
+
+    def nvmlDeviceGetDecoderUtilization(self, h: FakeHandle) -> list[int]:
+        g = self._gpu("nvmlDeviceGetDecoderUtilization", h)
+        if g.video_percent is None:
+            raise NVMLError(NOT_SUPPORTED)
+        return [g.video_percent[1], 100_000]
 
     def nvmlDeviceGetRetiredPages(self, h: FakeHandle, cause: int) -> list[int]:
         g = self._gpu("nvmlDeviceGetRetiredPages", h)

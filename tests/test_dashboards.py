@@ -109,6 +109,30 @@ def test_json_is_what_generate_py_writes() -> None:
         )
 
 
+def test_a_declared_family_without_a_panel_of_its_own_still_gets_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    spec = importlib.util.spec_from_file_location("generate", DASHBOARD_DIR / "generate.py")
+    assert spec is not None and spec.loader is not None
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    rows = gpu_rows()
+    new = (
+        dataclasses.replace(rows[0], name="gpumon_widget_ratio", help="A new field."),
+        dataclasses.replace(rows[0], name="gpumon_widget_bytes_total", kind="counter", labels=("link",)),
+    )
+    monkeypatch.setattr("gpumon.exporter.metrics.gpu_rows", lambda: (*rows, *new))
+    detail = generate.gpu_detail()
+    by_title = {p["title"]: p for p in detail["panels"]}
+    assert "More per-GPU metrics" in by_title
+    gauge, counter = by_title["gpumon_widget_ratio"], by_title["gpumon_widget_bytes_total"]
+    assert gauge["targets"][0]["expr"] == 'gpumon_widget_ratio{instance=~"$instance", gpu=~"$gpu"}'
+    assert gauge["fieldConfig"]["defaults"]["unit"] == "percentunit"
+    assert counter["targets"][0]["expr"].startswith("rate(gpumon_widget_bytes_total{")
+    assert counter["targets"][0]["legendFormat"].endswith("{{link}}")
+    assert "More per-GPU metrics" not in {p["title"] for p in load("gpumon-gpu-detail.json")["panels"]}
+
+
 def test_detail_dashboard_shows_every_per_gpu_metric_of_the_metric_table() -> None:
     exprs = " ".join(expr for name, _, expr in queries() if name == "gpumon-gpu-detail.json")
     missing = [row.name for row in gpu_rows() if not re.search(rf"\b{row.name}\b", exprs)]
@@ -140,6 +164,8 @@ SCENARIO = {
                 "fp64_active_ratio": 0.01,
                 "fp32_active_ratio": 0.12,
                 "fp16_active_ratio": 0.6,
+                "graphics_active_ratio": 0.93,
+                "nvlink_data_bytes_total": [{"0": {"tx": 2**30 * t, "rx": 2**30 * t}} for t in range(400)],
                 "gpm_throughput_bytes_per_second": {"nvlink_tx": 3.0e10, "nvlink_rx": 2.9e10, "pcie_tx": 1e9},
                 "processes": [
                     {"pid": 4242, "used_memory_bytes": 90 * 2**30, "name": "python", "user": "alice",
@@ -156,6 +182,8 @@ SCENARIO = {
                 "temperature_celsius": 84.0,
                 "clock_events_active": {"hw_thermal_slowdown": True, "hw_slowdown": True, "gpu_idle": False},
                 "row_remap_pending": True,
+                "recovery_action": "drain_and_reset",
+                "row_remap_bank_availability": {"max": 3060, "high": 8, "partial": 2, "low": 1, "none": 1},
                 "ecc_errors_total": {"uncorrected_volatile": 2, "uncorrected_aggregate": 2,
                                      "corrected_volatile": 40, "corrected_aggregate": 120},
                 "nvlink_up": [{str(i): True for i in range(18)}] * 3 + [{**{str(i): True for i in range(18)}, "3": False}],

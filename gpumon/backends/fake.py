@@ -327,6 +327,7 @@ def _plausible_script(i: int, count: int, clock: Callable[[], float] | None) -> 
             "fp16_active_ratio": lambda _t: round(0.6 * load(), 3),
             "fp32_active_ratio": lambda _t: round(0.08 * load(), 3),
             "fp64_active_ratio": lambda _t: 0.0,
+            "graphics_active_ratio": lambda _t: round(0.97 * load(), 3),
             "gpm_throughput_bytes_per_second": lambda _t: {
                 "nvlink_tx": round(120e9 * load()),
                 "nvlink_rx": round(118e9 * load()),

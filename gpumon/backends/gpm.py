@@ -27,6 +27,7 @@ RATIO_METRICS: dict[str, str] = {
     "NVML_GPM_METRIC_FP64_UTIL": "fp64_active_ratio",
     "NVML_GPM_METRIC_FP32_UTIL": "fp32_active_ratio",
     "NVML_GPM_METRIC_FP16_UTIL": "fp16_active_ratio",
+    "NVML_GPM_METRIC_GRAPHICS_UTIL": "graphics_active_ratio",
 }
 """GPM percent metrics (0-100) -> GpuSnapshot ratio fields (0-1)."""
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpumon.fields.spec import Dcgm, Metric, Tier, declare, declare_mapping
+from gpumon.fields.spec import Dcgm, Metric, Sample, Tier, declare, declare_mapping
 
 _REMAPPED_ROWS = "nvmlDeviceGetRemappedRows"
 _RETIRED = "nvmlDeviceGetRetiredPages(cause), …PendingStatus (pre-Ampere; NOT_SUPPORTED on Hopper)"
@@ -18,6 +18,15 @@ def _ecc_key(key: str) -> tuple[str, ...]:
 
 def _ecc(key: str, name: str, what: str) -> Dcgm:
     return Dcgm(name, "untyped", f"Total number of {what} ECC errors.", key=key)
+
+
+_BANK_WORDS = {"max": "full", "high": "high", "partial": "partial", "low": "low", "none": "no"}
+"""The histogram's levels, from most spare rows left to none (nvmlRowRemapperHistogramValues)."""
+
+
+def _bank_samples(banks: Mapping[str, int]) -> Iterable[Sample]:
+    """One sample per level, from max to none (the histogram's order, not the alphabet's)."""
+    return [((level,), float(banks[level])) for level in _BANK_WORDS if level in banks]
 
 
 @dataclass(frozen=True)
@@ -140,4 +149,29 @@ class EccFields:
             "1 when a page retirement waits for a reboot (nvidia-smi retired_pages.pending).",
         ),
         dcgm=Dcgm("DCGM_FI_DEV_RETIRED_PENDING", "untyped", "Pages pending retirement (1 when any)."),
+    )
+    row_remap_bank_availability: Mapping[str, int] | None = declare_mapping(
+        Tier.SLOW,
+        "Memory banks by spare-row availability max|high|partial|low|none (remapped_rows.histogram.*)",
+        nvml="nvmlDeviceGetRowRemapperHistogram",
+        conversion="count of banks",
+        smi="remapped_rows.histogram.max, .high, .partial, .low, .none",
+        metric=Metric(
+            "gpumon_row_remap_banks",
+            "gauge",
+            "Memory banks by how many spare rows they have left, availability max|high|partial|low|none"
+            " (nvidia-smi remapped_rows.histogram.*).",
+            labels=("availability",),
+            samples=_bank_samples,
+        ),
+        dcgm=tuple(
+            Dcgm(
+                f"DCGM_FI_DEV_BANKS_REMAP_ROWS_AVAIL_{level.upper()}",
+                "gauge",
+                f"Memory banks with {word} spare-row availability.",
+                key=level,
+            )
+            for level, word in _BANK_WORDS.items()
+        ),
+        fake={"max": 3072, "high": 0, "partial": 0, "low": 0, "none": 0},
     )

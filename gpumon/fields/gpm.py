@@ -174,3 +174,21 @@ class GpmFields:
             ),
         ),
     )
+    graphics_active_ratio: float | None = declare(
+        Tier.SLOW,
+        "Graphics or compute engine active share 0-1 (GPM GRAPHICS_UTIL; DCGM_FI_PROF_GR_ENGINE_ACTIVE)",
+        nvml=_gpm("GRAPHICS_UTIL"),
+        conversion=_RATIO,
+        smi=_SMI,
+        metric=Metric(
+            "gpumon_graphics_active_ratio",
+            "gauge",
+            "Share of time the graphics or compute engine was active, 0-1 (NVML GPM; DCGM_FI_PROF_GR_ENGINE_ACTIVE).",
+        ),
+        dcgm=Dcgm(
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "gauge",
+            "Ratio of time the graphics engine is active.",
+            unit=_UNIT,
+        ),
+    )

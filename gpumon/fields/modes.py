@@ -1,15 +1,44 @@
-"""Modes an administrator can change while gpumon runs (slow tier), and NVSwitch fabric registration."""
+"""Modes an administrator can change while gpumon runs (slow tier), NVSwitch fabric registration and the
+driver's recovery action."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gpumon.fields.spec import Metric, Tier, declare, info_label
+from gpumon.fields.spec import Dcgm, Metric, Tier, declare, info_label
+
+if TYPE_CHECKING:
+    from gpumon.snapshot import GpuSnapshot
 
 _FABRIC = (
     "nvmlDeviceGetGpuFabricInfo(h, byref(c_nvmlGpuFabricInfo_t)); state NOT_SUPPORTED (0) outside an NVSwitch"
     " fabric → omitted"
 )
+
+
+RECOVERY_ACTIONS = {  # nvmlDeviceGpuRecoveryAction_t (NVML_GPU_RECOVERY_ACTION_*)
+    0: "none",
+    1: "gpu_reset",
+    2: "node_reboot",
+    3: "drain_p2p",
+    4: "drain_and_reset",
+    5: "recover_imex_domain",
+    6: "bus_reset",
+    7: "system_reboot",
+}
+"""NVML_FI_DEV_GET_GPU_RECOVERY_ACTION's value -> the ``recovery_action`` word."""
+
+
+def _recovery_code(gpu: GpuSnapshot) -> float | None:
+    if gpu.recovery_action is None:
+        return None
+    codes = {word: code for code, word in RECOVERY_ACTIONS.items()}
+    word = gpu.recovery_action
+    if word in codes:
+        return float(codes[word])
+    number = word.removeprefix("action_")  # a code this gpumon has no word for
+    return float(number) if number.isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -76,4 +105,28 @@ class ModeFields:
             " (nvidia-smi -q Fabric Status).",
         ),
         fake=True,
+    )
+    recovery_action: str | None = declare(
+        Tier.SLOW,
+        "What the driver says the GPU needs to recover: none|gpu_reset|node_reboot|drain_p2p|drain_and_reset|..."
+        " (gpu_recovery_action)",
+        nvml="nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 230); drivers without the field → omitted",
+        conversion=", ".join(f"{code} {word}" for code, word in RECOVERY_ACTIONS.items()),
+        smi="gpu_recovery_action (-q GPU Recovery Action)",
+        metric=Metric(
+            "gpumon_recovery_action_info",
+            "gauge",
+            "The recovery action the driver recommends, none|gpu_reset|node_reboot|drain_p2p|drain_and_reset|...,"
+            " as a label (nvidia-smi gpu_recovery_action).",
+            labels=("action",),
+            samples=info_label,
+        ),
+        dcgm=Dcgm(
+            "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
+            "gauge",
+            "GPU recovery action (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset).",
+            value=_recovery_code,
+            source="recovery_action as NVML's code",
+        ),
+        fake="none",
     )

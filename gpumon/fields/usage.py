@@ -88,3 +88,31 @@ class UsageFields:
         ),
         fake=550 * MIB,
     )
+    encoder_utilization_ratio: float | None = declare(
+        Tier.FAST,
+        "Video encoder busy share 0-1 (utilization.encoder / 100)",
+        nvml="nvmlDeviceGetEncoderUtilization",
+        conversion="% / 100",
+        smi="utilization.encoder",
+        metric=Metric(
+            "gpumon_encoder_utilization_ratio",
+            "gauge",
+            "Share of time the video encoder was busy, 0-1 (nvidia-smi utilization.encoder / 100).",
+        ),
+        dcgm=Dcgm("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", unit="%", scale=100),
+        fake=0.0,
+    )
+    decoder_utilization_ratio: float | None = declare(
+        Tier.FAST,
+        "Video decoder busy share 0-1 (utilization.decoder / 100)",
+        nvml="nvmlDeviceGetDecoderUtilization",
+        conversion="% / 100",
+        smi="utilization.decoder",
+        metric=Metric(
+            "gpumon_decoder_utilization_ratio",
+            "gauge",
+            "Share of time the video decoder was busy, 0-1 (nvidia-smi utilization.decoder / 100).",
+        ),
+        dcgm=Dcgm("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", unit="%", scale=100),
+        fake=0.0,
+    )

@@ -5,6 +5,19 @@ from __future__ import annotations
 from gpumon.findings.model import CRITICAL, UNKNOWN, WARNING, Finding
 from gpumon.snapshot import GpuSnapshot, Snapshot
 
+RECOVERY_LADDER = {
+    "gpu_reset": (CRITICAL, "reset_gpu"),
+    "drain_and_reset": (CRITICAL, "reset_gpu"),
+    "bus_reset": (CRITICAL, "reset_gpu"),
+    "drain_p2p": (WARNING, "reset_gpu"),
+    "node_reboot": (CRITICAL, "reboot_node"),
+    "system_reboot": (CRITICAL, "reboot_node"),
+    "recover_imex_domain": (WARNING, "inspect_hardware"),
+}
+"""NVML's recovery action (``recovery_action``) -> severity and the rung of the action ladder. DRAIN_P2P asks
+to stop peer-to-peer work and reset when idle (a warning: jobs keep running); the others make the GPU
+unusable until done. An action this table does not know is CRITICAL, inspect_hardware."""
+
 
 def snapshot_findings(snapshot: Snapshot | None) -> list[Finding]:
     """What the latest snapshot shows is wrong now (no history)."""
@@ -49,6 +62,25 @@ def _gpu_findings(g: GpuSnapshot) -> list[Finding]:
         add("row_remap_failure", CRITICAL, "replace", "row remapping failed (no spare rows left)")
     elif g.row_remap_pending:
         add("row_remap_pending", WARNING, "reset_gpu", "row remap pending (applied at the next GPU reset)")
+    banks_without_spares = (g.row_remap_bank_availability or {}).get("none", 0)
+    if banks_without_spares and not g.row_remap_failure:
+        add(
+            "row_remap_banks_exhausted",
+            WARNING,
+            "inspect_hardware",
+            f"{banks_without_spares} memory bank(s) have no spare rows left: the next uncorrectable error in one of"
+            " them cannot be remapped",
+            banks=banks_without_spares,
+        )
+    if g.recovery_action not in (None, "none"):
+        severity, action = RECOVERY_LADDER.get(g.recovery_action, (CRITICAL, "inspect_hardware"))
+        add(
+            "recovery_action",
+            severity,
+            action,
+            f"the driver asks for recovery: {g.recovery_action.replace('_', ' ')} (nvidia-smi gpu_recovery_action)",
+            recovery_action=g.recovery_action,
+        )
     if g.retired_pages_pending:
         add("retired_pages_pending", WARNING, "reset_gpu", "page retirement pending (applied at the next GPU reset)")
     uncorrected = (g.ecc_errors_total or {}).get("uncorrected_volatile")

@@ -57,9 +57,17 @@ def read_retired_pages(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     return out
 
 
+def read_remap_histogram(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+    """nvmlDeviceGetRowRemapperHistogram: remapped_rows.histogram.max/.high/.partial/.low/.none, banks."""
+    banks = ctx.nv.nvmlDeviceGetRowRemapperHistogram(h)
+    levels = ("max", "high", "partial", "low", "none")
+    return {"row_remap_bank_availability": {level: int(getattr(banks, level)) for level in levels}}
+
+
 READERS = (
     ReaderSpec("ecc_mode", Tier.SLOW, read_ecc_mode),
     ReaderSpec("ecc_errors", Tier.SLOW, read_ecc_errors),
     ReaderSpec("remapped_rows", Tier.SLOW, read_remapped_rows),
     ReaderSpec("retired_pages", Tier.SLOW, read_retired_pages),
+    ReaderSpec("remap_histogram", Tier.SLOW, read_remap_histogram),
 )

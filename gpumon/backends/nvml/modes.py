@@ -1,11 +1,16 @@
-"""Modes: persistence, MIG, compute."""
+"""Modes: persistence, MIG, compute; the recovery action the driver recommends."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec
+from gpumon.backends.nvml.codes import NVML_GONE_CODES, NVML_SUCCESS, Unsupported, nvml_error
+from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_value
+from gpumon.fields.modes import RECOVERY_ACTIONS
 from gpumon.snapshot import Tier
+
+FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+"""NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvidia-smi gpu_recovery_action); absent from older drivers."""
 
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 
@@ -27,8 +32,23 @@ def read_compute_mode(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     return {"compute_mode": COMPUTE_MODES.get(mode, f"mode_{mode}")}
 
 
+def read_recovery_action(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+    """Field value NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: gpu_recovery_action none|gpu_reset|node_reboot|..."""
+    nv = ctx.nv
+    fid = int(getattr(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", FI_DEV_GET_GPU_RECOVERY_ACTION))
+    (value,) = nv.nvmlDeviceGetFieldValues(h, [fid])
+    code = int(value.nvmlReturn)
+    if code in NVML_GONE_CODES:
+        raise nvml_error(nv, code)
+    if code != NVML_SUCCESS:
+        raise Unsupported  # a driver without the field (NOT_SUPPORTED) or the GPU does not report it
+    action = int(field_value(value))
+    return {"recovery_action": RECOVERY_ACTIONS.get(action, f"action_{action}")}
+
+
 READERS = (
     ReaderSpec("persistence_mode", Tier.SLOW, read_persistence_mode),
     ReaderSpec("mig_mode", Tier.SLOW, read_mig_mode),
     ReaderSpec("compute_mode", Tier.SLOW, read_compute_mode),
+    ReaderSpec("recovery_action", Tier.SLOW, read_recovery_action),
 )

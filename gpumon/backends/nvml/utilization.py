@@ -1,11 +1,11 @@
-"""Utilization and memory: the two FAST reads every GPU answers (the liveness reads)."""
+"""Utilization and memory: the two FAST reads every GPU answers (the liveness reads); video engine utilization."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gpumon.backends.nvml.codes import NVML_ERROR_ARGUMENT_VERSION_MISMATCH, UNSUPPORTED_CODES, code_of
-from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec
+from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, gather
 from gpumon.snapshot import Tier
 
 _MEMORY_V2_FALLBACK_CODES = UNSUPPORTED_CODES | {NVML_ERROR_ARGUMENT_VERSION_MISMATCH}
@@ -41,7 +41,18 @@ def read_memory(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     return {"memory_used_bytes": int(m.used), "memory_free_bytes": int(m.free), "memory_total_bytes": int(m.total)}
 
 
+def read_video(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+    """nvmlDeviceGetEncoderUtilization / ...DecoderUtilization: utilization.encoder / .decoder (%) -> 0-1."""
+    nv = ctx.nv
+    calls = (
+        ("encoder_utilization_ratio", "video.encoder", nv.nvmlDeviceGetEncoderUtilization, (h,)),
+        ("decoder_utilization_ratio", "video.decoder", nv.nvmlDeviceGetDecoderUtilization, (h,)),
+    )
+    return gather(g, calls, lambda answer: answer[0] / 100.0)  # [percent, sampling period µs]
+
+
 READERS = (
     ReaderSpec("utilization", Tier.FAST, read_utilization),
     ReaderSpec("memory", Tier.FAST, read_memory),
+    ReaderSpec("video", Tier.FAST, read_video),
 )
