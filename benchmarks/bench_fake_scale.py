@@ -10,7 +10,10 @@ with keep-alive, plain, gzipped, and with Prometheus 2.42's OpenMetrics Accept h
 interleaved, round by round. The reference measured in the same run is prometheus_client's
 own ``generate_latest`` over a registry holding the same gpumon families.
 
-    python benchmarks/bench_fake_scale.py [--gpus 256] [--rounds 30] [--scrapes 40] [--quick]
+    python benchmarks/bench_fake_scale.py [--gpus 256] [--rounds 30] [--scrapes 40] [--compat dcgm] [--quick]
+
+``--compat dcgm`` adds dcgm-exporter's families (in process: the DCGM collector as an extra
+collector; over HTTP: ``gpumon run --compat dcgm``).
 """
 
 from __future__ import annotations
@@ -30,18 +33,21 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gpumon.backends.fake import FakeBackend
 from gpumon.exporter.collector import GpumonCollector
+from gpumon.exporter.dcgm import DcgmCompatCollector
 from gpumon.poller import Poller, PollIntervals
 from gpumon.snapshot import Tier
 from gpumon.store import SnapshotStore
 
 
-def in_process(gpus: int, rounds: int) -> float:
+def in_process(gpus: int, rounds: int, compat: list[str]) -> float:
     """Prints poll and render figures; returns the median generate_latest time (the reference)."""
     backend = FakeBackend.from_mapping({"count": gpus})
     store = SnapshotStore()
     poller = Poller(backend, store, PollIntervals())
     poller.poll()  # first poll reads every tier
     collector = GpumonCollector(store, PollIntervals(), processes=True)
+    if "dcgm" in compat:
+        collector.add("dcgm", DcgmCompatCollector(store, "bench-host"))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)  # type: ignore[arg-type]
     polls, reads, renders, reference = [], [], [], []
@@ -61,7 +67,8 @@ def in_process(gpus: int, rounds: int) -> float:
         generate_latest(registry)
         reference.append(time.perf_counter() - t0)
     ref = statistics.median(reference)
-    print(f"## in process: {gpus} simulated GPUs, {rounds} rounds, {len(body) / 1024:.0f} KiB per scrape")
+    with_compat = f", --compat {','.join(compat)}" if compat else ""
+    print(f"## in process: {gpus} simulated GPUs{with_compat}, {rounds} rounds, {len(body) / 1024:.0f} KiB per scrape")
     print(f"{'what':<46}{'p50 ms':>9}{'p99 ms':>9}{'/ ref':>8}")
     for name, values in (
         ("backend fast reads", reads),
@@ -75,8 +82,9 @@ def in_process(gpus: int, rounds: int) -> float:
     return ref
 
 
-def over_http(gpus: int, scrapes: int, pause: float, ref: float) -> None:
-    with daemon(gpus) as (_proc, port):
+def over_http(gpus: int, scrapes: int, pause: float, ref: float, compat: list[str]) -> None:
+    args = ["--compat", ",".join(compat)] if compat else []
+    with daemon(gpus, args=args) as (_proc, port):
         conns = {name: http.client.HTTPConnection("127.0.0.1", port, timeout=30) for name in VARIANTS}
         times: dict[str, list[float]] = {name: [] for name in VARIANTS}
         sizes: dict[str, int] = {}
@@ -95,7 +103,7 @@ def over_http(gpus: int, scrapes: int, pause: float, ref: float) -> None:
                     times[name].append(elapsed)
                 sizes[name] = len(body)
                 time.sleep(pause)
-    print(f"## over HTTP: gpumon run --backend fake --fake-gpus {gpus}, {scrapes} scrapes per variant")
+    print(f"## over HTTP: gpumon run --backend fake --fake-gpus {gpus} {' '.join(args)}, {scrapes} scrapes per variant")
     print(f"{'variant':<20}{'KiB':>8}{'p50 ms':>9}{'p99 ms':>9}{'p50/ref':>9}{'p99/ref':>9}")
     worst = 0.0
     for name in names:
@@ -114,12 +122,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--scrapes", type=int, default=40)
     parser.add_argument("--pause", type=float, default=0.2, help="seconds between scrapes")
+    parser.add_argument(
+        "--compat", action="append", default=[], choices=["dcgm"], help="also serve these compat families"
+    )
     parser.add_argument("--quick", action="store_true", help="8 GPUs, a few rounds (checks the script runs)")
     args = parser.parse_args()
     if args.quick:
         args.gpus, args.rounds, args.scrapes, args.pause = 8, 3, 3, 0.0
-    ref = in_process(args.gpus, args.rounds)
-    over_http(args.gpus, args.scrapes, args.pause, ref)
+    ref = in_process(args.gpus, args.rounds, args.compat)
+    over_http(args.gpus, args.scrapes, args.pause, ref, args.compat)
 
 
 if __name__ == "__main__":

@@ -40,14 +40,16 @@ def pct(values: list[float], q: float) -> float:
 
 @contextmanager
 def daemon(
-    fake_gpus: int, backend: str = "fake", prefix: list[str] | None = None
+    fake_gpus: int, backend: str = "fake", prefix: list[str] | None = None, args: list[str] | None = None
 ) -> Iterator[tuple[subprocess.Popen[str], int]]:
     """A ready ``gpumon run`` on a free port with a scratch state dir (default intervals);
-    ``prefix`` replaces ``-m gpumon`` (e.g. the sampling profiler and its output file)."""
+    ``prefix`` replaces ``-m gpumon`` (e.g. the sampling profiler and its output file);
+    ``args`` are appended to the command line (e.g. ``--compat dcgm``)."""
     port = free_port()
     state = Path(tempfile.mkdtemp(prefix="gpumon-bench-"))
     cmd = [sys.executable, *(prefix or ["-m", "gpumon"]), "run", "--backend", backend, "--fake-gpus", str(fake_gpus)]
     cmd += ["--listen", f"127.0.0.1:{port}", "--state-dir", str(state), "--log-level", "warning"]
+    cmd += args or []
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
