@@ -30,13 +30,13 @@ from apscheduler.triggers.interval import IntervalTrigger
 from gpumon.alerts import config as alerts_config
 from gpumon.alerts.service import AlertService
 from gpumon.backends.base import GpuBackend
-from gpumon.burn.results_collector import BurnResultsCollector
 from gpumon.config import Config, ConfigError
 from gpumon.events.catalog import XidCatalog
 from gpumon.events.kernel_follow import KernelLogFollower
 from gpumon.events.model import XidEvent
 from gpumon.events.tracker import XidTracker
 from gpumon.events.xid_thread import XidEventThread
+from gpumon.exporter.burn_results import BurnResultsCollector
 from gpumon.exporter.collector import GpumonCollector, SelfStats
 from gpumon.exporter.dcgm import DcgmCompatCollector
 from gpumon.exporter.http_messages import json_response
@@ -203,7 +203,7 @@ class Daemon:
             stale_after_seconds=config.stale_after,
             monotonic=monotonic,
             web_config=web,
-            collect=self.collector.collect,
+            collect=self.collector.families,
         )
         self.server.add_route("/api/snapshot", self._snapshot_route)
         self.server.add_route("/api/health", lambda: json_response(self.health.report().to_json()))

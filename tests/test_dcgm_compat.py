@@ -13,6 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.events.catalog import XidCatalog
 from gpumon.exporter.dcgm import DcgmCompatCollector, clock_events_mask
+from gpumon.exporter.openmetrics import render as render_openmetrics
+from gpumon.exporter.text import MetricsOf, render
 from gpumon.snapshot import GpuSnapshot, HostSnapshot, Snapshot
 from gpumon.store import SnapshotStore
 
@@ -82,9 +84,7 @@ def scrape(*gpus: GpuSnapshot, hostname: str = "gpu-node-1", catalog: XidCatalog
             gpus=gpus,
         )
     )
-    registry = CollectorRegistry()
-    registry.register(DcgmCompatCollector(store, hostname, catalog))
-    text = generate_latest(registry).decode()
+    text = render(DcgmCompatCollector(store, hostname, catalog).families())
     out: dict[str, dict] = {}
     for family in text_string_to_metric_families(text):
         out[family.name] = {"type": family.type, "help": family.documentation, "samples": family.samples}
@@ -197,9 +197,7 @@ def test_hostname_label_is_left_out_when_empty() -> None:
 
 
 def test_no_snapshot_yet_means_no_series() -> None:
-    registry = CollectorRegistry()
-    registry.register(DcgmCompatCollector(SnapshotStore(), "h"))
-    assert generate_latest(registry) == b""
+    assert list(DcgmCompatCollector(SnapshotStore(), "h").families()) == []
 
 
 def test_clock_event_mask_uses_nvml_bits() -> None:
@@ -208,7 +206,7 @@ def test_clock_event_mask_uses_nvml_bits() -> None:
     assert clock_events_mask({"gpu_idle": True, "display_clock_setting": True, "hw_slowdown": False}) == 0x101
 
 
-def _exposition(openmetrics: bool = False) -> str:
+def _collector(catalog: XidCatalog | None = None, hostname: str = "gpu-node-1") -> DcgmCompatCollector:
     store = SnapshotStore()
     idle = GpuSnapshot(
         index=1,
@@ -228,9 +226,32 @@ def _exposition(openmetrics: bool = False) -> str:
             gpus=(busy_gpu(), idle),
         )
     )
-    registry = CollectorRegistry()
-    registry.register(DcgmCompatCollector(store, "gpu-node-1", XidCatalog.load()))
-    return (generate_openmetrics if openmetrics else generate_latest)(registry).decode()
+    return DcgmCompatCollector(store, hostname, catalog)
+
+
+def _exposition(openmetrics: bool = False) -> str:
+    families = _collector(XidCatalog.load()).families()
+    return (render_openmetrics(families) if openmetrics else render(families).encode()).decode()
+
+
+@pytest.mark.parametrize("catalog", [None, XidCatalog.load()])
+@pytest.mark.parametrize("hostname", ["", 'odd "host"\\name'])
+def test_exposition_is_what_prometheus_client_writes(catalog: XidCatalog | None, hostname: str) -> None:
+    """The fast renderers write the DCGM families byte for byte as prometheus_client does."""
+    collector = _collector(catalog, hostname)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(MetricsOf(collector))
+    assert render(collector.families()).encode() == generate_latest(registry)
+    assert render_openmetrics(collector.families()) == generate_openmetrics(registry)
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION untyped" in render(collector.families())
+
+
+def test_scrapes_of_one_snapshot_reuse_its_families() -> None:
+    collector = _collector(XidCatalog.load())
+    first = collector.families()
+    assert collector.families() is first
+    collector.set_catalog(XidCatalog.load())
+    assert collector.families() is not first, "a reloaded catalog rebuilds err_msg"
 
 
 def test_openmetrics_exposition_is_valid() -> None:

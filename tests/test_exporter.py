@@ -10,17 +10,12 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    InfoMetricFamily,
-    Metric,
-)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.backends.fake import FakeBackend
 from gpumon.exporter.collector import GpumonCollector
+from gpumon.exporter.text import Family
 from gpumon.poller import Poller, PollIntervals
 from gpumon.store import SnapshotStore
 from tests.helpers import DATA
@@ -235,39 +230,102 @@ def test_slow_tier_series_follow_each_slow_read_despite_render_caching() -> None
 
 
 class _Odd:
-    """An extra collector with what prometheus_client renders in its own ways."""
+    """An extra source with what gpumon's own table never holds: label values to escape,
+    a counter, an untyped family, a label left out of some samples, an empty family."""
 
-    def collect(self) -> Iterable[Metric]:
-        gauge = GaugeMetricFamily("odd_gauge", 'help with \\ and\nnewline and "quotes"', labels=["b", "a"])
-        gauge.add_metric(['back\\slash "q"\nline', "1"], 1.5)
-        gauge.add_metric(["x", "2"], math.inf)
-        gauge.add_metric(["y", "3"], -0.0)
-        gauge.add_metric(["z", "4"], 1e-7)
+    def families(self) -> Iterable[Family]:
+        gauge = Family("odd_gauge", "gauge", 'help with \\ and\nnewline and "quotes"', ("b", "a"))
+        gauge.add(['back\\slash "q"\nline', "1"], 1.5)
+        gauge.add(["x", "2"], math.inf)
+        gauge.add(["y", "3"], -0.0)
+        gauge.add(["z", "4"], 1e-7)
+        gauge.add(["w", "5"], math.nan)
         yield gauge
-        stamped = GaugeMetricFamily("odd_stamped", "with a timestamp")
-        stamped.add_metric([], 2.0, timestamp=12.5)
-        yield stamped
-        counter = CounterMetricFamily("odd_events", "a counter", labels=["kind"], created=100.0)
-        counter.add_metric(["k"], 3.0, created=100.0)
+        counter = Family("odd_events_total", "counter", "a counter", ("kind",))
+        counter.add(["k"], 3.0)
         yield counter
-        yield InfoMetricFamily("odd_build", "info", value={"version": "1"})
-        yield HistogramMetricFamily("odd_seconds", "histogram", buckets=[("1", 1.0), ("+Inf", 2.0)], sum_value=3.0)
-        yield GaugeMetricFamily("odd_empty", "no samples")
+        untyped = Family("odd_energy", "untyped", "an untyped family", ("gpu",), plain_labels=True)
+        untyped.add(["0"], 12.0)
+        yield untyped
+        sparse = Family(
+            "odd_bandwidth", "gauge", "peer only on p2p", ("gpu", "test", "peer"), optional_labels=("peer",)
+        )
+        sparse.add(["0", "memory", ""], 1.0)
+        sparse.add(["0", "p2p", "1"], 2.0)
+        yield sparse
+        bare = Family("odd_bare", "gauge", "labels all optional", ("x",), optional_labels=("x",))
+        bare.add([""], 4.0)
+        yield bare
+        yield Family("odd_empty", "gauge", "no samples")
 
 
-def test_extra_collectors_render_as_prometheus_client_does() -> None:
-    """The text of the alerts, health and other extra collectors is what generate_latest writes."""
+class _Failing:
+    def families(self) -> Iterable[Family]:
+        yield Family("odd_partial", "gauge", "yielded before the failure")
+        raise RuntimeError("broken source")
+
+
+def test_extra_sources_render_as_prometheus_client_does() -> None:
+    """Every source's families (alerts, health, burn, DCGM...) in text and OpenMetrics, byte for
+    byte what prometheus_client writes for the same families."""
+    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+
     collector = golden_collector()
-    collector.add("odd", _Odd())  # type: ignore[arg-type]
-    ours = collector.render().decode()
+    collector.add("odd", _Odd())
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)  # type: ignore[arg-type]
-    theirs = generate_latest(registry).decode()
     strip = "gpumon_collector_duration_seconds"  # timed per scrape: differs between the two scrapes
-    assert [line for line in ours.splitlines() if strip not in line] == [
-        line for line in theirs.splitlines() if strip not in line
-    ]
-    assert 'odd_gauge{a="1",b="back\\\\slash \\"q\\"\\nline"} 1.5' in ours
+    for ours, theirs in (
+        (collector.render(), generate_latest(registry)),
+        (collector.render_openmetrics(), openmetrics_latest(registry)),
+    ):
+        assert [line for line in ours.decode().splitlines() if strip not in line] == [
+            line for line in theirs.decode().splitlines() if strip not in line
+        ]
+    text = collector.render().decode()
+    assert 'odd_gauge{a="1",b="back\\\\slash \\"q\\"\\nline"} 1.5' in text
+    assert "# TYPE odd_energy untyped\n" in text
+    assert "# TYPE odd_energy unknown\n" in collector.render_openmetrics().decode()
+    assert 'odd_bandwidth{gpu="0",test="memory"} 1.0\nodd_bandwidth{gpu="0",peer="1",test="p2p"} 2.0\n' in text
+    assert "odd_bare 4.0\n" in text
+
+
+def test_a_failing_source_is_left_out_whole_and_reported() -> None:
+    collector = golden_collector()
+    collector.add("broken", _Failing())
+    text = collector.render().decode()
+    assert "odd_partial" not in text
+    assert 'gpumon_collector_success{collector="broken"} 0.0' in text
+    assert 'gpumon_collector_success{collector="gpumon"} 1.0' in text
+
+
+def test_a_family_is_the_prometheus_client_family_of_the_same_samples() -> None:
+    from prometheus_client.core import UnknownMetricFamily
+
+    gauge = Family("g", "gauge", "h", ("a",))
+    gauge.add(["1"], 2.0)
+    expected_gauge = GaugeMetricFamily("g", "h", labels=["a"])
+    expected_gauge.add_metric(["1"], 2.0)
+    assert gauge.to_metric() == expected_gauge
+    counter = Family("c_total", "counter", "h", ("a",))
+    counter.add(["1"], 2.0)
+    expected_counter = CounterMetricFamily("c", "h", labels=["a"])
+    expected_counter.add_metric(["1"], 2.0)
+    assert counter.to_metric() == expected_counter
+    untyped = Family("u", "untyped", "h")
+    untyped.add([], 2.0)
+    assert untyped.to_metric() == UnknownMetricFamily("u", "h", value=2.0)
+    sparse = Family("s", "gauge", "h", ("a", "b"), optional_labels=("b",))
+    sparse.add(["1", ""], 2.0)
+    sparse.add(["", "x"], 3.0)
+    expected_sparse = Metric("s", "h", "gauge")
+    expected_sparse.add_sample("s", {"a": "1"}, 2.0)
+    expected_sparse.add_sample("s", {"a": "", "b": "x"}, 3.0)
+    assert sparse.to_metric() == expected_sparse
+    with pytest.raises(ValueError, match="_total"):
+        Family("c", "counter", "h")
+    with pytest.raises(ValueError, match="kind"):
+        Family("h", "histogram", "h")
 
 
 def test_scrapes_of_one_snapshot_share_its_rendered_series() -> None:
@@ -297,8 +355,6 @@ def test_scrapes_of_one_snapshot_share_its_rendered_series() -> None:
 def test_openmetrics_scrapes_follow_each_snapshot_and_match_prometheus_client() -> None:
     from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
-    from gpumon.exporter import openmetrics
-
     clock = [1000.0]
     store = SnapshotStore()
     backend = FakeBackend.from_mapping({"gpus": [{"values": {"temperature_celsius": [40.0, 41.0]}}]})
@@ -308,7 +364,7 @@ def test_openmetrics_scrapes_follow_each_snapshot_and_match_prometheus_client() 
     registry.register(collector)  # type: ignore[arg-type]
     for expected in ("40.0", "41.0"):
         poller.poll()
-        ours = [openmetrics.render(collector.collect()).decode() for _ in range(2)]
+        ours = [collector.render_openmetrics().decode() for _ in range(2)]
         strip = "gpumon_collector_duration_seconds{"
         theirs = [line for line in openmetrics_latest(registry).decode().splitlines() if strip not in line]
         for text in ours:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_generate_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
@@ -19,6 +19,7 @@ from gpumon.exporter import openmetrics
 from gpumon.exporter.collector import GpumonCollector
 from gpumon.exporter.http_messages import wants_openmetrics
 from gpumon.exporter.server import MetricsServer
+from gpumon.exporter.text import Family
 from gpumon.poller import Poller, PollIntervals
 from gpumon.store import SnapshotStore
 from tests.prometheus_helpers import needs_prometheus, run_prometheus
@@ -33,20 +34,19 @@ TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class _Odd:
-    """An extra collector with what gpumon's own families never hold."""
+    """An extra source with what gpumon's own families never hold."""
 
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        Counter("gpumon_test_events", "Events, with a _created sample.", ["kind"], registry=self.registry).labels(
-            'a "quoted"\\value\nnewline'
-        ).inc(3)
-
-    def collect(self) -> Iterable[Metric]:
-        yield from self.registry.collect()
-        odd = GaugeMetricFamily("gpumon_test_odd", 'Help with "quotes", a \\ and a\nnewline.', labels=["v"])
-        odd.add_metric(["x"], float("nan"))
-        odd.add_metric(["y"], float("inf"))
+    def families(self) -> Iterable[Family]:
+        events = Family("gpumon_test_events_total", "counter", "Events, a counter.", ("kind",))
+        events.add(['a "quoted"\\value\nnewline'], 3)
+        yield events
+        odd = Family("gpumon_test_odd", "gauge", 'Help with "quotes", a \\ and a\nnewline.', ("v",))
+        odd.add(["x"], float("nan"))
+        odd.add(["y"], float("inf"))
         yield odd
+        untyped = Family("gpumon_test_untyped", "untyped", "Untyped, as DCGM's counters without _total.")
+        untyped.add([], 1.0)
+        yield untyped
 
 
 def collectors() -> list[GpumonCollector]:
@@ -68,14 +68,16 @@ class _Registry:
 def test_openmetrics_renderer_matches_prometheus_client_byte_for_byte() -> None:
     for collector in collectors():
         expected = openmetrics_generate_latest(_Registry(collector.collect))
-        assert openmetrics.render(collector.collect()) == expected
+        assert openmetrics.render(collector.families()) == expected
+        assert collector.render_openmetrics() == expected
         assert expected.endswith(b"# EOF\n")
-    assert b'gpumon_test_events_created{kind="a \\"quoted\\"\\\\value\\nnewline"}' in expected
+    assert b'gpumon_test_events_total{kind="a \\"quoted\\"\\\\value\\nnewline"} 3.0' in expected
+    assert b"# TYPE gpumon_test_untyped unknown\n" in expected
 
 
 def test_openmetrics_output_parses_as_openmetrics() -> None:
     for collector in collectors():
-        families = list(text_string_to_metric_families(openmetrics.render(collector.collect()).decode()))
+        families = list(text_string_to_metric_families(collector.render_openmetrics().decode()))
         assert any(f.name == "gpumon_gpu_up" for f in families)
 
 
@@ -107,9 +109,9 @@ def served() -> Iterator[tuple[str, GpumonCollector, dict[str, int]]]:
         calls["text"] += 1
         return collector.render()
 
-    def collect() -> Iterable[Metric]:
+    def collect() -> Iterable[Family]:
         calls["openmetrics"] += 1
-        return collector.collect()
+        return collector.families()
 
     server = MetricsServer(("127.0.0.1", 0), render, SnapshotStore(), stale_after_seconds=5, collect=collect)
     server.start()

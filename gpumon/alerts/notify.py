@@ -26,12 +26,11 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import requests
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpumon.alerts.config import ReceiverHttp, RetryConfig
 from gpumon.alerts.http_post import SendResult, post_json, safe_url
@@ -379,32 +378,3 @@ class Receiver:
         exponent = min(max(attempt - 1, 0), MAX_BACKOFF_EXPONENT)
         step = min(self.retry.max_backoff_seconds, self.retry.initial_backoff_seconds * 2.0**exponent)
         return float(step / 2 + self._rng() * step / 2)
-
-
-def sender_metric_families(receivers: Sequence[Receiver]) -> list[Metric]:
-    """``gpumon_alert_sender_up``, ``…_errors_total`` and ``…_last_attempt_timestamp_seconds`` per receiver.
-
-    Self metrics about the delivery threads; deliberately not part of ``/ready`` (a receiver
-    that is down must not make the exporter unready)."""
-    up = GaugeMetricFamily(
-        "gpumon_alert_sender_up",
-        "1 when the receiver's sender thread runs and makes delivery attempts; 0 when it stopped or is stuck "
-        f"(alerts queued and no attempt for {STUCK_AFTER_BACKOFFS} x (max_backoff + timeout) past its planned retry).",
-        labels=["receiver"],
-    )
-    errors = CounterMetricFamily(
-        "gpumon_alert_sender_errors",
-        "Unexpected errors the receiver's sender thread survived (a bug: see the log; logged once per distinct error).",
-        labels=["receiver"],
-    )
-    last = GaugeMetricFamily(
-        "gpumon_alert_sender_last_attempt_timestamp_seconds",
-        "Unix time of the sender thread's last delivery attempt (or its start).",
-        labels=["receiver"],
-    )
-    for r in receivers:
-        up.add_metric([r.name], 1.0 if r.health().up else 0.0)
-        errors.add_metric([r.name], r.stats.errors)
-        if r.stats.last_attempt_at is not None:
-            last.add_metric([r.name], r.stats.last_attempt_at)
-    return [up, errors, last]

@@ -24,19 +24,18 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpumon.alerts.alert import Alert, BurnHoldBack
 from gpumon.alerts.builtin import xid_action_from_catalog
 from gpumon.alerts.burn_marker import BurnMarkerReader
 from gpumon.alerts.config import AlertingConfig, ReceiverHttp
 from gpumon.alerts.engine import AlertEngine
+from gpumon.alerts.metrics import AlertCollector, MetricInputs
 from gpumon.alerts.notification import Notification, replace_status
-from gpumon.alerts.notify import Receiver, sender_metric_families
+from gpumon.alerts.notify import Receiver
 from gpumon.alerts.spool import Spool
 from gpumon.events.model import XidEvent
 from gpumon.failure_log import FailureLog
@@ -251,8 +250,8 @@ class AlertService:
         return {"/api/alerts": api_alerts}
 
     def collector(self) -> AlertCollector:
-        """A prometheus_client custom collector of gpumon_alerts and delivery self-metrics."""
-        return AlertCollector(self)
+        """A metric source (``families()``) of gpumon_alerts and the delivery self-metrics."""
+        return AlertCollector(self._metric_snapshot)
 
     def sync(self, timeout: float) -> bool:
         """Wait until everything changed so far is on disk; False on timeout (or spool writer not running)."""
@@ -421,7 +420,7 @@ class AlertService:
             restored,
         )
 
-    def _metric_snapshot(self) -> tuple[list[Alert], list[Receiver], BurnHoldBack | None, int, int]:
+    def _metric_snapshot(self) -> MetricInputs:
         with self._lock:
             return (
                 self._engine.alerts(),
@@ -437,66 +436,3 @@ def _public(alert: Alert) -> dict[str, Any]:
     if alert.held_back is not None:
         out["state"] = "suppressed"
     return out
-
-
-class AlertCollector:
-    """Yields gpumon_alerts, gpumon_alerts_held_back and the delivery self-metrics."""
-
-    def __init__(self, service: AlertService) -> None:
-        self._service = service
-
-    def describe(self) -> Iterable[Metric]:
-        return []
-
-    def collect(self) -> Iterable[Metric]:
-        alerts, receivers, burn, errors, spool_errors = self._service._metric_snapshot()
-        active = GaugeMetricFamily(
-            "gpumon_alerts",
-            "Active alerts evaluated by gpumon (count per name, severity, state and GPU); "
-            "state is pending, firing or suppressed (held back while gpumon burn runs on the GPU).",
-            labels=["alertname", "severity", "state", "gpu", "uuid"],
-        )
-        counts: dict[tuple[str, str, str, str, str], int] = {}
-        held: dict[tuple[str, str], int] = {}
-        for a in alerts:
-            state = "suppressed" if a.held_back is not None else a.state
-            key = (a.alertname, a.severity, state, a.gpu, a.uuid)
-            counts[key] = counts.get(key, 0) + 1
-            if a.held_back is not None:
-                held[(a.gpu, a.uuid)] = held.get((a.gpu, a.uuid), 0) + 1
-        for key, n in sorted(counts.items()):
-            active.add_metric(list(key), n)
-        yield active
-        held_back = GaugeMetricFamily(
-            "gpumon_alerts_held_back",
-            "Alerts of this GPU held back (not sent) because gpumon burn runs on it.",
-            labels=["gpu", "uuid"],
-        )
-        if burn is not None:
-            for gpu, uuid in sorted(held):
-                held_back.add_metric([gpu, uuid], held[(gpu, uuid)])
-        yield held_back
-        sent = CounterMetricFamily(
-            "gpumon_alert_notifications",
-            "Alerts handed to a receiver by outcome: sent, failed (attempt to retry), dropped (refused 4xx), "
-            "overflow (queue full).",
-            labels=["receiver", "outcome"],
-        )
-        queue = GaugeMetricFamily(
-            "gpumon_alert_queue_length", "Alerts waiting to be delivered to a receiver.", labels=["receiver"]
-        )
-        for r in receivers:
-            for outcome, n in sorted(r.stats.outcomes.items()):
-                sent.add_metric([r.name, outcome], n)
-            queue.add_metric([r.name], r.queue_length())
-        yield sent
-        yield queue
-        yield from sender_metric_families(receivers)
-        yield CounterMetricFamily(
-            "gpumon_alert_evaluation_errors", "Alert evaluations that failed (a bug: see the log).", value=errors
-        )
-        yield CounterMetricFamily(
-            "gpumon_alert_spool_write_errors",
-            "Failed writes of the alert spool in the state directory.",
-            value=spool_errors,
-        )

@@ -2,13 +2,13 @@
 
 A scrape never touches NVML: it reads the SnapshotStore. Series of a GPU that
 vanished or is lost disappear by themselves because families are rebuilt per scrape.
-Extra collectors (alerts, burn results, DCGM names) run inside each scrape, each timed
-and guarded: one that fails is logged and reported by ``gpumon_collector_success 0``,
-and the scrape still answers 200 with everything else.
+Extra sources (alerts, burn results, health, DCGM names) give their families inside each
+scrape, each timed and guarded: one that fails is logged and reported by
+``gpumon_collector_success 0``, and the scrape still answers 200 with everything else.
 
-``render()`` is the fast path the HTTP server uses (gpumon's own families through
-gpumon.exporter.text); ``collect()`` gives the same data as prometheus_client Metric
-objects for registries.
+Every source gives gpumon.exporter.text.Family objects (``families()``); ``render()`` and
+``render_openmetrics()`` write them all with the fast renderers, and ``collect()`` gives the
+same families as prometheus_client Metric objects for registries.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from __future__ import annotations
 import logging
 import platform
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from prometheus_client.core import Metric
 
 from gpumon import __version__
+from gpumon.exporter import openmetrics
 from gpumon.exporter.metrics import MetricRow, gpu_rows
-from gpumon.exporter.text import Family, render, render_metrics
+from gpumon.exporter.text import Family, FamilySource, render
 from gpumon.poller import PollIntervals
 from gpumon.snapshot import GpuSnapshot, Snapshot, Tier
 from gpumon.store import SnapshotStore
@@ -42,10 +42,6 @@ INFO_LABELS = (
     "compute_capability",
 )
 PROCESS_LABELS = ("pid", "name", "user", "systemd_unit", "container_id", "pod_uid", "slurm_job_id")
-
-
-class Collector(Protocol):
-    def collect(self) -> Iterable[Metric]: ...
 
 
 @dataclass(frozen=True)
@@ -77,7 +73,7 @@ class GpumonCollector:
         monotonic: Callable[[], float] = time.monotonic,
         self_stats: Callable[[], SelfStats] = SelfStats,
         processes: bool = False,
-        extra: Sequence[tuple[str, Collector]] = (),
+        extra: Sequence[tuple[str, FamilySource]] = (),
         version: str = __version__,
         python_version: str | None = None,
     ) -> None:
@@ -98,48 +94,41 @@ class GpumonCollector:
         self._intervals = intervals
         self._processes = processes
 
-    def add(self, name: str, collector: Collector) -> None:
-        """Run ``collector`` inside every scrape, guarded and timed as ``name``."""
-        self._extra.append((name, collector))
+    def add(self, name: str, source: FamilySource) -> None:
+        """Take ``source``'s families in every scrape, guarded and timed as ``name``."""
+        self._extra.append((name, source))
 
     # ------------------------------------------------------------------
     def render(self) -> bytes:
-        """The whole exposition in Prometheus text format 0.0.4 (the fast path)."""
-        start = self._mono()
-        core = self.families()
-        timings = [("gpumon", 1.0, self._mono() - start)]
-        extra_metrics: list[Metric] = []
-        for name, ok, seconds, metrics in self._run_extras():
-            timings.append((name, ok, seconds))
-            extra_metrics.extend(metrics)
-        text = render(core).encode()
-        if extra_metrics:
-            text += render_metrics(extra_metrics).encode()
-        return text + render(self._meta(timings)).encode()
+        """The whole exposition in Prometheus text format 0.0.4."""
+        return render(self.families()).encode()
+
+    def render_openmetrics(self) -> bytes:
+        """The whole exposition in OpenMetrics 1.0 text."""
+        return openmetrics.render(self.families())
 
     def collect(self) -> Iterator[Metric]:
-        """The same families as prometheus_client Metric objects."""
-        start = self._mono()
-        core = self.families()
-        timings = [("gpumon", 1.0, self._mono() - start)]
-        for family in core:
-            yield family.to_metric()
-        for name, ok, seconds, metrics in self._run_extras():
-            timings.append((name, ok, seconds))
-            yield from metrics
-        for family in self._meta(timings):
+        """The same families as prometheus_client Metric objects (for registries)."""
+        for family in self.families():
             yield family.to_metric()
 
-    def _run_extras(self) -> Iterator[tuple[str, float, float, list[Metric]]]:
-        for name, collector in self._extra:
+    def families(self) -> list[Family]:
+        """Every family of one scrape: gpumon's own, each extra source's, then the sources'
+        success and duration."""
+        start = self._mono()
+        out = self.own_families()
+        timings = [("gpumon", 1.0, self._mono() - start)]
+        for name, source in self._extra:
             start = self._mono()
             try:
-                metrics = list(collector.collect())
+                families = list(source.families())
                 ok = 1.0
             except Exception:
                 log.exception("collector %s failed; its metrics are left out of this scrape", name)
-                metrics, ok = [], 0.0
-            yield name, ok, self._mono() - start, metrics
+                families, ok = [], 0.0
+            out.extend(families)
+            timings.append((name, ok, self._mono() - start))
+        return out + self._meta(timings)
 
     def _meta(self, timings: list[tuple[str, float, float]]) -> list[Family]:
         success = Family(
@@ -160,7 +149,7 @@ class GpumonCollector:
         return [success, duration]
 
     # ------------------------------------------------------------------
-    def families(self) -> list[Family]:
+    def own_families(self) -> list[Family]:
         """gpumon's own families for the latest snapshot."""
         snapshot = self._store.latest()
         build = Family(

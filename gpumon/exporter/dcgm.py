@@ -23,12 +23,11 @@ the GPU is lost), like dcgm-exporter skips blank values.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from prometheus_client.core import Metric
-
 from gpumon.events.catalog import XidCatalog
+from gpumon.exporter.text import Family, needs_escaping
 from gpumon.fields.spec import Dcgm
 from gpumon.nvml_vocabulary import CLOCK_EVENT_BITS
 from gpumon.snapshot import GpuSnapshot, Snapshot, field_specs
@@ -202,7 +201,7 @@ def last_xid(gpu: GpuSnapshot) -> int | None:
 
 
 class DcgmCompatCollector:
-    """A prometheus_client collector yielding dcgm-exporter's families from the latest snapshot."""
+    """A metric source of dcgm-exporter's families from the latest snapshot."""
 
     def __init__(self, store: SnapshotStore, hostname: str, catalog: XidCatalog | None = None) -> None:
         """``hostname``: the ``Hostname`` label (dcgm-exporter uses the node name); "" leaves it out.
@@ -213,46 +212,75 @@ class DcgmCompatCollector:
         self._hostname = hostname
         self._catalog = catalog
         self._fields = dcgm_fields()
+        self._cache: tuple[Snapshot, XidCatalog | None, list[Family]] | None = None
 
     def set_catalog(self, catalog: XidCatalog) -> None:
         """Use ``catalog`` for ``err_msg`` from the next scrape on (a reload changed ``xid_catalog``)."""
         self._catalog = catalog
 
-    def _labels(self, gpu: GpuSnapshot, snapshot: Snapshot) -> dict[str, str]:
-        labels = {
-            "gpu": str(gpu.index),
-            "UUID": gpu.uuid,
-            "pci_bus_id": gpu.pci_bus_id or "",
-            "device": f"nvidia{gpu.index}",
-            "modelName": gpu.name or "",
-        }
+    def _label_names(self, snapshot: Snapshot) -> tuple[str, ...]:
+        names: tuple[str, ...] = ("gpu", "UUID", "pci_bus_id", "device", "modelName")
         if self._hostname:
-            labels["Hostname"] = self._hostname
+            names += ("Hostname",)
         if snapshot.host.driver_version:
-            labels["DCGM_FI_DRIVER_VERSION"] = snapshot.host.driver_version
+            names += ("DCGM_FI_DRIVER_VERSION",)
+        return names
+
+    def _labels(self, gpu: GpuSnapshot, snapshot: Snapshot) -> tuple[str, ...]:
+        """The values of ``_label_names(snapshot)`` for ``gpu``."""
+        labels: tuple[str, ...] = (
+            str(gpu.index),
+            gpu.uuid,
+            gpu.pci_bus_id or "",
+            f"nvidia{gpu.index}",
+            gpu.name or "",
+        )
+        if self._hostname:
+            labels += (self._hostname,)
+        if snapshot.host.driver_version:
+            labels += (snapshot.host.driver_version,)
         return labels
 
-    def collect(self) -> Iterator[Metric]:
+    def families(self) -> list[Family]:
+        """The families of the latest snapshot, built once per snapshot: every scrape of it
+        (several scrapers, text and OpenMetrics) reuses them and their rendered text."""
         snapshot = self._store.latest()
         if snapshot is None:
-            return
+            return []
+        catalog = self._catalog
+        cached = self._cache
+        if cached is not None and cached[0] is snapshot and cached[1] is catalog:
+            return cached[2]
+        families = self._build(snapshot, catalog)
+        self._cache = (snapshot, catalog, families)
+        return families
+
+    def _build(self, snapshot: Snapshot, catalog: XidCatalog | None) -> list[Family]:
+        names = self._label_names(snapshot)
         gpus = [(gpu, self._labels(gpu, snapshot)) for gpu in snapshot.gpus if gpu.up]
+        plain = not needs_escaping(v for _, labels in gpus for v in labels)
+        out = []
         for spec in self._fields:
-            family = Metric(spec.name, spec.help, spec.kind)
+            family = Family(spec.name, spec.kind, spec.help, names, plain_labels=plain)
+            samples = family.samples
+            value_of = spec.value
             for gpu, labels in gpus:
-                value = spec.value(gpu)
+                value = value_of(gpu)
                 if value is not None:
-                    family.add_sample(spec.name, labels, value)
-            if family.samples:
-                yield family
-        xid = Metric("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", "gauge")
+                    samples.append((labels, float(value)))
+            if samples:
+                out.append(family)
+        xid_names = (*names, "err_code") if catalog is None else (*names, "err_code", "err_msg")
+        xid = Family("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", xid_names)
         for gpu, labels in gpus:
             code = last_xid(gpu)
             if code is None:
                 continue
-            extra = {"err_code": str(code)}
-            if self._catalog is not None:
-                extra["err_msg"] = "No Error" if code == 0 else self._catalog.lookup(code).meaning
-            xid.add_sample("DCGM_FI_DEV_XID_ERRORS", {**labels, **extra}, float(code))
+            if catalog is None:
+                xid.add((*labels, str(code)), float(code))
+            else:
+                message = "No Error" if code == 0 else catalog.lookup(code).meaning
+                xid.add((*labels, str(code), message), float(code))
         if xid.samples:
-            yield xid
+            out.append(xid)
+        return out

@@ -7,27 +7,28 @@ snapshot and is counted here; the GPU stays up and its other fields are kept.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client.core import CounterMetricFamily, Metric
+from gpumon.exporter.text import Family
 
 ReadErrors = Callable[[], Mapping[tuple[int, str, str], int]]
 """() -> {(gpu index, uuid, reader name): errors since start}."""
 
 
 class ReadErrorsCollector:
-    """A prometheus_client custom collector over a backend's ``read_errors()``."""
+    """A metric source over a backend's ``read_errors()``."""
 
     def __init__(self, read_errors: ReadErrors) -> None:
         self._read_errors = read_errors
 
-    def collect(self) -> Iterable[Metric]:
-        family = CounterMetricFamily(
-            "gpumon_read_errors",
+    def families(self) -> Iterator[Family]:
+        family = Family(
+            "gpumon_read_errors_total",
+            "counter",
             "Failed reads of one group of fields (reader) of a GPU since start, e.g. NVML answering UNKNOWN; "
             "the reader's fields are left out of that poll, the GPU stays up.",
-            labels=["gpu", "uuid", "reader"],
+            ("gpu", "uuid", "reader"),
         )
         for (index, uuid, reader), count in sorted(self._read_errors().items()):
-            family.add_metric([str(index), uuid, reader], count)
+            family.add([str(index), uuid, reader], count)
         yield family

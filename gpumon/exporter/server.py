@@ -16,13 +16,11 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from prometheus_client.core import Metric
-
 from gpumon.exporter import openmetrics
 from gpumon.exporter.http_connections import HttpConnectionServer
 from gpumon.exporter.http_limits import HttpLimits
 from gpumon.exporter.http_messages import TEXT_PLAIN, Request, Response, Route, accepts_gzip, wants_openmetrics
-from gpumon.exporter.text import CONTENT_TYPE
+from gpumon.exporter.text import CONTENT_TYPE, Family
 from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 from gpumon.store import SnapshotStore
 
@@ -43,8 +41,8 @@ class MetricsServer(HttpConnectionServer):
     """Serves ``render()`` (Prometheus text 0.0.4, or OpenMetrics when asked) and the routes.
 
     ``web_config``: TLS, basic auth, extra headers and rate limit from a web-config.yml
-    (None: plain HTTP, no auth). ``collect``: the same metrics as prometheus_client
-    Metric objects, for OpenMetrics; without it only the classic text is served.
+    (None: plain HTTP, no auth). ``collect``: the same metrics as metric families
+    (gpumon.exporter.text.Family), for OpenMetrics; without it only the classic text is served.
     The listening socket is bound in the constructor (OSError when it cannot be).
     """
 
@@ -58,7 +56,7 @@ class MetricsServer(HttpConnectionServer):
         routes: Mapping[str, Route] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         web_config: WebConfigWatcher | None = None,
-        collect: Callable[[], Iterable[Metric]] | None = None,
+        collect: Callable[[], Iterable[Family]] | None = None,
         limits: HttpLimits = DEFAULT_LIMITS,
     ) -> None:
         self._render = render

@@ -1,43 +1,60 @@
-"""Fast Prometheus text-format (0.0.4) rendering of plain metric families.
+"""Metric families as plain tuples, and their fast Prometheus text-format (0.0.4) rendering.
 
-prometheus_client renders about 7 µs per sample on a small CPU; a host with many GPUs
-has tens of thousands of samples. gpumon builds its own families as plain tuples and
-renders them here with one prepared template per family, producing byte for byte what
-``prometheus_client.generate_latest`` produces for the same data (tests check this).
+Every metric source of the daemon (gpumon's own table, alerts, burn results, read errors,
+health, the DCGM names) builds ``Family`` objects; ``render`` writes them with one prepared
+template per family, byte for byte what ``prometheus_client.generate_latest`` writes for the
+same data (tests check this through ``Family.to_metric``), several times faster: prometheus_client
+renders about 7 µs per sample on a small CPU, and a host with many GPUs has tens of thousands.
+gpumon.exporter.openmetrics renders the same families as OpenMetrics.
 """
 
 from __future__ import annotations
 
-import re
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.core import Metric
-from prometheus_client.exposition import generate_latest as _generate_latest
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+KINDS = ("gauge", "counter", "untyped")
+
 
 @dataclass
 class Family:
-    """One metric family: ``samples`` hold label values in the order of ``label_names``."""
+    """One metric family: ``samples`` hold label values in the order of ``label_names``.
+
+    Names (of the family and its labels) are plain Prometheus names, ``[a-zA-Z_][a-zA-Z0-9_]*``.
+    """
 
     name: str
     """Sample name; for counters it ends in ``_total``."""
     kind: str
+    """``gauge``, ``counter`` or ``untyped`` (OpenMetrics calls it ``unknown``)."""
     help: str
     label_names: tuple[str, ...] = ()
     samples: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
     plain_labels: bool = False
     """True when no label value can hold a backslash, quote or newline (indices, UUIDs, fixed
     names): rendering then skips escaping."""
+    optional_labels: tuple[str, ...] = ()
+    """Labels left out of a sample where their value is "" (a family whose samples do not all
+    carry the same labels, such as ``peer_gpu`` on p2p bandwidth only)."""
     rendered: str | None = None
-    """This family's text, once rendered; families of slow tiers are reused across scrapes."""
+    """This family's text, once rendered; families of slow tiers are reused across scrapes.
+    A family is not changed once rendered."""
     rendered_openmetrics: str | None = None
     """The same in OpenMetrics text, once rendered (gpumon.exporter.openmetrics)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.name}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.kind == "counter" and not self.name.endswith("_total"):
+            raise ValueError(f"{self.name}: a counter's sample name ends in _total")
 
     def add(self, labels: Sequence[str], value: float) -> None:
         self.samples.append((tuple(labels), float(value)))
@@ -47,20 +64,40 @@ class Family:
         return self.name.removesuffix("_total") if self.kind == "counter" else self.name
 
     def to_metric(self) -> Metric:
-        """The same family as a prometheus_client Metric (for registries and OpenMetrics)."""
+        """The same family as a prometheus_client Metric (for registries, and as the reference
+        the tests render with prometheus_client)."""
         return FamilyMetric(self)
 
 
+class FamilySource(Protocol):
+    """A metric source: its families for one scrape (built fresh, or reused while unchanged)."""
+
+    def families(self) -> Iterable[Family]: ...
+
+
+class MetricsOf:
+    """prometheus_client's collector interface over a family source:
+    ``registry.register(MetricsOf(source))``."""
+
+    def __init__(self, source: FamilySource) -> None:
+        self._source = source
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> list[Metric]:
+        return [family.to_metric() for family in self._source.families()]
+
+
 class FamilyMetric(Metric):
-    """A Family as a prometheus_client Metric, equal to the CounterMetricFamily or
-    GaugeMetricFamily holding the same samples. Its ``samples`` are built only when read:
-    gpumon.exporter.openmetrics renders ``family`` directly without them."""
+    """A Family as a prometheus_client Metric, equal to the CounterMetricFamily, GaugeMetricFamily
+    or UnknownMetricFamily holding the same samples. Its ``samples`` are built only when read."""
 
     def __init__(self, family: Family) -> None:  # no super().__init__(): ``samples`` is built on first use
         self.family = family
         self.name = family.family_name
         self.documentation = family.help
-        self.type = family.kind
+        self.type = "unknown" if family.kind == "untyped" else family.kind
         self.unit = ""
 
     def __getattr__(self, attr: str) -> Any:
@@ -68,16 +105,28 @@ class FamilyMetric(Metric):
             raise AttributeError(attr)
         fam = self.family
         name = fam.family_name + "_total" if fam.kind == "counter" else fam.name
-        names = fam.label_names
-        samples = [Sample(name, dict(zip(names, labels, strict=True)), value) for labels, value in fam.samples]
+        names, optional = fam.label_names, fam.optional_labels
+        samples = [
+            Sample(
+                name,
+                {k: v for k, v in zip(names, labels, strict=True) if v or k not in optional},
+                value,
+            )
+            for labels, value in fam.samples
+        ]
         self.__dict__["samples"] = samples
         return samples
 
 
-def _escape_label(value: str) -> str:
+def escape_label(value: str) -> str:
     if "\\" in value or '"' in value or "\n" in value:
         return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
     return value
+
+
+def needs_escaping(values: Iterable[str]) -> bool:
+    """Whether any of ``values`` holds a backslash, quote or newline (``plain_labels`` is False then)."""
+    return any("\\" in v or '"' in v or "\n" in v for v in values)
 
 
 def _escape_help(text: str) -> str:
@@ -95,90 +144,51 @@ def _template(fam: Family) -> str:
     return name + "{{" + ",".join(f'{names[i]}="{{{i}}}"' for i in order) + "}} " + value_slot + "\n"
 
 
-def _escape_help_openmetrics(text: str) -> str:
-    return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+def _zero(value: float) -> str:
+    """0.0 and -0.0 are one key of the value-text cache, but two texts."""
+    return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
 
 
-def render_openmetrics_family(fam: Family) -> str | None:
-    """``fam`` in OpenMetrics text as prometheus_client writes it; None where this shortcut does not apply."""
-    sample_name = fam.family_name + "_total" if fam.kind == "counter" else fam.name
-    if sample_name != fam.name:
-        return None
-    out = [f"# HELP {fam.family_name} {_escape_help_openmetrics(fam.help)}\n# TYPE {fam.family_name} {fam.kind}\n"]
-    _render_samples(fam, out, {})
-    return "".join(out)
-
-
-def _render_samples(fam: Family, out: list[str], formatted: dict[float, str]) -> None:
+def render_samples(fam: Family, out: list[str], formatted: dict[float, str]) -> None:
+    """Append one line per sample of ``fam`` to ``out`` (the same in text 0.0.4 and OpenMetrics);
+    ``formatted`` caches value texts (zeros aside) across families."""
+    if fam.optional_labels:
+        _render_sparse_samples(fam, out, formatted)
+        return
     template = _template(fam).format
     for labels, value in fam.samples:
-        text = formatted.get(value)
+        text = formatted.get(value) if value else _zero(value)
         if text is None:
             text = formatted[value] = floatToGoString(value)  # type: ignore[no-untyped-call]
         if not fam.plain_labels:
-            labels = tuple(_escape_label(v) for v in labels)
+            labels = tuple(escape_label(v) for v in labels)
         out.append(template(*labels, text))
 
 
+def _render_sparse_samples(fam: Family, out: list[str], formatted: dict[float, str]) -> None:
+    names, optional = fam.label_names, fam.optional_labels
+    for labels, value in fam.samples:
+        text = formatted.get(value) if value else _zero(value)
+        if text is None:
+            text = formatted[value] = floatToGoString(value)  # type: ignore[no-untyped-call]
+        pairs = sorted((k, v) for k, v in zip(names, labels, strict=True) if v or k not in optional)
+        if pairs:
+            label_text = ",".join(f'{k}="{escape_label(v)}"' for k, v in pairs)
+            out.append(f"{fam.name}{{{label_text}}} {text}\n")
+        else:
+            out.append(f"{fam.name} {text}\n")
+
+
 def render(families: Iterable[Family]) -> str:
-    """Text exposition of ``families``, each with its HELP and TYPE lines."""
+    """Text exposition of ``families``, each with its HELP and TYPE lines. Each family's text is
+    kept on it (``rendered``): a family reused by later scrapes renders once."""
     out: list[str] = []
     formatted: dict[float, str] = {}
     for fam in families:
-        if fam.rendered is not None:
-            out.append(fam.rendered)
-            continue
-        out.append(f"# HELP {fam.name} {_escape_help(fam.help)}\n# TYPE {fam.name} {fam.kind}\n")
-        _render_samples(fam, out, formatted)
-    return "".join(out)
-
-
-_PLAIN_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
-
-
-class _One:
-    def __init__(self, metric: Metric) -> None:
-        self._metric = metric
-
-    def collect(self) -> list[Metric]:
-        return [self._metric]
-
-
-def _plain_gauge(metric: Metric) -> bool:
-    """A gauge with plain names and no timestamps: rendered here as generate_latest would."""
-    if metric.type != "gauge" or not _PLAIN_NAME.match(metric.name):
-        return False
-    name = metric.name
-    for sample in metric.samples:
-        if sample.name != name or sample.timestamp is not None or sample.exemplar is not None:
-            return False
-        if not all(_PLAIN_NAME.match(k) for k in sample.labels):
-            return False
-    return True
-
-
-def render_metrics(metrics: Iterable[Metric]) -> str:
-    """Text exposition of prometheus_client Metric objects, byte for byte as ``generate_latest``
-    (plain-named gauges here, several times faster; any other metric through prometheus_client)."""
-    out: list[str] = []
-    formatted: dict[float, str] = {}
-    for metric in metrics:
-        if isinstance(metric, FamilyMetric):
-            out.append(render([metric.family]))
-            continue
-        if not _plain_gauge(metric):
-            out.append(_generate_latest(_One(metric)).decode())
-            continue
-        name = metric.name
-        out.append(f"# HELP {name} {_escape_help(metric.documentation)}\n# TYPE {name} gauge\n")
-        for sample in metric.samples:
-            value = sample.value
-            text = formatted.get(value)
-            if text is None:
-                text = formatted[value] = floatToGoString(value)  # type: ignore[no-untyped-call]
-            if sample.labels:
-                labels = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sorted(sample.labels.items()))
-                out.append(f"{name}{{{labels}}} {text}\n")
-            else:
-                out.append(f"{name} {text}\n")
+        text = fam.rendered
+        if text is None:
+            lines = [f"# HELP {fam.name} {_escape_help(fam.help)}\n# TYPE {fam.name} {fam.kind}\n"]
+            render_samples(fam, lines, formatted)
+            text = fam.rendered = "".join(lines)
+        out.append(text)
     return "".join(out)

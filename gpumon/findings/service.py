@@ -13,12 +13,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
-
 from gpumon.alerts.burn_marker import BurnMarkerReader
 from gpumon.events.catalog import XidCatalog
 from gpumon.events.model import XidEvent
+from gpumon.exporter.text import Family
 from gpumon.findings.burn_results import burn_findings
 from gpumon.findings.config import HealthConfig
 from gpumon.findings.gpu_state import snapshot_findings
@@ -240,55 +238,57 @@ class HealthCollector:
     def __init__(self, service: HealthService) -> None:
         self._service = service
 
-    def describe(self) -> list[Metric]:
-        return []
-
-    def collect(self) -> Iterator[Metric]:
+    def families(self) -> Iterator[Family]:
         report = self._service.report()
         help_values = "0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (as gpumon health's exit code)"
-        node = GaugeMetricFamily(
+        node = Family(
             "gpumon_node_health_status",
+            "gauge",
             f"Node health verdict: {help_values}; action and reason of the worst finding.",
-            labels=["action", "reason"],
+            ("action", "reason"),
         )
-        node.add_metric([report.action, report.reason()], STATUS_VALUES[report.status])
+        node.add([report.action, report.reason()], STATUS_VALUES[report.status])
         yield node
-        gpu = GaugeMetricFamily(
+        gpu = Family(
             "gpumon_health_status",
+            "gauge",
             f"GPU health verdict: {help_values}; action and reason of its worst finding.",
-            labels=["gpu", "uuid", "action", "reason"],
+            ("gpu", "uuid", "action", "reason"),
         )
         for g in report.gpus:
-            gpu.add_metric([str(g.index), g.uuid or "", g.action, g.reason], STATUS_VALUES[g.status])
+            gpu.add([str(g.index), g.uuid or "", g.action, g.reason], STATUS_VALUES[g.status])
         yield gpu
-        findings = GaugeMetricFamily(
+        findings = Family(
             "gpumon_health_findings",
+            "gauge",
             "Health findings now, by kind and severity.",
-            labels=["kind", "severity"],
+            ("kind", "severity"),
         )
         counts: dict[tuple[str, str], int] = {}
         for f in report.findings:
             counts[(f.kind, f.severity)] = counts.get((f.kind, f.severity), 0) + 1
         for (kind, severity), n in sorted(counts.items()):
-            findings.add_metric([kind, severity], n)
+            findings.add([kind, severity], n)
         yield findings
         deviations, increases = self._service.signals()
-        deviation = GaugeMetricFamily(
+        deviation = Family(
             "gpumon_straggler_deviation_ratio",
+            "gauge",
             "A busy GPU's mean deviation from the median of its same-model peers over the straggler window, "
             "by signal (sm_clock, compute_share, power, sm_active, tensor_active); -0.12 is 12 % below.",
-            labels=["gpu", "uuid", "signal"],
+            ("gpu", "uuid", "signal"),
         )
         for d in deviations:
-            deviation.add_metric([str(d.index), d.uuid, d.signal], d.ratio)
+            deviation.add([str(d.index), d.uuid, d.signal], d.ratio)
         yield deviation
-        increase = GaugeMetricFamily(
+        increase = Family(
             "gpumon_error_trend_increase",
+            "gauge",
             "How much an error counter rose within its trend window (window_seconds label), resets "
             "counted as counters; counter is ecc_corrected, remapped_rows, retired_pages, pcie_replays, "
             "nvlink_replay, nvlink_recovery, nvlink_crc or xid (with its code).",
-            labels=["gpu", "uuid", "counter", "xid", "window_seconds"],
+            ("gpu", "uuid", "counter", "xid", "window_seconds"),
         )
         for i in increases:
-            increase.add_metric([str(i.index), i.uuid, i.counter, i.label, f"{i.window_seconds:g}"], i.increase)
+            increase.add([str(i.index), i.uuid, i.counter, i.label, f"{i.window_seconds:g}"], i.increase)
         yield increase

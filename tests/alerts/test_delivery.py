@@ -20,6 +20,7 @@ from gpumon.alerts.config import AlertingConfig, RetryConfig
 from gpumon.alerts.notification import Notification
 from gpumon.alerts.notify import Receiver
 from gpumon.alerts.service import AlertService
+from gpumon.exporter.text import MetricsOf
 from tests.alerts.helpers import (
     UUID0,
     FakeClock,
@@ -284,7 +285,7 @@ def test_https_webhook_whose_certificate_is_not_trusted_is_retried_with_the_reas
 # ---- a sender that never dies, and says when it is stuck -------------------------------------------
 def metric(service: AlertService, name: str, **labels: str) -> float | None:
     """The value of one sample of the alert collector's metrics, None when absent."""
-    for family in service.collector().collect():
+    for family in MetricsOf(service.collector()).collect():
         for sample in family.samples:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 return float(sample.value)

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gpumon.alerts.config import parse
 from gpumon.alerts.service import AlertService
 from gpumon.backends.factory import make_backend
+from gpumon.exporter.text import MetricsOf
 from gpumon.poller import Poller
 from gpumon.store import SnapshotStore
 
@@ -46,5 +47,5 @@ def test_builtin_pack_on_real_snapshots(tmp_path: Path) -> None:
     names = {a["alertname"] for a in active}
     assert not names & {"GpuLost", "GpuNvmlDown", "GpuSnapshotStale", "GpuPcieLinkDegraded"}, active
     registry = CollectorRegistry()
-    registry.register(service.collector())
+    registry.register(MetricsOf(service.collector()))
     assert "gpumon_alert_evaluation_errors_total 0.0" in generate_latest(registry).decode()

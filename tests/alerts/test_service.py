@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gpumon.alerts.config import AlertingConfig
 from gpumon.alerts.service import AlertService
 from gpumon.events.model import XidEvent
+from gpumon.exporter.text import MetricsOf
 from tests.alerts.helpers import UUID0, UUID1, FakeClock, TestReceiver, alerting, free_port, gpu, snap, wait_for
 
 FAST_RETRY = {"initial_backoff": "50ms", "max_backoff": "200ms", "timeout": "500ms"}
@@ -177,7 +178,7 @@ def test_burn_marker_holds_back_alerts_of_its_gpus(
     )
     assert states["1"]["state"] == "firing"
     registry = CollectorRegistry()
-    registry.register(service.collector())
+    registry.register(MetricsOf(service.collector()))
     text = generate_latest(registry).decode()
     assert (
         f'gpumon_alerts{{alertname="GpuHot",gpu="0",severity="warning",state="suppressed",uuid="{UUID0}"}} 1.0' in text
@@ -241,7 +242,7 @@ def test_api_alerts_route_and_metrics(tmp_path: Path, services: list[AlertServic
     assert (alert["alertname"], alert["state"], alert["gpu"], alert["uuid"]) == ("GpuHot", "firing", "0", UUID0)
     assert data["receivers"][0]["name"] == url
     registry = CollectorRegistry()
-    registry.register(service.collector())
+    registry.register(MetricsOf(service.collector()))
     wait_for(lambda: service.receivers()[0]["notifications"]["failed"] >= 1, 5, what="a failed delivery")
     text = generate_latest(registry).decode()
     assert f'gpumon_alerts{{alertname="GpuHot",gpu="0",severity="warning",state="firing",uuid="{UUID0}"}} 1.0' in text
@@ -255,7 +256,7 @@ def test_on_snapshot_never_raises(tmp_path: Path, services: list[AlertService]) 
     service.on_snapshot("not a snapshot")  # type: ignore[arg-type]
     service.on_xid("not an event")  # type: ignore[arg-type]
     registry = CollectorRegistry()
-    registry.register(service.collector())
+    registry.register(MetricsOf(service.collector()))
     assert "gpumon_alert_evaluation_errors_total 2.0" in generate_latest(registry).decode()
 
 

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpumon.alerts.service import AlertService
+from gpumon.exporter.text import MetricsOf
 from tests.alerts.helpers import FakeClock, alerting, gpu, snap, wait_for
 
 T0 = 1_800_000_000.0
@@ -33,7 +34,7 @@ def service(tmp_path: Path) -> Iterator[tuple[AlertService, FakeClock, Path]]:
 
 def spool_errors(svc: AlertService) -> float:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(svc.collector())
+    registry.register(MetricsOf(svc.collector()))
     for line in generate_latest(registry).decode().splitlines():
         if line.startswith("gpumon_alert_spool_write_errors_total "):
             return float(line.split()[1])

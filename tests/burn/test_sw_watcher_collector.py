@@ -14,8 +14,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gpumon.backends.fake import FakeBackend
 from gpumon.burn.orchestration.watcher import Watcher, summarise
-from gpumon.burn.results_collector import BurnResultsCollector
 from gpumon.burn.workloads.sw import check_gpu, check_host
+from gpumon.exporter.burn_results import BurnResultsCollector
+from gpumon.exporter.text import MetricsOf
 from gpumon.snapshot import HostSnapshot
 from gpumon.state.burn_files import StateFiles
 
@@ -156,7 +157,7 @@ def test_collector_exports_the_last_report_and_the_running_marker(tmp_path):
     files.write_last(_report())
     files.write_marker(os.getpid(), [0], ["GPU-a"], time.time())
     reg = CollectorRegistry()
-    reg.register(BurnResultsCollector(tmp_path))
+    reg.register(MetricsOf(BurnResultsCollector(tmp_path)))
     text = generate_latest(reg).decode()
     assert "gpumon_burn_last_run_timestamp_seconds 1.7e+09" in text
     assert 'gpumon_burn_passed{gpu="0",test="matmul",uuid="GPU-a"} 1.0' in text
@@ -178,7 +179,7 @@ def test_collector_exports_the_last_report_and_the_running_marker(tmp_path):
 def test_collector_rereads_when_the_file_changes_and_survives_garbage(tmp_path):
     collector = BurnResultsCollector(tmp_path)
     reg = CollectorRegistry()
-    reg.register(collector)
+    reg.register(MetricsOf(collector))
     assert "gpumon_burn_passed{" not in generate_latest(reg).decode()
     last = tmp_path / "burn" / "last.json"
     last.parent.mkdir(parents=True)

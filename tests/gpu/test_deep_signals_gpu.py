@@ -26,6 +26,7 @@ from gpumon.events.catalog import XidCatalog
 from gpumon.events.kernel_log import normalize_bus_id, read_boot_xids
 from gpumon.events.tracker import XidTracker
 from gpumon.exporter.dcgm import DcgmCompatCollector
+from gpumon.exporter.text import MetricsOf
 from gpumon.poller import Poller
 from gpumon.processes import ProcessEnricher, parse_cgroup_file
 from gpumon.snapshot import Snapshot, Tier
@@ -139,7 +140,7 @@ def test_dcgm_names_match_nvidia_smi_in_dcgm_units(backend: NvmlBackend) -> None
     store.publish(snapshot_of(backend))
     after = smi_rows()
     registry = CollectorRegistry()
-    registry.register(DcgmCompatCollector(store, "gpu-host", XidCatalog.load()))
+    registry.register(MetricsOf(DcgmCompatCollector(store, "gpu-host", XidCatalog.load())))
     families = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
     for row, row_after in zip(before, after, strict=True):
         index, total, sm, temp, power, bus = row

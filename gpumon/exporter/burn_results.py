@@ -1,4 +1,4 @@
-"""Prometheus collector for the last ``gpumon burn`` results (no torch; the daemon registers it).
+"""The last ``gpumon burn`` results as metric families (no torch; the daemon adds it to its collector).
 
 Reads ``<state_dir>/burn/last.json`` (re-read only when its mtime changes) and
 ``<state_dir>/burn/running.json`` at each scrape, and yields:
@@ -22,14 +22,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.samples import Sample
-
+from gpumon.exporter.text import Family
 from gpumon.state.burn_files import LAST_NAME, MARKER_NAME, burn_dir, pid_alive
 
 
 class BurnResultsCollector:
-    """``BurnResultsCollector(state_dir)``; register with ``registry.register(collector)``."""
+    """``BurnResultsCollector(state_dir)``: a metric source (``families()``) of the burn's files."""
 
     def __init__(self, state_dir: str | Path) -> None:
         self.dir = burn_dir(state_dir)
@@ -59,78 +57,80 @@ class BurnResultsCollector:
             return None
         return data if isinstance(data, dict) and pid_alive(data.get("pid")) else None
 
-    def describe(self) -> list[Metric]:
-        return []
-
-    def collect(self) -> Iterator[Metric]:
+    def families(self) -> Iterator[Family]:
         report = self._load_report()
         marker = self._load_marker()
-        running = GaugeMetricFamily(
-            "gpumon_burn_running", "1 while gpumon burn runs on the GPU (burn/running.json).", labels=["gpu", "uuid"]
+        running = Family(
+            "gpumon_burn_running",
+            "gauge",
+            "1 while gpumon burn runs on the GPU (burn/running.json).",
+            ("gpu", "uuid"),
         )
         seen: set[str] = set()
         if marker is not None:
             for gpu, uuid in zip(marker.get("gpus") or [], marker.get("uuids") or [], strict=False):
-                running.add_metric([str(gpu), str(uuid)], 1)
+                running.add([str(gpu), str(uuid)], 1)
                 seen.add(str(gpu))
         if report is not None:
-            yield from self._report_metrics(report, running, seen)
+            yield from self._report_families(report, running, seen)
         yield running
 
-    def _report_metrics(self, report: dict[str, Any], running: GaugeMetricFamily, seen: set[str]) -> Iterator[Metric]:
+    def _report_families(self, report: dict[str, Any], running: Family, seen: set[str]) -> Iterator[Family]:
         node = report.get("node", 0)
         gpus = [g for g in report.get("gpus") or [] if isinstance(g, dict) and g.get("node", 0) == node]
         finished = report.get("finished_at")
         if isinstance(finished, (int, float)):
-            ts = GaugeMetricFamily("gpumon_burn_last_run_timestamp_seconds", "Unix time the last gpumon burn finished.")
-            ts.add_metric([], float(finished))
+            ts = Family("gpumon_burn_last_run_timestamp_seconds", "gauge", "Unix time the last gpumon burn finished.")
+            ts.add([], float(finished))
             yield ts
         code = report.get("exit_code")
         if isinstance(code, int):
-            ec = GaugeMetricFamily(
-                "gpumon_burn_last_run_exit_code", "Exit code of the last gpumon burn: 0 pass, 1 fault, 3 could not run."
+            ec = Family(
+                "gpumon_burn_last_run_exit_code",
+                "gauge",
+                "Exit code of the last gpumon burn: 0 pass, 1 fault, 3 could not run.",
             )
-            ec.add_metric([], code)
+            ec.add([], code)
             yield ec
-        passed = GaugeMetricFamily(
+        passed = Family(
             "gpumon_burn_passed",
+            "gauge",
             "1 if the GPU passed the test in the last gpumon burn, 0 if it failed.",
-            labels=["gpu", "uuid", "test"],
+            ("gpu", "uuid", "test"),
         )
-        tflops = GaugeMetricFamily(
+        tflops = Family(
             "gpumon_burn_tflops",
+            "gauge",
             "Sustained (median) matmul throughput of the last gpumon burn, TFLOP/s.",
-            labels=["gpu", "uuid", "dtype"],
+            ("gpu", "uuid", "dtype"),
         )
-        bandwidth = GaugeMetricFamily(
+        bandwidth = Family(
             "gpumon_burn_bandwidth_bytes_per_second",
+            "gauge",
             "Bandwidth in the last gpumon burn: memory (device copy, read+write), p2p (to peer_gpu), "
             "allreduce (busbw at the largest size).",
+            ("gpu", "uuid", "test", "peer_gpu"),
+            optional_labels=("peer_gpu",),
         )
         for g in gpus:
             gpu, uuid = str(g.get("gpu")), str(g.get("uuid") or "")
             for test, ok in (g.get("tests") or {}).items():
                 if isinstance(ok, bool):
-                    passed.add_metric([gpu, uuid, str(test)], 1 if ok else 0)
+                    passed.add([gpu, uuid, str(test)], 1 if ok else 0)
             mm = g.get("matmul") or {}
             if isinstance(mm.get("tflops"), (int, float)):
-                tflops.add_metric([gpu, uuid, str(mm.get("dtype"))], float(mm["tflops"]))
+                tflops.add([gpu, uuid, str(mm.get("dtype"))], float(mm["tflops"]))
             mem = (g.get("memory") or {}).get("bandwidth_bytes_per_second")
             if isinstance(mem, (int, float)):
-                bandwidth.samples.append(
-                    Sample(bandwidth.name, {"gpu": gpu, "uuid": uuid, "test": "memory"}, float(mem))
-                )
+                bandwidth.add([gpu, uuid, "memory", ""], float(mem))
             for peer, bw in (g.get("p2p") or {}).items():
                 if isinstance(bw, (int, float)):
-                    labels = {"gpu": gpu, "uuid": uuid, "test": "p2p", "peer_gpu": str(peer)}
-                    bandwidth.samples.append(Sample(bandwidth.name, labels, float(bw)))
+                    bandwidth.add([gpu, uuid, "p2p", str(peer)], float(bw))
             ar = (g.get("allreduce") or {}).get("busbw_bytes_per_second")
             if isinstance(ar, (int, float)):
-                bandwidth.samples.append(
-                    Sample(bandwidth.name, {"gpu": gpu, "uuid": uuid, "test": "allreduce"}, float(ar))
-                )
+                bandwidth.add([gpu, uuid, "allreduce", ""], float(ar))
             if gpu not in seen:
-                running.add_metric([gpu, uuid], 0)
+                running.add([gpu, uuid], 0)
                 seen.add(gpu)
         yield passed
         yield tflops
