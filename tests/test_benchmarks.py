@@ -34,11 +34,11 @@ def test_nvml_calls_benchmark_runs_on_the_fake() -> None:
     assert "full FAST read, 2 GPU(s)" in out and "ratio gpumon / bare pynvml" in out
 
 
-def _quick(script: str) -> str:
+def _quick(script: str, *args: str) -> str:
     import subprocess
 
     bench = Path(__file__).resolve().parent.parent / "benchmarks" / script
-    done = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True, text=True, timeout=240)
+    done = subprocess.run([sys.executable, str(bench), "--quick", *args], capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -47,6 +47,11 @@ def test_scale_benchmark_scrapes_a_real_daemon_in_every_variant() -> None:
     out = _quick("bench_fake_scale.py")
     for variant in ("text ", "text+gzip", "openmetrics+gzip", "generate_latest (reference)"):
         assert variant in out
+
+
+def test_scale_benchmark_runs_with_the_dcgm_names() -> None:
+    out = _quick("bench_fake_scale.py", "--compat", "dcgm")
+    assert "--compat dcgm" in out and "openmetrics+gzip" in out
 
 
 def test_daemon_cpu_benchmark_reports_cpu_rss_and_threads() -> None:

@@ -118,7 +118,7 @@ class FamilyMetric(Metric):
         return samples
 
 
-def escape_label(value: str) -> str:
+def _escape_label(value: str) -> str:
     if "\\" in value or '"' in value or "\n" in value:
         return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
     return value
@@ -161,7 +161,7 @@ def render_samples(fam: Family, out: list[str], formatted: dict[float, str]) -> 
         if text is None:
             text = formatted[value] = floatToGoString(value)  # type: ignore[no-untyped-call]
         if not fam.plain_labels:
-            labels = tuple(escape_label(v) for v in labels)
+            labels = tuple(_escape_label(v) for v in labels)
         out.append(template(*labels, text))
 
 
@@ -173,7 +173,7 @@ def _render_sparse_samples(fam: Family, out: list[str], formatted: dict[float, s
             text = formatted[value] = floatToGoString(value)  # type: ignore[no-untyped-call]
         pairs = sorted((k, v) for k, v in zip(names, labels, strict=True) if v or k not in optional)
         if pairs:
-            label_text = ",".join(f'{k}="{escape_label(v)}"' for k, v in pairs)
+            label_text = ",".join(f'{k}="{_escape_label(v)}"' for k, v in pairs)
             out.append(f"{fam.name}{{{label_text}}} {text}\n")
         else:
             out.append(f"{fam.name} {text}\n")
