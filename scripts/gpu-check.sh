@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Everything that needs a real GPU, in one go: gpu-marked tests, benchmarks, nvidia-smi for comparison.
-#   OUT=/tmp/out scripts/gpu-check.sh [nvml] [burn-tests] [burn-bench] [daemon]   (default: all four)
+#   OUT=/tmp/out scripts/gpu-check.sh [nvml] [burn-tests] [burn-bench] [allreduce-small] [daemon]   (default: all)
 # Logs go to $OUT. Wheels for packages the GPU image lacks may be in .whl/ (installed to /tmp/site).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpumon-gpu-check}
 mkdir -p "$OUT"
-parts=${*:-nvml burn-tests burn-bench daemon}
+parts=${*:-nvml burn-tests burn-bench allreduce-small daemon}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -18,6 +18,8 @@ fi
   nvidia-smi
   nvidia-smi topo -m
   nvidia-smi nvlink --status | head -40
+  nvidia-smi --query-gpu=index,gpu_recovery_action,utilization.encoder,utilization.decoder,remapped_rows.histogram.max,remapped_rows.histogram.none --format=csv
+  command -v all_reduce_perf || echo "nccl-tests all_reduce_perf: not installed on this host"
   python3 -c 'import torch, pynvml; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count()); print("nvidia-ml-py", getattr(pynvml, "__version__", "?"))'
 } > "$OUT/host.txt" 2>&1
 has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
@@ -41,5 +43,9 @@ fi
 if has burn-bench; then
   timeout 500 python3 benchmarks/bench_burn.py --seconds 15 > "$OUT/bench-burn.log" 2>&1
   echo "bench_burn rc=$?" | tee -a "$OUT/summary.txt"
+fi
+if has allreduce-small; then
+  timeout 400 python3 benchmarks/bench_allreduce_small.py > "$OUT/bench-allreduce-small.log" 2>&1
+  echo "bench_allreduce_small rc=$?" | tee -a "$OUT/summary.txt"
 fi
 tail -n 3 "$OUT"/*.log
