@@ -527,8 +527,6 @@ def gpu_detail() -> dict[str, Any]:
         ts("NVLink links up", f"sum by (instance, gpu) (gpumon_nvlink_link_up{{{SEL}}})", "short"),
         ts("NVLink errors", f"sum by (instance, gpu, type) (increase(gpumon_nvlink_errors_total{{{SEL}}}[$__rate_interval]))",
            "short", lg("{{type}}")),
-        ts("NVLink data", f"sum by (instance, gpu, direction) (rate(gpumon_nvlink_data_bytes_total{{{SEL}}}[$__rate_interval]))",
-           "Bps", lg("{{direction}}"), description="Payload bytes over all links (nvidia-smi nvlink -gt d)."),
         table("Peer-to-peer and topology", [
             target(f"gpumon_p2p_status{{{SEL}}}", instant=True, table=True),
             target(f"gpumon_topology_info{{{SEL}}}", instant=True, table=True),

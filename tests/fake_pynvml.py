@@ -92,8 +92,6 @@ class FakeGpu:
     """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION's value; None -> the field reports NOT_SUPPORTED (older drivers)."""
     video_percent: tuple[int, int] | None = (0, 0)
     """Encoder and decoder utilization, %; None -> NOT_SUPPORTED."""
-    nvlink_data_kib: dict[int, int] = field(default_factory=lambda: {138: 1000, 139: 3000})
-    """NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/_RX per link (KiB since the driver loaded); {} = unsupported."""
     retired_pages: dict[int, list[int]] | None = None
     """None -> NOT_SUPPORTED (Hopper)."""
     persistence: int = 1
@@ -283,15 +281,6 @@ class FakeNvml:
                         nvmlReturn=0,
                         valueType=_real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
                         value=SimpleNamespace(ullVal=g.nvlink_error_fields[field_id]),
-                    )
-                )
-            elif field_id in g.nvlink_data_kib and link < len(g.nvlink_states):
-                out.append(
-                    SimpleNamespace(
-                        fieldId=field_id,
-                        nvmlReturn=0,
-                        valueType=_real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
-                        value=SimpleNamespace(ullVal=g.nvlink_data_kib[field_id]),
                     )
                 )
             elif field_id == 230 and g.recovery_action is not None:  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION

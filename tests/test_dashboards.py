@@ -165,7 +165,6 @@ SCENARIO = {
                 "fp32_active_ratio": 0.12,
                 "fp16_active_ratio": 0.6,
                 "graphics_active_ratio": 0.93,
-                "nvlink_data_bytes_total": [{"0": {"tx": 2**30 * t, "rx": 2**30 * t}} for t in range(400)],
                 "gpm_throughput_bytes_per_second": {"nvlink_tx": 3.0e10, "nvlink_rx": 2.9e10, "pcie_tx": 1e9},
                 "processes": [
                     {"pid": 4242, "used_memory_bytes": 90 * 2**30, "name": "python", "user": "alice",

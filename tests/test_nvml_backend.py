@@ -139,7 +139,6 @@ def test_slow_tier_in_base_units(fake: FakeNvml, backend: NvmlBackend) -> None:
         "pcie_throughput_bytes_per_second": {"tx": 1000 * 1024.0, "rx": 2000 * 1024.0},
         "row_remap_bank_availability": {"max": 3072, "high": 0, "partial": 0, "low": 0, "none": 0},
         "recovery_action": "none",
-        "nvlink_data_bytes_total": {str(link): {"tx": 1000 * 1024, "rx": 3000 * 1024} for link in range(2)},
         "ecc_mode_enabled": True,
         "ecc_errors_total": {
             "corrected_volatile": 1,
@@ -262,8 +261,8 @@ def test_not_supported_is_omitted_and_never_asked_again(fake: FakeNvml, backend:
     assert fake.calls["nvmlDeviceGetPowerUsage"] == 1 + 4
     assert "pcie_bytes_total" not in slow0
     # memory temperature and PCIe bytes asked once on GPU 0; memory temperature on every read of GPU 1;
-    # GPU 0's NVLink error fields, NVLink data fields and recovery action (supported) on each of its 4 slow reads
-    assert fake.calls["nvmlDeviceGetFieldValues"] == 2 + 4 + 4 + 4 + 4
+    # GPU 0's NVLink error fields and recovery action (supported) on each of its 4 slow reads
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 2 + 4 + 4 + 4
     assert fake.calls["nvmlDeviceGetNumFans"] == 2  # no fans on SXM: once per GPU
     assert fake.calls["nvmlDeviceGetRetiredPages"] == 2  # both causes, once
     assert backend.take_errors() == {}

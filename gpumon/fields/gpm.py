@@ -26,6 +26,14 @@ def _gpm_key(key: str) -> tuple[str, ...]:
     return (link, direction)
 
 
+def _nvlink_total_mb(gpu: GpuSnapshot) -> float | None:
+    """NVLink bytes/s both ways from GPM, in MB/s: what DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL shows on Hopper."""
+    gpm = gpu.gpm_throughput_bytes_per_second
+    if gpm is None or ("nvlink_tx" not in gpm and "nvlink_rx" not in gpm):
+        return None
+    return (gpm.get("nvlink_tx", 0.0) + gpm.get("nvlink_rx", 0.0)) / 1e6
+
+
 def _pcie_rate(gpm_key: str, direction: str) -> Callable[[GpuSnapshot], float | None]:
     """GPM's PCIe rate where the GPU has it, else NVML's sampled PCIe throughput; bytes/s."""
 
@@ -171,6 +179,14 @@ class GpmFields:
                 "The rate of data received over NVLink, in bytes per second.",
                 unit="bytes/s",
                 key="nvlink_rx",
+            ),
+            Dcgm(
+                "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+                "untyped",
+                "NVLink bandwidth over all links, both directions (in MB/s).",
+                unit="MB/s",
+                value=_nvlink_total_mb,
+                source="gpm_throughput_bytes_per_second[nvlink_tx + nvlink_rx] / 10⁶",
             ),
         ),
     )

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpumon.fields.spec import Dcgm, Metric, Sample, Tier, declare, declare_mapping, natural
+from gpumon.fields.spec import Dcgm, Metric, Sample, Tier, declare_mapping, natural
 
 if TYPE_CHECKING:
     from gpumon.snapshot import GpuSnapshot
@@ -88,35 +88,4 @@ class NvlinkFields:
             ),
         ),
         fake={str(link): {"replay": 0, "recovery": 0, "crc": 0} for link in range(LINKS_H200)},
-    )
-    nvlink_data_bytes_total: Mapping[str, Mapping[str, int]] | None = declare_mapping(
-        Tier.SLOW,
-        "NVLink payload bytes since the driver loaded, by link index, then direction tx|rx (nvidia-smi nvlink -gt d)",
-        nvml="one nvmlDeviceGetFieldValues call: NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX (138, 139) with"
-        " scopeId = link",
-        conversion="KiB × 1024",
-        smi="`nvlink -gt d`: Data Tx, Data Rx",
-        metric=Metric(
-            "gpumon_nvlink_data_bytes_total",
-            "counter",
-            "NVLink payload bytes moved since the driver loaded, by link and direction tx|rx (nvidia-smi nvlink -gt d).",
-            labels=("link", "direction"),
-            samples=_error_samples,
-        ),
-        fake={str(link): {"tx": 0, "rx": 0} for link in range(LINKS_H200)},
-    )
-    nvlink_data_rate_bytes_per_second: float | None = declare(
-        Tier.SLOW,
-        "NVLink payload bytes per second, both directions over all links, between the last two slow reads",
-        nvml="the NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX counters of two slow reads",
-        conversion="Δ bytes / Δ s; from the 2nd read",
-        smi="— (DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL)",
-        dcgm=Dcgm(
-            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-            "untyped",
-            "NVLink bandwidth over all links and both directions (in MB/s).",
-            unit="MB/s",
-            scale=1e-6,
-        ),
-        fake=0.0,
     )

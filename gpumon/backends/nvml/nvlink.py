@@ -1,9 +1,14 @@
-"""NVLink: link state (nvidia-smi nvlink --status), link errors (nvidia-smi nvlink -e) and data moved
-(nvidia-smi nvlink -gt d)."""
+"""NVLink: link state (nvidia-smi nvlink --status) and link errors (nvidia-smi nvlink -e).
+
+The per-link data counters (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/_RX and _RAW_*, fields 138–141,
+nvidia-smi nvlink -gt d) are not read: on H200 with driver 580.159.04, asking for them from a
+thread of a process whose other threads also call NVML corrupted the C heap (``free(): invalid
+next size``, the process aborted) in every burn and daemon run that had them, and in none
+without. NVLink throughput comes from GPM instead (gpm_throughput_bytes_per_second).
+"""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from gpumon.backends.nvml.codes import (
@@ -24,8 +29,6 @@ NVLINK_ERROR_COUNTERS = {"replay": 0, "recovery": 1, "crc": 2}
 """NVML_NVLINK_ERROR_DL_REPLAY / _RECOVERY / _CRC_FLIT for nvmlDeviceGetNvLinkErrorCounter (drivers without the
 fields). DL_CRC_DATA (3) and DL_ECC_DATA (4) are not read: on Hopper they count events the link corrects, grow by
 hundreds a minute on healthy links, and nvidia-smi nvlink -e does not show them as errors."""
-NVLINK_DATA_FIELDS = {"tx": 138, "rx": 139}
-"""NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX (scopeId = link): payload KiB since the driver loaded."""
 NVLINK_MAX_LINKS_DEFAULT = 18
 _COUNT_END_CODES = UNSUPPORTED_CODES | {NVML_ERROR_INVALID_ARGUMENT}
 
@@ -120,49 +123,7 @@ def _read_error_fields(
             # else: this link's counter is not available now (a link down): omitted
 
 
-def read_nvlink_data(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
-    """nvidia-smi nvlink -gt d per link: Data Tx / Data Rx (KiB) -> bytes, in one nvmlDeviceGetFieldValues call.
-
-    Also the rate over both directions and all links since the previous slow read (bytes/s), from
-    the second read on: what dcgm-exporter serves as DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL.
-    """
-    count = nvlink_count(ctx, g)
-    if count == 0:
-        raise Unsupported
-    nv = ctx.nv
-    keys = [(direction, link) for direction in NVLINK_DATA_FIELDS for link in range(count)]
-    ids = [
-        (
-            int(getattr(nv, f"NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{direction.upper()}", NVLINK_DATA_FIELDS[direction])),
-            link,
-        )
-        for direction, link in keys
-    ]
-    try:
-        got = opt(g, "nvlink_data.call", nv.nvmlDeviceGetFieldValues, h, ids)
-    except (TypeError, AttributeError):  # a binding without (fieldId, scopeId) pairs
-        got = None
-    if got is None:
-        raise Unsupported
-    links: dict[str, dict[str, int]] = {}
-    for (direction, link), value in zip(keys, list(got), strict=True):
-        code = int(value.nvmlReturn)
-        if code == NVML_SUCCESS:
-            links.setdefault(str(link), {})[direction] = int(field_value(value)) * 1024
-        elif code in NVML_GONE_CODES:
-            raise nvml_error(nv, code)
-    if not links:
-        raise Unsupported
-    out: dict[str, Any] = {"nvlink_data_bytes_total": links}
-    now, total = time.monotonic(), sum(n for counters in links.values() for n in counters.values())
-    last, g.memo["nvlink_data"] = g.memo.get("nvlink_data"), (now, total)
-    if last is not None and now > last[0] and total >= last[1]:
-        out["nvlink_data_rate_bytes_per_second"] = (total - last[1]) / (now - last[0])
-    return out
-
-
 READERS = (
     ReaderSpec("nvlink_state", Tier.FAST, read_nvlink_state),
     ReaderSpec("nvlink_errors", Tier.SLOW, read_nvlink_errors),
-    ReaderSpec("nvlink_data", Tier.SLOW, read_nvlink_data),
 )

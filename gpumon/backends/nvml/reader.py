@@ -56,9 +56,6 @@ class GpuState:
     process_util_timestamp: int = 0
     liveness_failures: int = 0
     """FAST reads in a row in which every liveness reader failed (kept across a re-acquired handle)."""
-    memo: dict[str, Any] = field(default_factory=dict)
-    """What a reader keeps from one read to the next (a previous counter for a rate), by a key of its own;
-    forgotten with the other caches when the handle is re-acquired."""
 
     def reset_caches(self) -> None:
         self.unsupported = set()
@@ -70,7 +67,6 @@ class GpuState:
         self.clock_events_last = (-1, {})
         self.memory_v1 = False
         self.process_util_timestamp = 0
-        self.memo = {}
 
 
 @dataclass(frozen=True, slots=True)
