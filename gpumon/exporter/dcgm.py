@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 
-# CLOCK_EVENT_BITS (NVML's nvmlClocksEventReason* values) come from the NVML backend: one table of them.
+# CLOCK_EVENT_BITS (NVML's nvmlClocksEventReason* values) come from gpumon.nvml_vocabulary: one table of them.
 
 Value = Callable[[GpuSnapshot], float | None]
 
