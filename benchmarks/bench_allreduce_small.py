@@ -20,13 +20,14 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from spawn_ranks import spawn_ranks
 
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 MIB = 1 << 20
@@ -121,15 +122,7 @@ def _bare_rank(rank: int, world: int, port: int, out: str) -> None:
 
 
 def bare_loops(world: int) -> list[dict[str, Any]]:
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as d:
-        out = str(Path(d) / "ar.json")
-        mp.spawn(_bare_rank, args=(world, port, out), nprocs=world, join=True)
-        return list(json.loads(Path(out).read_text()))
+    return spawn_ranks(_bare_rank, world)
 
 
 # ------------------------------------------------------------------ nccl-tests

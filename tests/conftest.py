@@ -5,6 +5,8 @@ import os
 import pytest
 from hypothesis import settings
 
+from gpumon.backends.nvml import NvmlBackend
+from tests.fake_pynvml import FakeNvml, h200_pair
 from tests.helpers import start_daemon
 from tests.pki import OPENSSL, Pki, make_pki
 
@@ -28,3 +30,17 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     if OPENSSL is None:
         pytest.skip("openssl command not installed (Debian package: openssl)")
     return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+def fake() -> FakeNvml:
+    """Two simulated H200s behind the fake pynvml module (tests/fake_pynvml.py)."""
+    return h200_pair()
+
+
+@pytest.fixture
+def backend(fake: FakeNvml) -> NvmlBackend:
+    """The real NVML backend over ``fake``, initialised."""
+    b = NvmlBackend(fake)
+    b.init()
+    return b

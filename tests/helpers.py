@@ -18,6 +18,9 @@ from typing import Any
 import pytest
 import requests
 
+from gpumon.exporter.dcgm import dcgm_fields
+from gpumon.snapshot import GpuSnapshot
+
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -194,3 +197,9 @@ def value(text: str, name: str, **labels: str) -> float | None:
             if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
                 return float(s.value)
     return None
+
+
+def dcgm_values(gpu: GpuSnapshot) -> dict[str, float]:
+    """Every DCGM_FI_* value ``--compat dcgm`` serves for ``gpu``, by name (left out where None)."""
+    values = {f.name: f.value(gpu) for f in dcgm_fields()}
+    return {name: v for name, v in values.items() if v is not None}

@@ -15,25 +15,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.backends.nvml import NvmlBackend
 from gpumon.exporter.collector import GpumonCollector
-from gpumon.exporter.dcgm import dcgm_fields
 from gpumon.findings.gpu_state import snapshot_findings
 from gpumon.poller import Poller, PollIntervals
 from gpumon.snapshot import GpuSnapshot, Snapshot, Tier
 from gpumon.store import SnapshotStore
-from tests.fake_pynvml import FakeNvml, h200_pair
-from tests.helpers import run_cli
-
-
-@pytest.fixture
-def fake() -> FakeNvml:
-    return h200_pair()
-
-
-@pytest.fixture
-def backend(fake: FakeNvml) -> NvmlBackend:
-    b = NvmlBackend(fake)
-    b.init()
-    return b
+from tests.fake_pynvml import FakeNvml
+from tests.helpers import dcgm_values, run_cli
 
 
 def exposition(backend: NvmlBackend) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -48,15 +35,6 @@ def exposition(backend: NvmlBackend) -> dict[str, list[tuple[dict[str, str], flo
     return out
 
 
-def dcgm(gpu: GpuSnapshot) -> dict[str, float]:
-    out = {}
-    for f in dcgm_fields():
-        value = f.value(gpu)
-        if value is not None:
-            out[f.name] = value
-    return out
-
-
 def gpu(**fields: object) -> GpuSnapshot:
     return GpuSnapshot.assemble(0, "GPU-0", fields)
 
@@ -68,7 +46,7 @@ def test_row_remapper_histogram_is_served_in_the_histograms_order(fake: FakeNvml
     gpu0 = [(labels["availability"], value) for labels, value in series if labels["gpu"] == "0"]
     assert gpu0 == [("max", 3060), ("high", 8), ("partial", 2), ("low", 1), ("none", 1)]
     snapshot = GpuSnapshot.assemble(0, "u", backend.read(0, Tier.SLOW))
-    twins = dcgm(snapshot)
+    twins = dcgm_values(snapshot)
     assert twins["DCGM_FI_DEV_BANKS_REMAP_ROWS_AVAIL_MAX"] == 3060
     assert twins["DCGM_FI_DEV_BANKS_REMAP_ROWS_AVAIL_NONE"] == 1
 
@@ -96,13 +74,13 @@ def test_banks_without_spare_rows_are_a_health_warning() -> None:
     ("code", "word", "twin"),
     [(0, "none", 0.0), (1, "gpu_reset", 1.0), (2, "node_reboot", 2.0), (4, "drain_and_reset", 4.0), (9, "action_9", 9.0)],
 )
-def test_recovery_action_is_a_word_for_gpumon_and_nvmls_code_for_dcgm(
+def test_recovery_action_is_a_word_for_gpumon_and_nvmls_code_for_dcgm_values(
     fake: FakeNvml, backend: NvmlBackend, code: int, word: str, twin: float
 ) -> None:
     fake.gpus[0].recovery_action = code
     got = backend.read(0, Tier.SLOW)
     assert got["recovery_action"] == word
-    assert dcgm(GpuSnapshot.assemble(0, "u", got))["DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"] == twin
+    assert dcgm_values(GpuSnapshot.assemble(0, "u", got))["DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"] == twin
     series = exposition(backend)["gpumon_recovery_action_info"]
     assert ({"gpu": "0", "uuid": fake.gpus[0].uuid, "action": word}, 1.0) in series
 
@@ -150,7 +128,7 @@ def test_encoder_and_decoder_utilization_are_ratios_with_percent_twins(fake: Fak
     fake.gpus[0].video_percent = (35, 80)
     got = backend.read(0, Tier.FAST)
     assert (got["encoder_utilization_ratio"], got["decoder_utilization_ratio"]) == (0.35, 0.80)
-    twins = dcgm(GpuSnapshot.assemble(0, "u", got))
+    twins = dcgm_values(GpuSnapshot.assemble(0, "u", got))
     assert (twins["DCGM_FI_DEV_ENC_UTIL"], twins["DCGM_FI_DEV_DEC_UTIL"]) == pytest.approx((35.0, 80.0))
     assert ({"gpu": "0", "uuid": fake.gpus[0].uuid}, 0.35) in exposition(backend)["gpumon_encoder_utilization_ratio"]
 
@@ -169,7 +147,7 @@ def test_graphics_engine_activity_comes_from_gpm_as_a_ratio(fake: FakeNvml, back
     backend.read(0, Tier.SLOW)  # GPM needs two samples
     got = backend.read(0, Tier.SLOW)
     assert got["graphics_active_ratio"] == pytest.approx(0.875)
-    assert dcgm(GpuSnapshot.assemble(0, "u", got))["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == pytest.approx(0.875)
+    assert dcgm_values(GpuSnapshot.assemble(0, "u", got))["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == pytest.approx(0.875)
 
 
 # ---- NVLink bandwidth ---------------------------------------------------------------------------
@@ -183,8 +161,8 @@ def test_dcgm_nvlink_bandwidth_is_gpm_nvlink_traffic_both_ways_in_mb_per_second(
     backend.read(0, Tier.SLOW)
     got = backend.read(0, Tier.SLOW)
     expected = 150_000.0 * 2**20 / 1e6
-    assert dcgm(GpuSnapshot.assemble(0, "u", got))["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == pytest.approx(expected)
-    assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL" not in dcgm(gpu())  # no GPM: left out, not 0
+    assert dcgm_values(GpuSnapshot.assemble(0, "u", got))["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == pytest.approx(expected)
+    assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL" not in dcgm_values(gpu())  # no GPM: left out, not 0
 
 
 def test_the_nvlink_throughput_field_values_are_never_asked(

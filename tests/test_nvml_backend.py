@@ -20,21 +20,9 @@ import pytest
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError
 from gpumon.backends.nvml import NvmlBackend
 from gpumon.snapshot import P2pStatus, ProcessSnapshot, Tier, fields_of_tier
-from tests.fake_pynvml import MIB, FakeGpu, FakeNvml, h200_pair
+from tests.fake_pynvml import MIB, FakeGpu, FakeNvml
 
 GPM = pynvml  # metric ids
-
-
-@pytest.fixture
-def fake() -> FakeNvml:
-    return h200_pair()
-
-
-@pytest.fixture
-def backend(fake: FakeNvml) -> NvmlBackend:
-    b = NvmlBackend(fake)
-    b.init()
-    return b
 
 
 # ---- init / shutdown --------------------------------------------------------

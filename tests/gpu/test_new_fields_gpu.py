@@ -16,11 +16,11 @@ import time
 import pytest
 
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.exporter.dcgm import dcgm_fields
 from gpumon.poller import Poller
 from gpumon.snapshot import GpuSnapshot, Tier
 from gpumon.store import SnapshotStore
 from tests.gpu.conftest import smi
+from tests.helpers import dcgm_values
 
 pytestmark = pytest.mark.gpu
 
@@ -42,15 +42,6 @@ def query(index: int, *fields: str) -> list[str]:
 
 def polled(backend: NvmlBackend) -> tuple[GpuSnapshot, ...]:
     return Poller(backend, SnapshotStore()).poll().gpus
-
-
-def dcgm_values(gpu: GpuSnapshot) -> dict[str, float]:
-    out = {}
-    for f in dcgm_fields():
-        value = f.value(gpu)
-        if value is not None:
-            out[f.name] = value
-    return out
 
 
 def test_row_remapper_histogram_matches_nvidia_smi(backend: NvmlBackend) -> None:
