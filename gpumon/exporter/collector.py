@@ -85,6 +85,8 @@ class GpumonCollector:
         self._rows = gpu_rows()
         self._row_cache: dict[str, tuple[tuple[object, ...], Family]] = {}
         self._gpu_cache: tuple[Snapshot, tuple[PollIntervals, bool], list[Family]] | None = None
+        self._fresh_families: dict[str, Family] = {}
+        """The per-GPU families of the last snapshot rendered, by name: one whose samples did not change is reused."""
         self._extra = list(extra)
         self._version = version
         self._python_version = python_version or platform.python_version()
@@ -232,14 +234,21 @@ class GpumonCollector:
 
     def _gpu_metrics(self, snapshot: Snapshot) -> list[Family]:
         """The per-GPU families of ``snapshot``, rendered once: every scrape of one snapshot
-        (concurrent ones, or several scrapers) reuses the text."""
+        (concurrent ones, or several scrapers) reuses the text, and a family whose samples are the
+        previous snapshot's (values that did not move since the last poll) keeps its text."""
         cached = self._gpu_cache
         if cached is not None and cached[0] is snapshot and cached[1] == (self._intervals, self._processes):
             return cached[2]
+        previous = self._fresh_families
         families = self._build_gpu_metrics(snapshot)
-        for family in families:
+        for i, family in enumerate(families):
             if family.rendered is None:
-                family.rendered = render([family])
+                same = previous.get(family.name)
+                if same is not None and same.samples == family.samples and same.help == family.help:
+                    families[i] = same  # fast values as the previous poll read them (an idle GPU): same text
+                else:
+                    family.rendered = render([family])
+        self._fresh_families = {f.name: f for f in families}
         self._gpu_cache = (snapshot, (self._intervals, self._processes), families)
         return families
 
