@@ -147,3 +147,30 @@ def test_polls_reuse_one_idle_thread_that_blocks_between_polls() -> None:
     while any(t.name == "gpumon-poll" for t in threading.enumerate()) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not any(t.name == "gpumon-poll" for t in threading.enumerate()), "the idle worker ends at shutdown"
+
+
+def test_a_slow_read_of_one_gpu_rebuilds_that_gpus_slow_samples_only_and_every_scrape_matches_a_fresh_render() -> None:
+    clock = [1000.0]
+    store = SnapshotStore()
+    energy = [float(i) for i in range(1, 40)]
+    backend = FakeBackend.from_mapping({"gpus": [{"values": {"energy_joules_total": energy}} for _ in range(4)]})
+    intervals = PollIntervals(fast_seconds=1.0, slow_seconds=4.0)  # slow reads spread: one GPU a poll
+    poller = Poller(
+        backend, store, intervals, monotonic=lambda: clock[0], wall_clock=lambda: clock[0], host_figures=dict
+    )
+    collector = GpumonCollector(store, intervals, monotonic=lambda: clock[0])
+    store.subscribe(collector.prepare)
+    built: list[int] = []
+    for row in collector._rows:
+        if row.name == "gpumon_energy_joules_total":
+            original = row.samples
+            object.__setattr__(row, "samples", lambda gpu, f=original: built.append(gpu.index) or f(gpu))
+    for poll in range(12):
+        del built[:]
+        poller.poll()
+        ours = samples(collector.render().decode(), "gpumon_energy_joules_total")
+        fresh = GpumonCollector(store, intervals, monotonic=lambda: clock[0])
+        assert ours == samples(fresh.render().decode(), "gpumon_energy_joules_total")
+        assert len(built) <= (4 if poll == 0 else 1), f"poll {poll}: samples built for GPUs {built}"
+        clock[0] += 1
+    assert sorted(v for _, v in ours) != [1.0] * 4, "the slow reads went on"

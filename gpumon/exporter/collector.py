@@ -26,7 +26,7 @@ from gpumon.exporter import openmetrics
 from gpumon.exporter.metrics import MetricRow, gpu_rows
 from gpumon.exporter.text import Family, FamilySource, render
 from gpumon.poller import PollIntervals
-from gpumon.snapshot import GpuSnapshot, Snapshot, Tier
+from gpumon.snapshot import GpuSnapshot, Snapshot, Tier, fields_of_tier
 from gpumon.store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,11 @@ class GpumonCollector:
         self._row_cache: dict[str, tuple[tuple[object, ...], Family]] = {}
         self._gpu_cache: tuple[Snapshot, tuple[PollIntervals, bool], list[Family]] | None = None
         self._fresh_families: dict[str, Family] = {}
+        self._slower_fields = tuple(sorted(fields_of_tier(Tier.SLOW) | fields_of_tier(Tier.STATIC)))
+        self._slower_by_gpu: dict[
+            tuple[int, str], tuple[GpuSnapshot, tuple[object, ...], dict[str, list[tuple[tuple[str, ...], float]]]]
+        ] = {}
+        """Per GPU: its last snapshot, its slow and static values then, and the samples they give by row."""
         """The per-GPU families of the last snapshot rendered, by name: one whose samples did not change is reused."""
         self._extra = list(extra)
         self._version = version
@@ -315,13 +320,50 @@ class GpumonCollector:
         cached = self._row_cache.get(row.name)
         if cached is not None and cached[0] == key:
             return cached[1]
-        family = self._row_family(row, gpus)
+        family = self._slower_row_family(row, gpus)
         if cached is not None and cached[1].samples == family.samples and cached[1].help == family.help:
             family = cached[1]  # read again, same values (error counters, topology): same text
         else:
             family.rendered = render([family])
         self._row_cache[row.name] = (key, family)
         return family
+
+    def _slower_row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot]) -> Family:
+        """``_row_family`` of a slow or static row, reusing the samples of each GPU not read since:
+        slow reads are spread over polls (a few GPUs a poll), so most GPUs' samples are as before."""
+        family = Family(
+            row.name,
+            row.kind,
+            row.help + _refreshed(row.tier, self._intervals),
+            (*GPU_LABELS, *row.labels),
+            plain_labels=row.plain_labels,
+        )
+        samples = family.samples
+        for gpu in gpus:
+            by_row = self._slower_samples(gpu)
+            rows = by_row.get(row.name)
+            if rows is None:
+                index, uuid = str(gpu.index), gpu.uuid
+                rows = by_row[row.name] = [((index, uuid, *labels), value) for labels, value in row.samples(gpu)]
+            samples.extend(rows)
+        return family
+
+    def _slower_samples(self, gpu: GpuSnapshot) -> dict[str, list[tuple[tuple[str, ...], float]]]:
+        """This GPU's slow and static samples by row name, kept while its slow and static field
+        values are the very objects they were (the poller keeps them until it reads that GPU's
+        slower tier again); compared once per snapshot of the GPU."""
+        where = (gpu.index, gpu.uuid)
+        cached = self._slower_by_gpu.get(where)
+        if cached is not None and cached[0] is gpu:
+            return cached[2]
+        values = gpu.__dict__
+        key = tuple(values[name] for name in self._slower_fields)
+        if cached is not None and all(a is b for a, b in zip(cached[1], key, strict=True)):
+            self._slower_by_gpu[where] = (gpu, key, cached[2])
+            return cached[2]
+        fresh: dict[str, list[tuple[tuple[str, ...], float]]] = {}
+        self._slower_by_gpu[where] = (gpu, key, fresh)
+        return fresh
 
     def _row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot]) -> Family:
         family = Family(

@@ -211,7 +211,11 @@ class HealthService:
         (every scrape and the alert timer ask for the report; the snapshot changes once a poll)."""
         key = (self.baseline, snapshot, self._pci_gpus(), self.config.expected_gpu_count)
         cached = self._drift_cache
-        if cached is not None and all(a is b for a, b in zip(cached[0][:3], key[:3])) and cached[0][3] == key[3]:
+        if (
+            cached is not None
+            and all(a is b for a, b in zip(cached[0][:3], key[:3], strict=True))
+            and cached[0][3] == key[3]
+        ):
             return cached[1]
         found = drift(*key)
         self._drift_cache = (key, found)
