@@ -12,7 +12,7 @@ from gpumon.alerts.engine import AlertEngine
 from gpumon.backends.fake import FakeBackend
 from gpumon.events.catalog import XidCatalog
 from gpumon.exporter.collector import GpumonCollector
-from gpumon.exporter.text import Family
+from gpumon.exporter.text import Family, render
 from gpumon.findings.service import HealthService
 from gpumon.poller import Poller, PollIntervals
 from gpumon.store import SnapshotStore
@@ -172,5 +172,9 @@ def test_a_slow_read_of_one_gpu_rebuilds_that_gpus_slow_samples_only_and_every_s
         fresh = GpumonCollector(store, intervals, monotonic=lambda: clock[0])
         assert ours == samples(fresh.render().decode(), "gpumon_energy_joules_total")
         assert len(built) <= (4 if poll == 0 else 1), f"poll {poll}: samples built for GPUs {built}"
+        for _key, family in collector._row_cache.values():  # text assembled GPU by GPU = rendered whole
+            whole = Family(family.name, family.kind, family.help, family.label_names, list(family.samples))
+            whole.plain_labels = family.plain_labels
+            assert family.rendered == render([whole])
         clock[0] += 1
     assert sorted(v for _, v in ours) != [1.0] * 4, "the slow reads went on"

@@ -24,7 +24,7 @@ from prometheus_client.core import Metric
 from gpumon import __version__
 from gpumon.exporter import openmetrics
 from gpumon.exporter.metrics import MetricRow, gpu_rows
-from gpumon.exporter.text import Family, FamilySource, render
+from gpumon.exporter.text import Family, FamilySource, render, render_samples
 from gpumon.poller import PollIntervals
 from gpumon.snapshot import GpuSnapshot, Snapshot, Tier, fields_of_tier
 from gpumon.store import SnapshotStore
@@ -88,9 +88,11 @@ class GpumonCollector:
         self._fresh_families: dict[str, Family] = {}
         self._slower_fields = tuple(sorted(fields_of_tier(Tier.SLOW) | fields_of_tier(Tier.STATIC)))
         self._slower_by_gpu: dict[
-            tuple[int, str], tuple[GpuSnapshot, tuple[object, ...], dict[str, list[tuple[tuple[str, ...], float]]]]
+            tuple[int, str],
+            tuple[GpuSnapshot, tuple[object, ...], dict[str, tuple[list[tuple[tuple[str, ...], float]], str]]],
         ] = {}
-        """Per GPU: its last snapshot, its slow and static values then, and the samples they give by row."""
+        """Per GPU: its last snapshot, its slow and static values then, and the samples and sample
+        lines they give by row."""
         """The per-GPU families of the last snapshot rendered, by name: one whose samples did not change is reused."""
         self._extra = list(extra)
         self._version = version
@@ -320,17 +322,19 @@ class GpumonCollector:
         cached = self._row_cache.get(row.name)
         if cached is not None and cached[0] == key:
             return cached[1]
-        family = self._slower_row_family(row, gpus)
+        family, texts = self._slower_row_family(row, gpus)
         if cached is not None and cached[1].samples == family.samples and cached[1].help == family.help:
             family = cached[1]  # read again, same values (error counters, topology): same text
         else:
-            family.rendered = render([family])
+            header = render([Family(family.name, family.kind, family.help, family.label_names)])
+            family.rendered = header + "".join(texts)  # what render([family]) gives, GPU by GPU
         self._row_cache[row.name] = (key, family)
         return family
 
-    def _slower_row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot]) -> Family:
-        """``_row_family`` of a slow or static row, reusing the samples of each GPU not read since:
-        slow reads are spread over polls (a few GPUs a poll), so most GPUs' samples are as before."""
+    def _slower_row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot]) -> tuple[Family, list[str]]:
+        """``_row_family`` of a slow or static row and its sample lines GPU by GPU, reusing the samples
+        and lines of each GPU not read since: slow reads are spread over polls (a few GPUs a poll),
+        so most GPUs' are as before."""
         family = Family(
             row.name,
             row.kind,
@@ -339,16 +343,22 @@ class GpumonCollector:
             plain_labels=row.plain_labels,
         )
         samples = family.samples
+        texts = []
         for gpu in gpus:
             by_row = self._slower_samples(gpu)
-            rows = by_row.get(row.name)
-            if rows is None:
+            done = by_row.get(row.name)
+            if done is None:
                 index, uuid = str(gpu.index), gpu.uuid
-                rows = by_row[row.name] = [((index, uuid, *labels), value) for labels, value in row.samples(gpu)]
-            samples.extend(rows)
-        return family
+                one = Family(family.name, family.kind, "", family.label_names, plain_labels=family.plain_labels)
+                one.samples.extend(((index, uuid, *labels), value) for labels, value in row.samples(gpu))
+                lines: list[str] = []
+                render_samples(one, lines, {})
+                done = by_row[row.name] = (one.samples, "".join(lines))
+            samples.extend(done[0])
+            texts.append(done[1])
+        return family, texts
 
-    def _slower_samples(self, gpu: GpuSnapshot) -> dict[str, list[tuple[tuple[str, ...], float]]]:
+    def _slower_samples(self, gpu: GpuSnapshot) -> dict[str, tuple[list[tuple[tuple[str, ...], float]], str]]:
         """This GPU's slow and static samples by row name, kept while its slow and static field
         values are the very objects they were (the poller keeps them until it reads that GPU's
         slower tier again); compared once per snapshot of the GPU."""
@@ -361,7 +371,7 @@ class GpumonCollector:
         if cached is not None and all(a is b for a, b in zip(cached[1], key, strict=True)):
             self._slower_by_gpu[where] = (gpu, key, cached[2])
             return cached[2]
-        fresh: dict[str, list[tuple[tuple[str, ...], float]]] = {}
+        fresh: dict[str, tuple[list[tuple[tuple[str, ...], float]], str]] = {}
         self._slower_by_gpu[where] = (gpu, key, fresh)
         return fresh
 
