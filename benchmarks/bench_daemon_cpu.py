@@ -5,6 +5,10 @@ the default intervals and is scraped once a second (plain text, keep-alive) for 
 (default 60). Printed per count: % of one core, CPU per GPU, RSS, threads. The reference
 measured in the same run is the cost of the scrapes alone: the same daemon's CPU is split into
 what the scrapes' render takes (timed in process over the same families) and the rest.
+The simulation's own cost is timed apart: ``FakeBackend.read`` of every GPU in process (fast tier
+every second, slow every 10 s, static every 300 s, as the default intervals read them); "less
+sim" is the daemon's share without it (a real host pays NVML calls there instead: 142 µs a fast
+poll of 2 H200s).
 With ``--profile`` the daemon runs under benchmarks/sampling_profiler.py (which costs about
 1 % of a core itself) and its busiest functions are printed.
 
@@ -52,6 +56,24 @@ def measure(gpus: int, seconds: float, profile_to: Path | None) -> tuple[float, 
     return share, rss, threads
 
 
+def simulation_share(gpus: int, rounds: int = 50) -> float:
+    """Share of one core the fake backend's own reads take at the default intervals (in process)."""
+    from gpumon.backends.fake import FakeBackend
+    from gpumon.snapshot import Tier
+
+    backend = FakeBackend.plausible(gpus)
+    backend.init()
+    per_tier = {}
+    for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC):
+        t0 = time.thread_time()
+        for _ in range(rounds):
+            for i in range(gpus):
+                backend.read(i, tier)
+            time.sleep(0.002)  # values move with the clock, as between polls
+        per_tier[tier] = (time.thread_time() - t0) / rounds
+    return per_tier[Tier.FAST] / 1.0 + per_tier[Tier.SLOW] / 10.0 + per_tier[Tier.STATIC] / 300.0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gpus", default="8,64,256", help="comma-separated GPU counts")
@@ -68,13 +90,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for n in counts:
             out = Path(tmp) / f"profile-{n}.txt" if args.profile else None
-            rows.append((n, *measure(n, args.seconds, out)))
+            rows.append((n, *measure(n, args.seconds, out), simulation_share(n)))
             if out is not None and out.exists():
                 profiles[n] = out.read_text()
     print(f"## gpumon run --backend fake, default intervals, one /metrics scrape a second, {args.seconds:g} s")
-    print(f"{'GPUs':>6}{'% core':>9}{'% core/GPU':>12}{'RSS MiB':>9}{'threads':>9}")
-    for n, share, rss, threads in rows:
-        print(f"{n:>6}{share * 100:>9.2f}{share * 100 / n:>12.4f}{rss / 2**20:>9.1f}{threads:>9}")
+    print(
+        f"{'GPUs':>6}{'% core':>9}{'% core/GPU':>12}{'sim %':>8}{'less sim':>10}{'/GPU':>8}{'RSS MiB':>9}{'threads':>9}"
+    )
+    for n, share, rss, threads, sim in rows:
+        less = share - sim
+        print(
+            f"{n:>6}{share * 100:>9.2f}{share * 100 / n:>12.4f}{sim * 100:>8.2f}{less * 100:>10.2f}"
+            f"{less * 100 / n:>8.4f}{rss / 2**20:>9.1f}{threads:>9}"
+        )
     base_n, base_share = rows[0][0], rows[0][1]
     for n, share, *_ in rows[1:]:
         print(f"growth {base_n} -> {n} GPUs: {share / base_share:.2f}x CPU for {n / base_n:g}x GPUs")

@@ -338,7 +338,7 @@ class AlertEngine:
             if rule.kind == "threshold":
                 out.extend(self._threshold(rule, gpu))
             elif rule.kind == "ecc_uncorrectable":
-                out.extend(self._ecc(gpu))
+                out.extend(self._ecc(rule, gpu))
             elif rule.kind == "nvlink_down":
                 out.extend(self._nvlink(rule, gpu))
             elif rule.kind == "pcie_degraded":
@@ -374,7 +374,7 @@ class AlertEngine:
             context["detail"] = f"{rule.field} = {format_value(value, rule.field)}"
         return [Observation(target, value, fire, keep, context)]
 
-    def _ecc(self, gpu: GpuSnapshot) -> list[Observation]:
+    def _ecc(self, rule: Rule, gpu: GpuSnapshot) -> list[Observation]:
         counts = gpu.ecc_errors_total
         if not gpu.up or counts is None:
             return []
@@ -390,15 +390,20 @@ class AlertEngine:
         if volatile is None and aggregate is None:
             return []
         fire = (volatile or 0) > 0 or grown > 0
+        target = gpu_target(gpu)
+        if not fire and (rule.name, target) not in self._active:
+            return []  # nothing to start, keep or resolve (the usual case, every poll)
         detail = f"{volatile or 0} uncorrectable ECC errors since the driver loaded, {grown} new in the lifetime count"
         context = {**gpu_context(gpu), "detail": detail}
-        return [Observation(gpu_target(gpu), float(max(volatile or 0, grown)), fire, fire, context)]
+        return [Observation(target, float(max(volatile or 0, grown)), fire, fire, context)]
 
     def _nvlink(self, rule: Rule, gpu: GpuSnapshot) -> list[Observation]:
         links = gpu.nvlink_up
         if not gpu.up or links is None:
             return []
         seen = self._links_seen_up.setdefault(gpu.uuid, set())
+        if all(links.values()) and seen.issuperset(links) and not any(k[0] == rule.name for k in self._active):
+            return []  # every link up and known, no alert to resolve (the usual case, every poll)
         out = []
         for link, up in sorted(links.items(), key=lambda kv: (len(kv[0]), kv[0])):
             if up and link not in seen:
@@ -421,11 +426,14 @@ class AlertEngine:
             return []
         degraded = gen < gen_max or (width is not None and width_max is not None and width < width_max)
         busy = util >= rule.min_utilization_ratio
+        target = gpu_target(gpu)
+        if not (busy and degraded) and (rule.name, target) not in self._active:
+            return []  # nothing to start, keep or resolve (the usual case, every poll)
         detail = f"Gen{gen} x{width if width is not None else '?'} of Gen{gen_max} x{width_max if width_max else '?'}"
         context = {**gpu_context(gpu), "detail": detail}
         # Idle GPUs lower their link speed on purpose: judge only under load. Once firing, an idle
         # spell neither clears nor confirms the alert; only a busy GPU at full speed clears it.
-        return [Observation(gpu_target(gpu), float(gen), busy and degraded, degraded or not busy, context)]
+        return [Observation(target, float(gen), busy and degraded, degraded or not busy, context)]
 
     def _idle(self, rule: Rule, gpu: GpuSnapshot) -> list[Observation]:
         util = gpu.utilization_ratio
@@ -434,5 +442,8 @@ class AlertEngine:
         held = sum(p.used_memory_bytes or 0 for p in gpu.processes)
         holding = bool(gpu.processes) and (held > 0 or gpu.memory_used_bytes is None or gpu.memory_used_bytes > 0)
         fire = util < rule.threshold and holding
+        target = gpu_target(gpu)
+        if not fire and (rule.name, target) not in self._active:
+            return []  # nothing to start, keep or resolve (the usual case, every poll)
         detail = f"{len(gpu.processes)} process(es) hold {held / GIB:.1f} GiB"
-        return [Observation(gpu_target(gpu), util, fire, fire, {**gpu_context(gpu), "detail": detail})]
+        return [Observation(target, util, fire, fire, {**gpu_context(gpu), "detail": detail})]

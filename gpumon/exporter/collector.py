@@ -24,9 +24,9 @@ from prometheus_client.core import Metric
 from gpumon import __version__
 from gpumon.exporter import openmetrics
 from gpumon.exporter.metrics import MetricRow, gpu_rows
-from gpumon.exporter.text import Family, FamilySource, render
+from gpumon.exporter.text import Family, FamilySource, render, render_samples
 from gpumon.poller import PollIntervals
-from gpumon.snapshot import GpuSnapshot, Snapshot, Tier
+from gpumon.snapshot import GpuSnapshot, Snapshot, Tier, fields_of_tier
 from gpumon.store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -85,6 +85,15 @@ class GpumonCollector:
         self._rows = gpu_rows()
         self._row_cache: dict[str, tuple[tuple[object, ...], Family]] = {}
         self._gpu_cache: tuple[Snapshot, tuple[PollIntervals, bool], list[Family]] | None = None
+        self._fresh_families: dict[str, Family] = {}
+        self._slower_fields = tuple(sorted(fields_of_tier(Tier.SLOW) | fields_of_tier(Tier.STATIC)))
+        self._slower_by_gpu: dict[
+            tuple[int, str],
+            tuple[GpuSnapshot, tuple[object, ...], dict[str, tuple[list[tuple[tuple[str, ...], float]], str]]],
+        ] = {}
+        """Per GPU: its last snapshot, its slow and static values then, and the samples and sample
+        lines they give by row."""
+        """The per-GPU families of the last snapshot rendered, by name: one whose samples did not change is reused."""
         self._extra = list(extra)
         self._version = version
         self._python_version = python_version or platform.python_version()
@@ -232,14 +241,21 @@ class GpumonCollector:
 
     def _gpu_metrics(self, snapshot: Snapshot) -> list[Family]:
         """The per-GPU families of ``snapshot``, rendered once: every scrape of one snapshot
-        (concurrent ones, or several scrapers) reuses the text."""
+        (concurrent ones, or several scrapers) reuses the text, and a family whose samples are the
+        previous snapshot's (values that did not move since the last poll) keeps its text."""
         cached = self._gpu_cache
         if cached is not None and cached[0] is snapshot and cached[1] == (self._intervals, self._processes):
             return cached[2]
+        previous = self._fresh_families
         families = self._build_gpu_metrics(snapshot)
-        for family in families:
+        for i, family in enumerate(families):
             if family.rendered is None:
-                family.rendered = render([family])
+                same = previous.get(family.name)
+                if same is not None and same.samples == family.samples and same.help == family.help:
+                    families[i] = same  # fast values as the previous poll read them (an idle GPU): same text
+                else:
+                    family.rendered = render([family])
+        self._fresh_families = {f.name: f for f in families}
         self._gpu_cache = (snapshot, (self._intervals, self._processes), families)
         return families
 
@@ -306,13 +322,58 @@ class GpumonCollector:
         cached = self._row_cache.get(row.name)
         if cached is not None and cached[0] == key:
             return cached[1]
-        family = self._row_family(row, gpus)
+        family, texts = self._slower_row_family(row, gpus)
         if cached is not None and cached[1].samples == family.samples and cached[1].help == family.help:
             family = cached[1]  # read again, same values (error counters, topology): same text
         else:
-            family.rendered = render([family])
+            header = render([Family(family.name, family.kind, family.help, family.label_names)])
+            family.rendered = header + "".join(texts)  # what render([family]) gives, GPU by GPU
         self._row_cache[row.name] = (key, family)
         return family
+
+    def _slower_row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot]) -> tuple[Family, list[str]]:
+        """``_row_family`` of a slow or static row and its sample lines GPU by GPU, reusing the samples
+        and lines of each GPU not read since: slow reads are spread over polls (a few GPUs a poll),
+        so most GPUs' are as before."""
+        family = Family(
+            row.name,
+            row.kind,
+            row.help + _refreshed(row.tier, self._intervals),
+            (*GPU_LABELS, *row.labels),
+            plain_labels=row.plain_labels,
+        )
+        samples = family.samples
+        texts = []
+        for gpu in gpus:
+            by_row = self._slower_samples(gpu)
+            done = by_row.get(row.name)
+            if done is None:
+                index, uuid = str(gpu.index), gpu.uuid
+                one = Family(family.name, family.kind, "", family.label_names, plain_labels=family.plain_labels)
+                one.samples.extend(((index, uuid, *labels), value) for labels, value in row.samples(gpu))
+                lines: list[str] = []
+                render_samples(one, lines, {})
+                done = by_row[row.name] = (one.samples, "".join(lines))
+            samples.extend(done[0])
+            texts.append(done[1])
+        return family, texts
+
+    def _slower_samples(self, gpu: GpuSnapshot) -> dict[str, tuple[list[tuple[tuple[str, ...], float]], str]]:
+        """This GPU's slow and static samples by row name, kept while its slow and static field
+        values are the very objects they were (the poller keeps them until it reads that GPU's
+        slower tier again); compared once per snapshot of the GPU."""
+        where = (gpu.index, gpu.uuid)
+        cached = self._slower_by_gpu.get(where)
+        if cached is not None and cached[0] is gpu:
+            return cached[2]
+        values = gpu.__dict__
+        key = tuple(values[name] for name in self._slower_fields)
+        if cached is not None and all(a is b for a, b in zip(cached[1], key, strict=True)):
+            self._slower_by_gpu[where] = (gpu, key, cached[2])
+            return cached[2]
+        fresh: dict[str, tuple[list[tuple[tuple[str, ...], float]], str]] = {}
+        self._slower_by_gpu[where] = (gpu, key, fresh)
+        return fresh
 
     def _row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot]) -> Family:
         family = Family(

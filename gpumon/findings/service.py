@@ -90,6 +90,8 @@ class HealthService:
         self._sysfs = self.config.sysfs_root or (None if simulated else Path("/sys"))
         self._monotonic = monotonic
         self._pci_cache: tuple[float, list[str]] | None = None
+        self._drift_cache: tuple[tuple[Inventory | None, Snapshot, list[str] | None, int | None], list[Finding]] | None
+        self._drift_cache = None
         self._clock = clock
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
@@ -171,12 +173,7 @@ class HealthService:
                 findings += self.stragglers.findings(now)
             findings += self.trends.findings(now)
             if snapshot is not None:
-                findings += drift(
-                    self.baseline,
-                    snapshot,
-                    self._pci_gpus(),
-                    self.config.expected_gpu_count,
-                )
+                findings += self._drift(snapshot)
             self._save()
         gpus = [(g.index, g.uuid) for g in snapshot.gpus] if snapshot is not None else []
         return verdict(findings, gpus, now, source)
@@ -208,6 +205,21 @@ class HealthService:
         except OSError as exc:
             log.error("cannot write the inventory baseline: %s", exc)
         self._baseline_mtime = self._inventory_mtime()
+
+    def _drift(self, snapshot: Snapshot) -> list[Finding]:
+        """drift() of the baseline and ``snapshot``, worked out once per baseline, snapshot and PCI scan
+        (every scrape and the alert timer ask for the report; the snapshot changes once a poll)."""
+        key = (self.baseline, snapshot, self._pci_gpus(), self.config.expected_gpu_count)
+        cached = self._drift_cache
+        if (
+            cached is not None
+            and all(a is b for a, b in zip(cached[0][:3], key[:3], strict=True))
+            and cached[0][3] == key[3]
+        ):
+            return cached[1]
+        found = drift(*key)
+        self._drift_cache = (key, found)
+        return found
 
     def _pci_gpus(self) -> list[str] | None:
         """NVIDIA GPUs on the PCI bus, re-read from sysfs at most every PCI_RESCAN_SECONDS (scrapes are frequent)."""

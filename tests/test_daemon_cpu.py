@@ -1,0 +1,180 @@
+"""Work the daemon skips to stay cheap (issue 15), and the signals it must keep while skipping it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import gpumon.findings.service as health_service
+from gpumon.alerts.engine import AlertEngine
+from gpumon.backends.fake import FakeBackend
+from gpumon.events.catalog import XidCatalog
+from gpumon.exporter.collector import GpumonCollector
+from gpumon.exporter.text import Family, render
+from gpumon.findings.service import HealthService
+from gpumon.poller import Poller, PollIntervals
+from gpumon.store import SnapshotStore
+from tests.alerts.helpers import alerting, gpu, snap
+from tests.test_exporter import samples
+
+T0 = 1_800_000_000.0
+
+
+def _family(collector: GpumonCollector, name: str) -> Family:
+    [family] = [f for f in collector.own_families() if f.name == name]
+    return family
+
+
+def test_a_fast_family_whose_samples_did_not_change_keeps_its_text_and_a_changed_one_is_rendered() -> None:
+    clock = [1000.0]
+    store = SnapshotStore()
+    backend = FakeBackend.from_mapping({"gpus": [{"values": {"temperature_celsius": [40.0, 40.0, 41.0]}}]})
+    poller = Poller(backend, store, monotonic=lambda: clock[0], wall_clock=lambda: clock[0], host_figures=dict)
+    collector = GpumonCollector(store, PollIntervals(), monotonic=lambda: clock[0])
+    seen, families = [], []
+    for _ in range(3):
+        poller.poll()
+        families.append(_family(collector, "gpumon_temperature_celsius"))
+        seen.append(samples(collector.render().decode(), "gpumon_temperature_celsius")[0][1])
+        clock[0] += 1
+    assert seen == [40.0, 40.0, 41.0]
+    assert families[1] is families[0], "same values as the previous poll: the rendered family is reused"
+    assert families[2] is not families[1]
+    collector.set_options(PollIntervals(fast_seconds=2.0), processes=False)
+    poller.poll()  # same value (41, the script's last), new HELP text
+    text = collector.render().decode()
+    assert "Refreshed every 2s." in text.split("# HELP gpumon_temperature_celsius ", 1)[1].split("\n", 1)[0]
+
+
+def test_health_drift_is_worked_out_once_per_snapshot_not_once_per_scrape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+    real = health_service.drift
+
+    def counting(*args: Any) -> Any:
+        calls.append(args[1])
+        return real(*args)
+
+    monkeypatch.setattr(health_service, "drift", counting)
+    service = HealthService(tmp_path, XidCatalog.load(), clock=lambda: T0)
+    first = snap(T0, gpu(pcie_link_width=8, pcie_link_width_max=16))
+    service.on_snapshot(first)
+    reports = [service.report() for _ in range(3)]
+    assert calls == [first]
+    assert all(any(f.kind == "pcie_degraded" for f in r.findings) for r in reports)
+    second = snap(T0 + 1, gpu(pcie_link_width=16, pcie_link_width_max=16))
+    service.on_snapshot(second)
+    assert not any(f.kind == "pcie_degraded" for f in service.report().findings)
+    assert calls == [first, second]
+
+
+def _engine(rule: dict[str, Any]) -> AlertEngine:
+    config = alerting({"builtin_rules": False, "rules": [rule]})
+    return AlertEngine(config.all_rules(), host="node1", started_at=T0)
+
+
+HEALTHY = {
+    "ecc_errors_total": {"uncorrected_volatile": 0, "uncorrected_aggregate": 3},
+    "pcie_link_generation": 5,
+    "pcie_link_generation_max": 5,
+    "pcie_link_width": 16,
+    "pcie_link_width_max": 16,
+    "utilization_ratio": 0.9,
+    "processes": (),
+    "nvlink_up": {"0": True, "1": True},
+}
+
+
+@pytest.mark.parametrize(
+    ("rule", "broken"),
+    [
+        ({"name": "Ecc", "kind": "ecc_uncorrectable"}, {"ecc_errors_total": {"uncorrected_volatile": 1}}),
+        ({"name": "Pcie", "kind": "pcie_degraded", "min_utilization": 0.5}, {"pcie_link_width": 8}),
+        ({"name": "Link", "kind": "nvlink_down"}, {"nvlink_up": {"0": True, "1": False}}),
+    ],
+)
+def test_healthy_gpus_give_no_observations_yet_rules_still_fire_and_resolve(
+    rule: dict[str, Any], broken: dict[str, Any]
+) -> None:
+    e = _engine(rule)
+    healthy = snap(T0, gpu(**HEALTHY))
+    assert e.evaluate(healthy, T0) == []
+    [compiled] = [r for r in e.rules if r.name == rule["name"]]
+    assert e._observe(compiled, snap(T0 + 1, gpu(**HEALTHY)), T0 + 1) == []  # nothing built per poll
+    [change] = e.evaluate(snap(T0 + 2, gpu(**{**HEALTHY, **broken})), T0 + 2)
+    assert (change.previous, change.alert.state) == ("inactive", "firing")
+    assert e._observe(compiled, snap(T0 + 3, gpu(**HEALTHY)), T0 + 3) != [], "an alert to resolve is observed"
+    [change] = e.evaluate(snap(T0 + 3, gpu(**HEALTHY)), T0 + 3)
+    assert (change.previous, change.alert.state) == ("firing", "resolved")
+
+
+def test_idle_with_memory_fires_and_resolves_and_builds_nothing_for_a_busy_gpu() -> None:
+    from gpumon.snapshot import ProcessSnapshot
+
+    e = _engine({"name": "Idle", "kind": "idle_with_memory", "threshold": 0.3})
+    [compiled] = e.rules
+    held = (ProcessSnapshot(pid=7, used_memory_bytes=1 << 30),)
+    busy = gpu(utilization_ratio=0.9, processes=held)
+    assert e._observe(compiled, snap(T0, busy), T0) == []
+    [change] = e.evaluate(snap(T0, gpu(utilization_ratio=0.0, processes=held)), T0)
+    assert (change.previous, change.alert.state) == ("inactive", "firing")
+    [change] = e.evaluate(snap(T0 + 1, busy), T0 + 1)
+    assert (change.previous, change.alert.state) == ("firing", "resolved")
+
+
+def test_polls_reuse_one_idle_thread_that_blocks_between_polls() -> None:
+    import threading
+    import time
+
+    from gpumon.scheduling import PollJob
+
+    idents: list[int] = []
+    job = PollJob(lambda: idents.append(threading.get_ident()), 0.05)
+    job.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(idents) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(idents) >= 6
+        assert len(set(idents[1:])) == 1, "one worker thread runs every poll"
+        assert job._executor.idle_workers <= 1
+    finally:
+        job.shutdown()
+    deadline = time.monotonic() + 5
+    while any(t.name == "gpumon-poll" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(t.name == "gpumon-poll" for t in threading.enumerate()), "the idle worker ends at shutdown"
+
+
+def test_a_slow_read_of_one_gpu_rebuilds_that_gpus_slow_samples_only_and_every_scrape_matches_a_fresh_render() -> None:
+    clock = [1000.0]
+    store = SnapshotStore()
+    energy = [float(i) for i in range(1, 40)]
+    backend = FakeBackend.from_mapping({"gpus": [{"values": {"energy_joules_total": energy}} for _ in range(4)]})
+    intervals = PollIntervals(fast_seconds=1.0, slow_seconds=4.0)  # slow reads spread: one GPU a poll
+    poller = Poller(
+        backend, store, intervals, monotonic=lambda: clock[0], wall_clock=lambda: clock[0], host_figures=dict
+    )
+    collector = GpumonCollector(store, intervals, monotonic=lambda: clock[0])
+    store.subscribe(collector.prepare)
+    built: list[int] = []
+    for row in collector._rows:
+        if row.name == "gpumon_energy_joules_total":
+            original = row.samples
+            object.__setattr__(row, "samples", lambda gpu, f=original: built.append(gpu.index) or f(gpu))
+    for poll in range(12):
+        del built[:]
+        poller.poll()
+        ours = samples(collector.render().decode(), "gpumon_energy_joules_total")
+        fresh = GpumonCollector(store, intervals, monotonic=lambda: clock[0])
+        assert ours == samples(fresh.render().decode(), "gpumon_energy_joules_total")
+        assert len(built) <= (4 if poll == 0 else 1), f"poll {poll}: samples built for GPUs {built}"
+        for _key, family in collector._row_cache.values():  # text assembled GPU by GPU = rendered whole
+            whole = Family(family.name, family.kind, family.help, family.label_names, list(family.samples))
+            whole.plain_labels = family.plain_labels
+            assert family.rendered == render([whole])
+        clock[0] += 1
+    assert sorted(v for _, v in ours) != [1.0] * 4, "the slow reads went on"
