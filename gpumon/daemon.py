@@ -162,7 +162,7 @@ class Daemon:
             alerting.host or hostname(),
             clock=wall_clock,
             xid_action=lambda code: self.catalog.lookup(code).action,
-            findings=lambda: self.health.report().findings,  # the finding rules (tick thread, every 5 s)
+            findings=lambda: self.health.current_report().findings,  # the finding rules (tick thread, every 5 s)
         )
         self.store.subscribe(self.alerts.on_snapshot)
         self.tracker.subscribe(self.alerts.on_xid)
