@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -206,3 +207,24 @@ def test_a_reload_that_cannot_be_applied_changes_nothing(tmp_path: Path, change:
         assert "gpumon_config_last_reload_successful 0.0" in text
     finally:
         daemon.stop()
+
+
+def test_the_garbage_collector_is_frozen_once_after_the_first_poll(tmp_path: Path) -> None:
+    """run_forever freezes the start-up objects once the first snapshot is in the store, and only once."""
+    config = Config(listen="127.0.0.1:0", backend="fake", state_dir=tmp_path, kernel_log=False)
+    frozen: list[bool] = []
+    daemon = Daemon(
+        config,
+        FakeBackend.from_mapping({"count": 1}),
+        freeze_gc=lambda: frozen.append(daemon.store.latest() is not None),
+    )
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    stopper = threading.Timer(2.5, daemon.request_stop)  # a few turns of the main loop after the first poll
+    stopper.start()
+    try:
+        assert daemon.run_forever() == 0
+    finally:
+        stopper.cancel()
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    assert frozen == [True]

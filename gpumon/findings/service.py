@@ -8,6 +8,7 @@ poll. Files (``STATE_DIR/health/``, atomic writes): ``inventory.json`` (the base
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -26,11 +27,14 @@ from gpumon.findings.stragglers import Deviation, StragglerDetector
 from gpumon.findings.trends import Increase, TrendTracker
 from gpumon.findings.xid_lifecycle import Clear, XidLifecycle, XidPolicy
 from gpumon.snapshot import Snapshot
+from gpumon.state.burn_files import LAST_NAME, burn_dir
 from gpumon.state.files import health_dir, read_json, write_json
 
 log = logging.getLogger(__name__)
 
 PCI_RESCAN_SECONDS = 30.0
+REPORT_REUSE_SECONDS = 1.0
+"""How long the scrape may reuse an unchanged health report (the default poll interval)."""
 STATUS_VALUES = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
 """Nagios' numbers, used for exit codes and the ``gpumon_health_status`` series."""
 
@@ -111,6 +115,9 @@ class HealthService:
         self._burn = BurnMarkerReader(self.state_dir)
         self._boot_id = read_boot_id(self.config.boot_id_path)
         """Read once: it changes only at a reboot, which also restarts this process."""
+        self._generation = 0
+        """Bumped by every input (snapshot, XID, accepted inventory): a cached report is then stale."""
+        self._report_cache: tuple[tuple[object, ...], float, HealthReport] | None = None
 
     @staticmethod
     def _xid_name(catalog: XidCatalog, code: str) -> str:
@@ -126,6 +133,7 @@ class HealthService:
     # ---- inputs ------------------------------------------------------------
     def on_xid(self, event: XidEvent) -> None:
         with self._lock:
+            self._generation += 1
             self.lifecycle.record(event)
             self._save()
 
@@ -138,6 +146,7 @@ class HealthService:
 
     def _on_snapshot(self, snapshot: Snapshot) -> None:
         with self._lock:
+            self._generation += 1
             self._snapshot = snapshot
             self.stragglers.observe(snapshot, burning=self._burn.read() is not None)
             self.trends.observe(snapshot)
@@ -153,6 +162,7 @@ class HealthService:
         with self._lock:
             if self._snapshot is None or not self._snapshot.nvml_up:
                 return None
+            self._generation += 1
             self.baseline = inventory_of(self._snapshot, self._clock(), source="accepted")
             self._write_baseline()
             return self.baseline
@@ -177,6 +187,41 @@ class HealthService:
             self._save()
         gpus = [(g.index, g.uuid) for g in snapshot.gpus] if snapshot is not None else []
         return verdict(findings, gpus, now, source)
+
+    def current_report(self) -> HealthReport:
+        """report(), reused while nothing it reads changed: the same snapshot, no XID or accepted
+        inventory since, the same clears, baseline and burn files, the same burn marker, and less
+        than REPORT_REUSE_SECONDS old (so what only time changes, such as an XID leaving its
+        window, is late by at most that). Scrapes ask for it every few seconds, the poll's
+        snapshot changes once an interval."""
+        key = self._report_key()
+        now = self._monotonic()
+        cached = self._report_cache
+        if (
+            cached is not None
+            and now - cached[1] < REPORT_REUSE_SECONDS
+            and len(cached[0]) == len(key)
+            and all(a is b or a == b for a, b in zip(cached[0], key, strict=True))
+        ):
+            return cached[2]
+        report = self.report()
+        self._report_cache = (key, now, report)  # the key read before: an input arriving meanwhile is not lost
+        return report
+
+    def _report_key(self) -> tuple[object, ...]:
+        """What report() reads besides the clock: compared by identity (the snapshot, the burn
+        marker) or by value (the generation, the files' stat keys)."""
+        with self._lock:
+            snapshot, generation = self._snapshot, self._generation
+        hdir = health_dir(self.state_dir)
+        return (
+            snapshot,
+            generation,
+            _stat_key(hdir / "clears.json"),
+            _stat_key(hdir / "inventory.json"),
+            _stat_key(burn_dir(self.state_dir) / LAST_NAME),
+            self._burn.read(),
+        )
 
     def signals(self) -> tuple[list[Deviation], list[Increase]]:
         """The stragglers' deviations and the error counters' increases now (for the exported series)."""
@@ -244,14 +289,31 @@ class HealthService:
             self._baseline_mtime = mtime
 
 
+def _stat_key(path: Path) -> tuple[int, int, int] | None:
+    """(inode, mtime in ns, size) of ``path``, None when absent: changes when the file is rewritten."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 class HealthCollector:
     """``gpumon_health_status`` per GPU and ``gpumon_node_health_status``, with action and reason labels."""
 
     def __init__(self, service: HealthService) -> None:
         self._service = service
+        self._built: tuple[HealthReport, list[Family]] | None = None
 
     def families(self) -> Iterator[Family]:
-        report = self._service.report()
+        report = self._service.current_report()
+        if self._built is None or self._built[0] is not report:
+            self._built = (report, list(self._report_families(report)))
+        yield from self._built[1]
+        yield from self._signal_families()
+
+    @staticmethod
+    def _report_families(report: HealthReport) -> Iterator[Family]:
         help_values = "0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (as gpumon health's exit code)"
         node = Family(
             "gpumon_node_health_status",
@@ -282,6 +344,8 @@ class HealthCollector:
         for (kind, severity), n in sorted(counts.items()):
             findings.add([kind, severity], n)
         yield findings
+
+    def _signal_families(self) -> Iterator[Family]:
         deviations, increases = self._service.signals()
         deviation = Family(
             "gpumon_straggler_deviation_ratio",

@@ -1,0 +1,86 @@
+"""The health collector builds its report once per change of what the report reads, not per scrape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpumon.events.catalog import XidCatalog
+from gpumon.events.model import XidEvent
+from gpumon.exporter.text import Family
+from gpumon.findings.config import HealthConfig
+from gpumon.findings.service import REPORT_REUSE_SECONDS, HealthService, add_clear
+from gpumon.findings.xid_lifecycle import Clear
+from gpumon.snapshot import GpuSnapshot, HostSnapshot, Snapshot
+
+T0 = 1_700_000_000.0
+
+
+def snap() -> Snapshot:
+    gpu = GpuSnapshot(index=0, uuid="GPU-0", up=True, energy_joules_total=1000.0)
+    return Snapshot(
+        timestamp_seconds=T0,
+        monotonic_seconds=0.0,
+        nvml_up=True,
+        host=HostSnapshot(driver_version="580.1"),
+        gpus=(gpu,),
+    )
+
+
+class Service:
+    """A HealthService with a settable monotonic clock, counting its report() calls."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.mono = 100.0
+        config = HealthConfig(boot_id_path=tmp_path / "boot_id", sysfs_root=tmp_path / "nosys")
+        self.health = HealthService(
+            tmp_path, XidCatalog.load(), config, clock=lambda: T0 + 10, monotonic=lambda: self.mono
+        )
+        self.reports = 0
+        real = self.health.report
+
+        def counted(*args: object, **kwargs: object) -> object:
+            self.reports += 1
+            return real(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(self.health, "report", counted)
+        self.collector = self.health.collector()
+
+    def node_status(self) -> tuple[str, float]:
+        family = next(f for f in self.collector.families() if f.name == "gpumon_node_health_status")
+        (labels, value), *_ = samples(family)
+        return labels[0], value
+
+
+def samples(family: Family) -> list[tuple[list[str], float]]:
+    return [(list(s[0]), float(s[1])) for s in family.samples]
+
+
+def test_two_scrapes_of_the_same_snapshot_build_the_report_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = Service(tmp_path, monkeypatch)
+    s.health.on_snapshot(snap())
+    first = list(s.collector.families())
+    second = list(s.collector.families())
+    assert s.reports == 1
+    assert [f.name for f in first] == [f.name for f in second]
+    assert first[:3] == second[:3]  # the report's families are reused as they are
+    s.health.on_snapshot(snap())  # a new snapshot: built again
+    list(s.collector.families())
+    assert s.reports == 2
+    s.mono += REPORT_REUSE_SECONDS  # what only time changes is late by at most this
+    list(s.collector.families())
+    assert s.reports == 3
+
+
+def test_an_xid_and_a_clear_show_at_the_next_scrape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Service(tmp_path, monkeypatch)
+    s.health.on_snapshot(snap())
+    assert s.node_status() == ("none", 0.0)
+    s.health.on_xid(XidEvent(xid=48, timestamp_seconds=T0, source="nvml", gpu_index=0, uuid="GPU-0"))
+    assert s.node_status() == ("reset_gpu", 2.0)  # same snapshot, same monotonic second
+    add_clear(tmp_path, Clear(gpu=0, reason="reset by hand", at_seconds=T0 + 5))
+    assert s.node_status() == ("none", 0.0)
+    assert s.reports == 3
