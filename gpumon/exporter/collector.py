@@ -335,13 +335,7 @@ class GpumonCollector:
         """``_row_family`` of a slow or static row and its sample lines GPU by GPU, reusing the samples
         and lines of each GPU not read since: slow reads are spread over polls (a few GPUs a poll),
         so most GPUs' are as before."""
-        family = Family(
-            row.name,
-            row.kind,
-            row.help + _refreshed(row.tier, self._intervals),
-            (*GPU_LABELS, *row.labels),
-            plain_labels=row.plain_labels,
-        )
+        family = self._empty_row_family(row)
         samples = family.samples
         texts = []
         for gpu in gpus:
@@ -375,14 +369,18 @@ class GpumonCollector:
         self._slower_by_gpu[where] = (gpu, key, fresh)
         return fresh
 
-    def _row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot]) -> Family:
-        family = Family(
+    def _empty_row_family(self, row: MetricRow) -> Family:
+        """The family of a metric row, its HELP saying how often it refreshes, with no sample yet."""
+        return Family(
             row.name,
             row.kind,
             row.help + _refreshed(row.tier, self._intervals),
             (*GPU_LABELS, *row.labels),
             plain_labels=row.plain_labels,
         )
+
+    def _row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot]) -> Family:
+        family = self._empty_row_family(row)
         samples = family.samples
         for gpu in gpus:
             index, uuid = str(gpu.index), gpu.uuid
