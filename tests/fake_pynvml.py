@@ -89,6 +89,8 @@ class FakeGpu:
     remap_histogram: tuple[int, int, int, int, int] | None = (3072, 0, 0, 0, 0)
     """Banks at max, high, partial, low, none spare-row availability; None -> NOT_SUPPORTED."""
     recovery_action: int | None = 0
+    field_errors: dict[int, int] = field(default_factory=dict)
+    """Field id -> the nvmlReturn its field value answers with instead of its value (e.g. UNKNOWN)."""
     """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION's value; None -> the field reports NOT_SUPPORTED (older drivers)."""
     video_percent: tuple[int, int] | None = (0, 0)
     """Encoder and decoder utilization, %; None -> NOT_SUPPORTED."""
@@ -274,7 +276,9 @@ class FakeNvml:
         out = []
         for requested in field_ids:
             field_id, link = requested if isinstance(requested, tuple) else (requested, 0)
-            if field_id in g.nvlink_error_fields and link < len(g.nvlink_states):
+            if field_id in g.field_errors:
+                out.append(SimpleNamespace(fieldId=field_id, nvmlReturn=g.field_errors[field_id], valueType=1, value=None))
+            elif field_id in g.nvlink_error_fields and link < len(g.nvlink_states):
                 out.append(
                     SimpleNamespace(
                         fieldId=field_id,

@@ -91,6 +91,17 @@ def test_a_driver_without_the_recovery_field_leaves_it_out(fake: FakeNvml, backe
     assert backend.take_errors() == {}
 
 
+def test_a_recovery_field_answering_unknown_is_that_readers_error_and_asked_again(
+    fake: FakeNvml, backend: NvmlBackend
+) -> None:
+    fake.gpus[0].field_errors = {230: pynvml.NVML_ERROR_UNKNOWN}
+    got = backend.read(0, Tier.SLOW)
+    assert "recovery_action" not in got and got["remapped_rows"]  # the rest of the read is kept
+    assert backend.read_errors() == {(0, fake.gpus[0].uuid, "recovery_action"): 1}
+    fake.gpus[0].field_errors = {}
+    assert backend.read(0, Tier.SLOW)["recovery_action"] == "none"  # not remembered as unsupported
+
+
 @pytest.mark.parametrize(
     ("word", "severity", "action"),
     [

@@ -22,11 +22,12 @@ def _ecc(key: str, name: str, what: str) -> Dcgm:
 
 _BANK_WORDS = {"max": "full", "high": "high", "partial": "partial", "low": "low", "none": "no"}
 """The histogram's levels, from most spare rows left to none (nvmlRowRemapperHistogramValues)."""
+BANK_LEVELS = tuple(_BANK_WORDS)
 
 
 def _bank_samples(banks: Mapping[str, int]) -> Iterable[Sample]:
     """One sample per level, from max to none (the histogram's order, not the alphabet's)."""
-    return [((level,), float(banks[level])) for level in _BANK_WORDS if level in banks]
+    return [((level,), float(banks[level])) for level in BANK_LEVELS if level in banks]
 
 
 @dataclass(frozen=True)

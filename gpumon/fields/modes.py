@@ -28,15 +28,15 @@ RECOVERY_ACTIONS = {  # nvmlDeviceGpuRecoveryAction_t (NVML_GPU_RECOVERY_ACTION_
     7: "system_reboot",
 }
 """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION's value -> the ``recovery_action`` word."""
+_RECOVERY_CODES = {word: code for code, word in RECOVERY_ACTIONS.items()}
 
 
 def _recovery_code(gpu: GpuSnapshot) -> float | None:
     if gpu.recovery_action is None:
         return None
-    codes = {word: code for code, word in RECOVERY_ACTIONS.items()}
     word = gpu.recovery_action
-    if word in codes:
-        return float(codes[word])
+    if word in _RECOVERY_CODES:
+        return float(_RECOVERY_CODES[word])
     number = word.removeprefix("action_")  # a code this gpumon has no word for
     return float(number) if number.isdigit() else None
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from gpumon.backends.nvml.codes import Unsupported
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, gather, opt
+from gpumon.fields.ecc import BANK_LEVELS
 from gpumon.snapshot import Tier
 
 ECC_COUNTERS = {  # (NVML_MEMORY_ERROR_TYPE_*, NVML_VOLATILE_ECC / NVML_AGGREGATE_ECC)
@@ -60,8 +61,7 @@ def read_retired_pages(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
 def read_remap_histogram(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     """nvmlDeviceGetRowRemapperHistogram: remapped_rows.histogram.max/.high/.partial/.low/.none, banks."""
     banks = ctx.nv.nvmlDeviceGetRowRemapperHistogram(h)
-    levels = ("max", "high", "partial", "low", "none")
-    return {"row_remap_bank_availability": {level: int(getattr(banks, level)) for level in levels}}
+    return {"row_remap_bank_availability": {level: int(getattr(banks, level)) for level in BANK_LEVELS}}
 
 
 READERS = (

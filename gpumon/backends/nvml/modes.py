@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumon.backends.nvml.codes import NVML_GONE_CODES, NVML_SUCCESS, Unsupported, nvml_error
-from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_value
+from gpumon.backends.nvml.codes import Unsupported
+from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_values
 from gpumon.fields.modes import RECOVERY_ACTIONS
 from gpumon.snapshot import Tier
 
@@ -36,13 +36,10 @@ def read_recovery_action(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     """Field value NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: gpu_recovery_action none|gpu_reset|node_reboot|..."""
     nv = ctx.nv
     fid = int(getattr(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", FI_DEV_GET_GPU_RECOVERY_ACTION))
-    (value,) = nv.nvmlDeviceGetFieldValues(h, [fid])
-    code = int(value.nvmlReturn)
-    if code in NVML_GONE_CODES:
-        raise nvml_error(nv, code)
-    if code != NVML_SUCCESS:
-        raise Unsupported  # a driver without the field (NOT_SUPPORTED) or the GPU does not report it
-    action = int(field_value(value))
+    (number,) = field_values(nv, h, [fid])
+    if number is None:
+        raise Unsupported  # a driver without the field
+    action = int(number)
     return {"recovery_action": RECOVERY_ACTIONS.get(action, f"action_{action}")}
 
 

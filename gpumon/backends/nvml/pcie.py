@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumon.backends.nvml.codes import NVML_SUCCESS, UNSUPPORTED_CODES, Unsupported, nvml_error
-from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_value, gather
+from gpumon.backends.nvml.codes import Unsupported
+from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_values, gather
 from gpumon.snapshot import Tier
 
 PCIE_UTIL = {"tx": 0, "rx": 1}  # NVML_PCIE_UTIL_TX_BYTES / _RX_BYTES
@@ -42,14 +42,8 @@ def read_pcie_bytes(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     the driver loaded, one call for both (no nvidia-smi query field; DCGM_FI_PROF_PCIE_*_BYTES is a rate)."""
     nv = ctx.nv
     ids = {direction: int(getattr(nv, const, default)) for direction, (const, default) in PCIE_COUNT_FIELDS.items()}
-    values = nv.nvmlDeviceGetFieldValues(h, list(ids.values()))
-    out = {}
-    for direction, value in zip(ids, values, strict=True):
-        code = int(value.nvmlReturn)
-        if code == NVML_SUCCESS:
-            out[direction] = int(field_value(value))
-        elif code not in UNSUPPORTED_CODES:
-            raise nvml_error(nv, code)
+    got = field_values(nv, h, ids.values())
+    out = {direction: int(n) for direction, n in zip(ids, got, strict=True) if n is not None}
     if not out:
         raise Unsupported
     return {"pcie_bytes_total": out}

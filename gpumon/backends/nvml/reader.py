@@ -15,7 +15,7 @@ from typing import Any
 
 from gpumon.backends.base import GpuLostError
 from gpumon.backends.gpm import GpmSampler
-from gpumon.backends.nvml.codes import UNSUPPORTED_CODES, Unsupported, code_of
+from gpumon.backends.nvml.codes import NVML_SUCCESS, UNSUPPORTED_CODES, Unsupported, code_of, nvml_error
 from gpumon.snapshot import Tier
 
 _FIELD_VALUE_ATTRIBUTES = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
@@ -153,6 +153,24 @@ def text(value: Any) -> str:
 def field_value(value: Any) -> float:
     """The number in a c_nvmlFieldValue_t, by its valueType (NVML_VALUE_TYPE_*)."""
     return float(getattr(value.value, _FIELD_VALUE_ATTRIBUTES.get(int(value.valueType), "uiVal")))
+
+
+def field_values(nv: Any, h: Any, field_ids: Iterable[int]) -> list[float | None]:
+    """One nvmlDeviceGetFieldValues call: each field's number, None where NVML says this GPU lacks it.
+
+    Any other answer of one field (GPU lost, NVML gone, UNKNOWN) raises it as NVML's error, for
+    the core to sort like any failed call of the reader.
+    """
+    out: list[float | None] = []
+    for value in nv.nvmlDeviceGetFieldValues(h, list(field_ids)):
+        code = int(value.nvmlReturn)
+        if code == NVML_SUCCESS:
+            out.append(field_value(value))
+        elif code in UNSUPPORTED_CODES:
+            out.append(None)
+        else:
+            raise nvml_error(nv, code)
+    return out
 
 
 def function(nv: Any, *names: str) -> Callable[..., Any]:

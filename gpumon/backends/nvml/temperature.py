@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumon.backends.nvml.codes import NVML_SUCCESS, UNSUPPORTED_CODES, Unsupported, nvml_error
-from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_value, gather
+from gpumon.backends.nvml.codes import Unsupported
+from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_values, gather
 from gpumon.snapshot import Tier
 
 TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
@@ -25,13 +25,9 @@ def read_temperature(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
 
 def read_memory_temperature(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     """nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP): temperature.memory, °C; 0 means absent."""
-    value = ctx.nv.nvmlDeviceGetFieldValues(h, [ctx.memory_temp_field])[0]
-    code = int(value.nvmlReturn)
-    if code in UNSUPPORTED_CODES:
+    (celsius,) = field_values(ctx.nv, h, [ctx.memory_temp_field])
+    if celsius is None:
         raise Unsupported
-    if code != NVML_SUCCESS:
-        raise nvml_error(ctx.nv, code)
-    celsius = field_value(value)
     return {"memory_temperature_celsius": float(celsius)} if celsius else {}
 
 
