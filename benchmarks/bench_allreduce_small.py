@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spawn_ranks import spawn_ranks
+from spawn_ranks import join_nccl, spawn_ranks
 
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 MIB = 1 << 20
@@ -46,20 +46,7 @@ def _env() -> dict[str, str]:
 
 # ------------------------------------------------------------------ bare torch loops (child processes)
 def _bare_rank(rank: int, world: int, port: int, out: str) -> None:
-    import datetime
-
-    import torch
-    import torch.distributed as dist
-
-    torch.cuda.set_device(rank)
-    dist.init_process_group(
-        "nccl",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=300),
-        device_id=torch.device("cuda", rank),
-    )
+    torch, dist = join_nccl(rank, world, port)
 
     def agree_max(value: float) -> float:
         t = torch.tensor([value], dtype=torch.float64, device="cuda")

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spawn_ranks import spawn_ranks
+from spawn_ranks import join_nccl, spawn_ranks
 
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 MIB = 1 << 20
@@ -70,20 +70,7 @@ def bare_matmul(seconds: float, n: int, gpu: int) -> dict[str, Any]:
 
 
 def _bare_allreduce_rank(rank: int, world: int, port: int, out: str) -> None:
-    import datetime
-
-    import torch
-    import torch.distributed as dist
-
-    torch.cuda.set_device(rank)
-    dist.init_process_group(
-        "nccl",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=300),
-        device_id=torch.device("cuda", rank),
-    )
+    torch, dist = join_nccl(rank, world, port)
     res = []
     for size in SIZES:
         buf = torch.zeros(size // 2, dtype=torch.bfloat16, device="cuda")
