@@ -20,7 +20,7 @@ from gpumon.poller import Poller
 from gpumon.snapshot import GpuSnapshot, Tier
 from gpumon.store import SnapshotStore
 from tests.gpu.conftest import smi
-from tests.helpers import dcgm_values
+from tests.helpers import dcgm_values, free_port
 
 pytestmark = pytest.mark.gpu
 
@@ -48,7 +48,9 @@ def test_row_remapper_histogram_matches_nvidia_smi(backend: NvmlBackend) -> None
     levels = ("max", "high", "partial", "low", "none")
     for gpu in polled(backend):
         smi_values = query(gpu.index, *(f"remapped_rows.histogram.{level}" for level in levels))
-        print(f"\nGPU {gpu.index}: nvidia-smi {dict(zip(levels, smi_values, strict=True))} gpumon {gpu.row_remap_bank_availability}")
+        print(
+            f"\nGPU {gpu.index}: nvidia-smi {dict(zip(levels, smi_values, strict=True))} gpumon {gpu.row_remap_bank_availability}"
+        )
         if smi_values[0] in ("[N/A]", "N/A"):
             assert gpu.row_remap_bank_availability is None
             continue
@@ -72,7 +74,9 @@ def test_recovery_action_matches_nvidia_smi(backend: NvmlBackend) -> None:
 def test_encoder_and_decoder_utilization_match_nvidia_smi(backend: NvmlBackend) -> None:
     for gpu in polled(backend):
         enc, dec = query(gpu.index, "utilization.encoder", "utilization.decoder")
-        print(f"\nGPU {gpu.index}: nvidia-smi enc {enc} dec {dec}; gpumon {gpu.encoder_utilization_ratio} {gpu.decoder_utilization_ratio}")
+        print(
+            f"\nGPU {gpu.index}: nvidia-smi enc {enc} dec {dec}; gpumon {gpu.encoder_utilization_ratio} {gpu.decoder_utilization_ratio}"
+        )
         assert gpu.encoder_utilization_ratio == pytest.approx(float(enc) / 100, abs=0.02)
         assert gpu.decoder_utilization_ratio == pytest.approx(float(dec) / 100, abs=0.02)
         twins = dcgm_values(gpu)
@@ -81,15 +85,21 @@ def test_encoder_and_decoder_utilization_match_nvidia_smi(backend: NvmlBackend) 
 
 
 TRAFFIC = r"""
-import os, time, torch, torch.distributed as dist
-rank = int(os.environ["RANK"]); torch.cuda.set_device(rank)
-dist.init_process_group("nccl")
+import datetime, os, sys, time, torch, torch.distributed as dist
+rank, port = int(sys.argv[1]), sys.argv[2]
+torch.cuda.set_device(rank)
+dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                        timeout=datetime.timedelta(seconds=60), device_id=torch.device("cuda", rank))
 x = torch.ones(64 * 2**20, device="cuda")
-end = time.time() + 20
-while time.time() < end:
-    dist.all_reduce(x)
-    torch.cuda.synchronize()  # else the loop queues thousands of all-reduces that outlast it
-torch.cuda.synchronize(); dist.destroy_process_group()
+print(f"rank {rank} joined", flush=True)
+end, stop = time.time() + 20, torch.zeros(1, device="cuda")
+while stop.item() == 0:  # both ranks run the same number of all-reduces, or one waits forever
+    for _ in range(20):
+        dist.all_reduce(x)
+    stop.fill_(float(time.time() > end))
+    dist.all_reduce(stop, op=dist.ReduceOp.MAX)  # .item() syncs, so no backlog outlasts the loop
+print(f"rank {rank} done", flush=True)
+dist.destroy_process_group()
 """
 
 
@@ -101,8 +111,14 @@ def test_dcgm_nvlink_bandwidth_rises_under_all_reduce_traffic(backend: NvmlBacke
     script = tmp_path / "traffic.py"
     script.write_text(TRAFFIC)
     env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    port = str(free_port())
+    logs = [tmp_path / f"rank{rank}.log" for rank in (0, 1)]
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(rank), port], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT
+        )
+        for rank, log in enumerate(logs)
+    ]
     seen: list[float] = []
     try:
         backend.read(0, Tier.SLOW)
@@ -110,12 +126,16 @@ def test_dcgm_nvlink_bandwidth_rises_under_all_reduce_traffic(backend: NvmlBacke
             time.sleep(2)
             busy = GpuSnapshot.assemble(0, "u", backend.read(0, Tier.SLOW))
             seen.append(dcgm_values(busy).get("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", -1.0))
+        codes = [rank.wait(timeout=90) for rank in ranks]
     finally:
-        out, _ = proc.communicate(timeout=120)
-    print(f"\nGPU 0 DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL every 2 s under all-reduce (MB/s): {seen}")
-    assert proc.returncode == 0, out[-2000:]
-    mb = max(seen)
-    assert mb is not None and mb > 1000  # GB/s of NVLink traffic, in MB/s
+        for rank in ranks:  # never leave a rank running into the next test
+            if rank.poll() is None:
+                rank.kill()
+                rank.wait()
+    out = "\n".join(log.read_text(errors="replace")[-1500:] for log in logs)
+    print(f"\nGPU 0 DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL every 2 s under all-reduce (MB/s): {seen}\n{out}")
+    assert codes == [0, 0], out
+    assert max(seen) > 1000  # GB/s of NVLink traffic, in MB/s
 
 
 GR_LOAD = r"""
