@@ -5,9 +5,12 @@ Per size it prints gpumon's busbw (``gpumon burn --tests allreduce``, and the sa
 ``--quick`` run of every test, whose wall time is printed too), the reference and the ratio
 (goal >= 90 %). The reference is nccl-tests' ``all_reduce_perf`` (in-place busbw, bf16, one
 process driving every GPU) when it is found (``--nccl-tests PATH``, ``$NCCL_TESTS_DIR`` or
-``PATH``); otherwise the same NCCL op timed by a plain CUDA-graph torch loop, and the table says
-so. The plain graph loop and a plain eager ``dist.all_reduce`` loop are always shown beside it,
-so the launch overhead a graph removes is visible. busbw = size/time · 2(n−1)/n (nccl-tests).
+``PATH``); otherwise ``nccl_ref/allreduce_ref.cu``, a bare NCCL loop without torch timed the way
+all_reduce_perf times it (one process drives every GPU, eager launches, wall time to the last
+stream's sync), built here with nvcc against the NCCL that torch loads; only where neither can
+run, a plain CUDA-graph torch loop. The table says which. Beside it: the bare NCCL loop with one
+process per GPU and as CUDA graphs, and plain torch graph and eager loops, so what torch, the
+process layout and launch overhead each cost is visible. busbw = size/time · 2(n−1)/n (nccl-tests).
 
 Bare loops run in child processes so this process never holds a CUDA context (gpumon would see
 it as another compute process). Every process keeps NVLink multicast off, as gpumon burn does.
@@ -145,6 +148,48 @@ def _parse_nccl_tests(text: str) -> dict[int, float]:
     return out
 
 
+# ------------------------------------------------------------------ bare NCCL loop (nccl_ref/allreduce_ref.cu)
+def _nccl_dirs() -> tuple[str, str] | None:
+    """(include dir, lib dir) of the NCCL torch loads (the nvidia-nccl wheel), else the system's."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import nvidia.nccl as n; print(list(n.__path__)[0])"], capture_output=True, text=True
+    )
+    root = Path(proc.stdout.strip()) if proc.returncode == 0 else None
+    if root and (root / "include" / "nccl.h").is_file():
+        return str(root / "include"), str(root / "lib")
+    if Path("/usr/include/nccl.h").is_file():
+        return "/usr/include", ""
+    return None
+
+
+def build_nccl_ref(workdir: str) -> tuple[str | None, str]:
+    """The built reference binary (or None) and how it was built, or why not."""
+    nvcc = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None)
+    dirs = _nccl_dirs()
+    if not nvcc or not dirs:
+        return None, f"not built: {'nvcc' if not nvcc else 'nccl.h'} not found"
+    include, lib = dirs
+    binary = str(Path(workdir) / "allreduce_ref")
+    source = str(Path(__file__).parent / "nccl_ref" / "allreduce_ref.cu")
+    link = [f"-L{lib}", "-l:libnccl.so.2", f"-Xlinker=-rpath={lib}"] if lib else ["-lnccl"]
+    cmd = [nvcc, "-O2", "-o", binary, source, f"-I{include}", *link]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        return None, f"not built: {proc.stderr[-800:]}"
+    return binary, " ".join(cmd)
+
+
+def nccl_ref(binary: str, mode: str, world: int) -> dict[int, dict[str, Any]]:
+    """{bytes: row} from the bare NCCL loop in ``mode`` ('threads' or 'procs')."""
+    proc = subprocess.run(
+        [binary, mode, str(world), *(str(s) for s in SIZES)], capture_output=True, text=True, env=_env(), timeout=600
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"allreduce_ref {mode} failed ({proc.returncode}): {proc.stderr[-1500:]}")
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return {r["bytes"]: r for r in rows}
+
+
 # ------------------------------------------------------------------ gpumon
 def _gpumon(args: list[str]) -> tuple[dict[str, Any], float]:
     with tempfile.TemporaryDirectory() as d:
@@ -165,6 +210,10 @@ def _gpumon(args: list[str]) -> tuple[dict[str, Any], float]:
 
 def _sizes(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {s["bytes"]: s for s in (report["gpus"][0].get("allreduce") or {}).get("sizes", [])}
+
+
+def _gbps(row: dict[str, Any] | None, timing: str) -> str:
+    return f"{row[f'{timing}_busbw_bytes_per_second'] / 1e9:.1f}" if row else "—"
 
 
 def _child(kind: str, *args: str) -> Any:
@@ -198,16 +247,38 @@ def main() -> int:
     if binary:
         ref_rows, cmd = nccl_tests(binary, world)
         ref_name = f"nccl-tests ({cmd})"
+    workdir = tempfile.mkdtemp(prefix="allreduce-ref-")
+    ref_binary, ref_build = build_nccl_ref(workdir)
+    print(f"bare NCCL loop: {ref_build}")
+    threads = nccl_ref(ref_binary, "threads", world) if ref_binary else {}
+    procs = nccl_ref(ref_binary, "procs", world) if ref_binary else {}
     bare = {r["bytes"]: r for r in _child("loops", str(world))}
-    if not binary:
+    if not binary and threads:
+        ref_rows = {b: r["eager_busbw_bytes_per_second"] for b, r in threads.items()}
+        version = next(iter(threads.values()))["nccl_version"]
+        ref_name = f"bare NCCL loop timed as all_reduce_perf -g {world} times it (NCCL {version}; nccl-tests not found)"
+    elif not binary:
         ref_rows = {b: r["graph_busbw_bytes_per_second"] for b, r in bare.items()}
-        ref_name = "plain CUDA-graph torch loop (nccl-tests' all_reduce_perf not found)"
+        ref_name = "plain CUDA-graph torch loop (nccl-tests' all_reduce_perf not found, bare NCCL loop not built)"
     full, _ = _gpumon(["--gpus", "all", "--tests", "allreduce"])
     quick, quick_wall = _gpumon(["--quick", "--gpus", "all"])
     ours, ours_quick = _sizes(full), _sizes(quick)
 
     print(f"{world} GPUs, NVLink multicast off; busbw GB/s; reference: {ref_name}")
-    header = ("size", "gpumon", "timing", "gpumon --quick", "reference", "ratio", "graph loop", "eager loop", "goal")
+    header = (
+        "size",
+        "gpumon",
+        "timing",
+        "gpumon --quick",
+        "reference",
+        "ratio",
+        "NCCL 1 proc graph",
+        "NCCL proc/GPU eager",
+        "NCCL proc/GPU graph",
+        "torch graph",
+        "torch eager",
+        "goal",
+    )
     rows = [header]
     worst = None
     for size in SIZES:
@@ -223,6 +294,9 @@ def main() -> int:
                 f"{mine_q['busbw_bytes_per_second'] / 1e9:.1f}" if mine_q else "not run",
                 f"{ref / 1e9:.1f}" if ref else "—",
                 f"{ratio * 100:.1f} %" if ratio is not None else "—",
+                _gbps(threads.get(size), "graph"),
+                _gbps(procs.get(size), "eager"),
+                _gbps(procs.get(size), "graph"),
                 f"{bare[size]['graph_busbw_bytes_per_second'] / 1e9:.1f}" if size in bare else "—",
                 f"{bare[size]['eager_busbw_bytes_per_second'] / 1e9:.1f}" if size in bare else "—",
                 f">= {GOAL * 100:.0f} %",
