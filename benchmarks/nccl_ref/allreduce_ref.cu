@@ -116,12 +116,15 @@ static double time_graph(Local* l, size_t elements, int procs) {
     CUDA(cudaStreamBeginCapture(l->stream[i], cudaStreamCaptureModeThreadLocal));
   }
   launch(l, elements, GRAPH_OPS);
-  for (int i = 0; i < l->count; i++) {
-    cudaGraph_t graph;
+  cudaGraph_t graph[MAX_GPUS];
+  for (int i = 0; i < l->count; i++) {  // every capture ends before any instantiation (not allowed while capturing)
     CUDA(cudaSetDevice(l->device[i]));
-    CUDA(cudaStreamEndCapture(l->stream[i], &graph));
-    CUDA(cudaGraphInstantiate(&exec[i], graph, 0));
-    CUDA(cudaGraphDestroy(graph));
+    CUDA(cudaStreamEndCapture(l->stream[i], &graph[i]));
+  }
+  for (int i = 0; i < l->count; i++) {
+    CUDA(cudaSetDevice(l->device[i]));
+    CUDA(cudaGraphInstantiate(&exec[i], graph[i], 0));
+    CUDA(cudaGraphDestroy(graph[i]));
   }
   for (int w = 0; w < 2; w++) {
     for (int i = 0; i < l->count; i++) {
