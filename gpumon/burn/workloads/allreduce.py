@@ -96,8 +96,6 @@ def _allreduce_size(
     }
     if timing.fallback_reason is not None:
         out["timing_fallback"] = timing.fallback_reason
-    if timing.note is not None:
-        out["timing_note"] = timing.note
     if check:
         out["mismatched_elements"] = _check_allreduce(ctx, group, n, buf, dtype)
     del buf

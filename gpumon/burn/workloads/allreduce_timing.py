@@ -1,15 +1,11 @@
 """How one all-reduce size is timed: an eager loop, or a CUDA graph of back-to-back all-reduces.
 
-A small all-reduce (1–64 MiB) over NVLink takes 13–250 µs, the same order as launching it from
-Python, so an eager ``dist.all_reduce`` loop measures launch overhead (up to 2× below
+A small all-reduce (1–64 MiB) over NVLink takes 20–250 µs, the same order as launching it from
+Python, so an eager ``dist.all_reduce`` loop measures launch overhead (up to 4× below
 nccl-tests at 1 MiB on 2×H200). Below ``GRAPH_BELOW_BYTES`` a CUDA (NCCL) run captures
 ``GRAPH_OPS`` all-reduces in one CUDA graph, replays it and times the replays with CUDA
-events, as nccl-tests times its loop (``all_reduce_perf -G``). The graph holds NCCL's own
-``ncclAllReduce`` on the process group's communicator (``nccl_direct``: ``nccl_graph``), since
-torch's stream hand-off around each captured ``dist.all_reduce`` costs about 12 µs an op; where
-that is not possible on every rank, ``dist.all_reduce`` is captured (``cuda_graph``, the reason
-kept). Capture that fails on any rank makes every rank time that size eagerly, with the reason
-kept in the result.
+events, as nccl-tests times its loop. Capture that fails on any rank makes every rank time
+that size eagerly, with the reason kept in the result.
 """
 
 from __future__ import annotations
@@ -21,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpumon.burn.workloads.context import MIB, Context
-from gpumon.burn.workloads.nccl_direct import direct_allreduce
 
 GRAPH_BELOW_BYTES = 256 * MIB
 """Sizes below this are timed with a CUDA graph on CUDA; larger ones are bandwidth-bound and timed eagerly."""
@@ -39,11 +34,9 @@ class Timing:
     iterations: int
     """All-reduces in the timed loop (graph: replays × GRAPH_OPS)."""
     method: str
-    """``nccl_graph`` (ncclAllReduce captured) | ``cuda_graph`` (dist.all_reduce captured) | ``eager``"""
+    """``cuda_graph`` | ``eager``"""
     fallback_reason: str | None = None
     """Why a size meant for a CUDA graph was timed eagerly (None when it was not meant for one)."""
-    note: str | None = None
-    """Why a graph holds dist.all_reduce rather than NCCL's own call (``cuda_graph`` only)."""
 
 
 def wants_graph(ctx: Context, size_bytes: int) -> bool:
@@ -58,22 +51,16 @@ def time_allreduce(ctx: Context, group: Any, buf: Any, size_bytes: int, target_s
     """
     if not wants_graph(ctx, size_bytes):
         return time_eager(ctx, group, buf, size_bytes, target_seconds)
-    direct, note = direct_allreduce(ctx.torch, ctx.dist, group, buf)
-    if _any_rank(ctx, group, direct is None):  # every rank captures the same kind of call
-        note, direct = note or "NCCL's own call not possible on another rank", None
-    graph, reason = _capture(ctx, group, buf, direct)
+    graph, reason = _capture(ctx, group, buf)
     if _any_rank(ctx, group, graph is None) or graph is None:
         reason = reason or "CUDA graph capture failed on another rank"
         del graph
         timing = time_eager(ctx, group, buf, size_bytes, target_seconds)
         return dataclasses.replace(timing, fallback_reason=reason)
     try:
-        timing = _time_graph(ctx, group, graph, size_bytes, target_seconds)
+        return _time_graph(ctx, group, graph, size_bytes, target_seconds)
     finally:
         del graph
-    if direct is None:
-        return dataclasses.replace(timing, method="cuda_graph", note=note)
-    return timing
 
 
 def time_eager(ctx: Context, group: Any, buf: Any, size_bytes: int, target_seconds: float) -> Timing:
@@ -97,13 +84,10 @@ def time_eager(ctx: Context, group: Any, buf: Any, size_bytes: int, target_secon
     return Timing((time.perf_counter() - start) / iters, iters, "eager")
 
 
-def _capture(ctx: Context, group: Any, buf: Any, direct: Any) -> tuple[Any, str | None]:
-    """A CUDA graph of GRAPH_OPS all-reduces of ``buf`` (``direct``'s NCCL call if given), captured on a side stream.
-
-    (None, reason) on failure.
-    """
+def _capture(ctx: Context, group: Any, buf: Any) -> tuple[Any, str | None]:
+    """A CUDA graph of GRAPH_OPS all-reduces of ``buf``, captured on a side stream; (None, reason) on failure."""
     torch, dist = ctx.torch, ctx.dist
-    ctx.hb.collective("allreduce", f"capture {GRAPH_OPS} x {'ncclAllReduce' if direct else 'all_reduce'}")
+    ctx.hb.collective("allreduce", f"capture {GRAPH_OPS} x all_reduce")
     try:
         graph = torch.cuda.CUDAGraph()
         stream = torch.cuda.Stream(ctx.device)
@@ -111,10 +95,7 @@ def _capture(ctx: Context, group: Any, buf: Any, direct: Any) -> tuple[Any, str 
         # thread_local: torch's NCCL watchdog thread may query events of earlier work meanwhile
         with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
             for _ in range(GRAPH_OPS):
-                if direct is not None:
-                    direct(torch, buf)
-                else:
-                    dist.all_reduce(buf, group=group)
+                dist.all_reduce(buf, group=group)
         ctx.sync()
         return graph, None
     except Exception as exc:
@@ -148,7 +129,7 @@ def _time_graph(ctx: Context, group: Any, graph: Any, size_bytes: int, target_se
     end.record()
     end.synchronize()
     ops = replays * GRAPH_OPS
-    return Timing(start.elapsed_time(end) / 1e3 / ops, ops, "nccl_graph")
+    return Timing(start.elapsed_time(end) / 1e3 / ops, ops, "cuda_graph")
 
 
 def _agree_max(ctx: Context, group: Any, seconds: float) -> float:
