@@ -9,8 +9,9 @@ process driving every GPU) when it is found (``--nccl-tests PATH``, ``$NCCL_TEST
 all_reduce_perf times it (one process drives every GPU, eager launches, wall time to the last
 stream's sync), built here with nvcc against the NCCL that torch loads; only where neither can
 run, a plain CUDA-graph torch loop. The table says which. Beside it: the bare NCCL loop with one
-process per GPU and as CUDA graphs, and plain torch graph and eager loops, so what torch, the
-process layout and launch overhead each cost is visible. busbw = size/time · 2(n−1)/n (nccl-tests).
+process per GPU and as CUDA graphs, and plain torch graph (replayed on its capture stream, and
+on torch's default stream) and eager loops, so what torch, the process layout, the stream and
+launch overhead each cost is visible. busbw = size/time · 2(n−1)/n (nccl-tests).
 
 Bare loops run in child processes so this process never holds a CUDA context (gpumon would see
 it as another compute process). Every process keeps NVLink multicast off, as gpumon burn does.
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +84,28 @@ def _bare_rank(rank: int, world: int, port: int, out: str) -> None:
         with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
             for _ in range(GRAPH_OPS):
                 dist.all_reduce(buf)
+
+        graphed = _replayed(torch, graph, stream, agree_max)
+        on_default = _replayed(torch, graph, torch.cuda.default_stream(), agree_max)
+        factor = 2 * (world - 1) / world
+        res.append(
+            {
+                "bytes": size,
+                "eager_busbw_bytes_per_second": size / eager * factor,
+                "graph_busbw_bytes_per_second": size / graphed * factor,
+                "graph_default_stream_busbw_bytes_per_second": size / on_default * factor,
+            }
+        )
+        del graph, buf
+        torch.cuda.empty_cache()
+    if rank == 0:
+        Path(out).write_text(json.dumps(res))
+    dist.destroy_process_group()
+
+
+def _replayed(torch: Any, graph: Any, on: Any, agree_max: Callable[[float], float]) -> float:
+    """Seconds per all-reduce, the graph replayed (and timed) on stream ``on``."""
+    with torch.cuda.stream(on):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         graph.replay()
         start.record()
@@ -95,20 +119,7 @@ def _bare_rank(rank: int, world: int, port: int, out: str) -> None:
             graph.replay()
         end.record()
         end.synchronize()
-        graphed = start.elapsed_time(end) / 1e3 / (replays * GRAPH_OPS)
-        factor = 2 * (world - 1) / world
-        res.append(
-            {
-                "bytes": size,
-                "eager_busbw_bytes_per_second": size / eager * factor,
-                "graph_busbw_bytes_per_second": size / graphed * factor,
-            }
-        )
-        del graph, buf
-        torch.cuda.empty_cache()
-    if rank == 0:
-        Path(out).write_text(json.dumps(res))
-    dist.destroy_process_group()
+        return float(start.elapsed_time(end) / 1e3 / (replays * GRAPH_OPS))
 
 
 def bare_loops(world: int) -> list[dict[str, Any]]:
@@ -276,6 +287,7 @@ def main() -> int:
         "NCCL proc/GPU eager",
         "NCCL proc/GPU graph",
         "torch graph",
+        "torch graph, default stream",
         "torch eager",
         "goal",
     )
@@ -297,7 +309,8 @@ def main() -> int:
                 _gbps(threads.get(size), "graph"),
                 _gbps(procs.get(size), "eager"),
                 _gbps(procs.get(size), "graph"),
-                f"{bare[size]['graph_busbw_bytes_per_second'] / 1e9:.1f}" if size in bare else "—",
+                _gbps(bare.get(size), "graph"),
+                _gbps(bare.get(size), "graph_default_stream"),
                 f"{bare[size]['eager_busbw_bytes_per_second'] / 1e9:.1f}" if size in bare else "—",
                 f">= {GOAL * 100:.0f} %",
             )

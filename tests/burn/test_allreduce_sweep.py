@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 from types import SimpleNamespace
 from typing import Any
@@ -157,3 +158,57 @@ def test_a_failed_capture_falls_back_to_the_eager_loop_with_its_reason_and_still
     assert out["timing_fallback"].startswith("CUDA graph capture failed: RuntimeError")
     assert out["iterations"] >= 5 and out["busbw_bytes_per_second"] == 0.0  # one rank: 2(n-1)/n = 0
     assert out["mismatched_elements"] == 0
+
+
+class _Streams:
+    """torch.cuda's stream and event calls, recording on which stream each replay and event happens."""
+
+    def __init__(self) -> None:
+        self.current = "default"
+        self.log: list[str] = []
+
+    @contextlib.contextmanager
+    def stream(self, stream: str) -> Any:
+        before, self.current = self.current, stream
+        try:
+            yield
+        finally:
+            self.current = before
+
+    def event(self, enable_timing: bool = False) -> Any:
+        streams = self
+
+        class _Event:
+            def record(self) -> None:
+                streams.log.append(f"event on {streams.current}")
+
+            def synchronize(self) -> None:
+                return None
+
+            def elapsed_time(self, other: Any) -> float:
+                return 1.0  # ms
+
+        return _Event()
+
+
+def test_the_graph_is_replayed_and_timed_on_the_stream_it_was_captured_on_never_torchs_default():
+    # on 2xH200 a 1 MiB all-reduce graph replayed on torch's default (legacy) stream ran at 45 GB/s busbw,
+    # on a side stream at 77: the replays and their events must be on the capture's stream
+    streams = _Streams()
+    fake_torch = SimpleNamespace(
+        cuda=SimpleNamespace(stream=streams.stream, Event=streams.event),
+        tensor=lambda values, **kw: SimpleNamespace(item=lambda: values[0]),
+        float64=None,
+    )
+    fake_dist = SimpleNamespace(all_reduce=lambda *a, **k: None, ReduceOp=SimpleNamespace(MAX="max"))
+    graph = SimpleNamespace(replay=lambda: streams.log.append(f"replay on {streams.current}"))
+    ctx = SimpleNamespace(
+        torch=fake_torch,
+        dist=fake_dist,
+        device="cuda:0",
+        spec=SimpleNamespace(injection=Injection(), gpu=0),
+        hb=SimpleNamespace(collective=lambda *a, **k: None),
+    )
+    timing = allreduce_timing._time_graph(ctx, None, (graph, "capture-stream"), MIB, 0.01)  # type: ignore[arg-type]
+    assert timing.method == "cuda_graph" and timing.iterations >= 3 * allreduce_timing.GRAPH_OPS
+    assert streams.log and all(entry.endswith("on capture-stream") for entry in streams.log), streams.log

@@ -1,11 +1,14 @@
 """How one all-reduce size is timed: an eager loop, or a CUDA graph of back-to-back all-reduces.
 
-A small all-reduce (1–64 MiB) over NVLink takes 20–250 µs, the same order as launching it from
-Python, so an eager ``dist.all_reduce`` loop measures launch overhead (up to 4× below
+A small all-reduce (1–64 MiB) over NVLink takes 13–250 µs, the same order as launching it from
+Python, so an eager ``dist.all_reduce`` loop measures launch overhead (up to 2× below
 nccl-tests at 1 MiB on 2×H200). Below ``GRAPH_BELOW_BYTES`` a CUDA (NCCL) run captures
-``GRAPH_OPS`` all-reduces in one CUDA graph, replays it and times the replays with CUDA
-events, as nccl-tests times its loop. Capture that fails on any rank makes every rank time
-that size eagerly, with the reason kept in the result.
+``GRAPH_OPS`` all-reduces in one CUDA graph on a side stream, replays it on that same stream
+and times the replays with CUDA events recorded there, as nccl-tests times its loop
+(``all_reduce_perf -G``). The side stream matters: the same graph replayed on torch's default
+(legacy) stream ran at 45 GB/s busbw at 1 MiB on 2×H200, on a side stream at 77
+(docs/benchmarks.md, "Small-message all-reduce"). Capture that fails on any rank makes every
+rank time that size eagerly, with the reason kept in the result.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ def time_eager(ctx: Context, group: Any, buf: Any, size_bytes: int, target_secon
 
 
 def _capture(ctx: Context, group: Any, buf: Any) -> tuple[Any, str | None]:
-    """A CUDA graph of GRAPH_OPS all-reduces of ``buf``, captured on a side stream; (None, reason) on failure."""
+    """(graph, side stream): GRAPH_OPS all-reduces of ``buf`` captured on that stream; (None, reason) on failure."""
     torch, dist = ctx.torch, ctx.dist
     ctx.hb.collective("allreduce", f"capture {GRAPH_OPS} x all_reduce")
     try:
@@ -97,7 +100,7 @@ def _capture(ctx: Context, group: Any, buf: Any) -> tuple[Any, str | None]:
             for _ in range(GRAPH_OPS):
                 dist.all_reduce(buf, group=group)
         ctx.sync()
-        return graph, None
+        return (graph, stream), None
     except Exception as exc:
         text = str(exc).splitlines()[0][:200] if str(exc) else ""
         with contextlib.suppress(Exception):  # a failed capture may leave an error to clear
@@ -105,8 +108,14 @@ def _capture(ctx: Context, group: Any, buf: Any) -> tuple[Any, str | None]:
         return None, f"CUDA graph capture failed: {type(exc).__name__}: {text}".rstrip(": ")
 
 
-def _time_graph(ctx: Context, group: Any, graph: Any, size_bytes: int, target_seconds: float) -> Timing:
-    """Replays timed with CUDA events; one replay first lines the ranks up (its collectives end together)."""
+def _time_graph(ctx: Context, group: Any, captured: Any, size_bytes: int, target_seconds: float) -> Timing:
+    """Replays on the capture's side stream, timed with CUDA events there; one replay first lines the ranks up."""
+    graph, stream = captured
+    with ctx.torch.cuda.stream(stream):  # never torch's default (legacy) stream: 1.7x slower at 1 MiB
+        return _replay(ctx, group, graph, size_bytes, target_seconds)
+
+
+def _replay(ctx: Context, group: Any, graph: Any, size_bytes: int, target_seconds: float) -> Timing:
     torch = ctx.torch
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
