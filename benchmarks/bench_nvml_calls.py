@@ -10,6 +10,8 @@ The bare loop follows the backend by itself: a second backend reads through a re
 of the pynvml module (after the first reads, which probe what the GPU supports), and the bare
 loop replays exactly the calls it saw (function and arguments) on the raw module, with no unit
 conversion, no caching, no error sorting. So a new reader is compared without editing this file.
+The last column is the CPU this thread spent per gpumon read (user + system, so time in the
+driver counts): what the read costs the daemon's CPU, against its wall time.
 Then the full FAST read of all GPUs (what the poller does every second) against the replay of
 all its calls, and against one ``nvidia-smi --query-gpu`` with the matching fields.
 Prints tables with ratios; nothing is asserted.
@@ -135,14 +137,20 @@ def recorded_groups(nv: Any, count: int) -> Iterator[dict[int, dict[str, list[Ca
 
 
 def median_us(fn: Callable[[], Any], repeat: int, warmup: int = 3) -> float:
+    return timed_us(fn, repeat, warmup)[0]
+
+
+def timed_us(fn: Callable[[], Any], repeat: int, warmup: int = 3) -> tuple[float, float]:
+    """(median wall µs, median CPU µs of this thread, user + system) per call of ``fn``."""
     for _ in range(warmup):
         fn()
-    times = []
+    times, cpu = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter_ns()
+        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
         fn()
         times.append(time.perf_counter_ns() - t0)
-    return statistics.median(times) / 1000.0
+        cpu.append(time.thread_time_ns() - c0)
+    return statistics.median(times) / 1000.0, statistics.median(cpu) / 1000.0
 
 
 def smi_query(fields: list[str]) -> list[str] | None:
@@ -168,16 +176,18 @@ def nvml_module(args: argparse.Namespace) -> tuple[Any, str]:
 def compare(backend: NvmlBackend, bare: dict[int, dict[str, list[Call]]], count: int, repeat_fast: int) -> float:
     """Print the per-group table and the full FAST read against the replayed calls; the full read's µs."""
     print()
-    print(f"{'tier':6} {'group':20} {'GPU':>3} {'gpumon µs':>11} {'bare µs':>11} {'ratio':>7}  {'calls':>5}")
+    print(
+        f"{'tier':6} {'group':20} {'GPU':>3} {'gpumon µs':>11} {'bare µs':>11} {'ratio':>7}  {'calls':>5} {'CPU µs':>9}"
+    )
     for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC):
         repeat = repeat_fast if tier is Tier.FAST else max(5, repeat_fast // 20)
         for name in backend.reader_names(tier):
             for i in range(count):
-                ours = median_us(lambda i=i, name=name: backend.read_group(i, name), repeat)
+                ours, cpu = timed_us(lambda i=i, name=name: backend.read_group(i, name), repeat)
                 calls = bare[i][name]
                 ref = median_us(lambda calls=calls: replay(calls), repeat) if calls else 0.0
                 ratio = f"{ours / ref:7.2f}" if ref > 0 else "    n/a"
-                print(f"{tier.value:6} {name:20} {i:>3} {ours:11.1f} {ref:11.1f} {ratio}  {len(calls):>5}")
+                print(f"{tier.value:6} {name:20} {i:>3} {ours:11.1f} {ref:11.1f} {ratio}  {len(calls):>5} {cpu:9.1f}")
     errors = backend.take_errors()
     if errors:
         print(f"# reader errors during the benchmark: {errors}")
