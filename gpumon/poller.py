@@ -37,11 +37,13 @@ log = logging.getLogger(__name__)
 
 _IDENTITY_FIELDS = ("name", "pci_bus_id", "serial", "vbios_version", "compute_capability", "minor_number")
 _POLLED_TIERS = (Tier.STATIC, Tier.SLOW, Tier.FAST)
-_FAST_ONLY = (Tier.FAST,)
+_FAST_ONLY: tuple[Tier, ...] = (Tier.FAST,)
 _SETTABLE_FIELDS = frozenset(f.name for f in dataclasses.fields(GpuSnapshot)) - {"index", "uuid", "up", "lost_reason"}
 
 ProcessEnricher = Callable[[tuple[ProcessSnapshot, ...]], tuple[ProcessSnapshot, ...]]
 XidCounts = Callable[[int], tuple[Mapping[str, int], Mapping[str, float]]]
+"""A GPU's XID (counts, last timestamps) by code, as mappings never changed afterwards (XidTracker.for_gpu):
+snapshots hold them as they are."""
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,8 @@ class Poller:
             self._tier_errors[Tier.FAST] += 1
             fast = self._tier_stats.get(Tier.FAST.value)
             if fast is not None:
-                self._tier_stats[Tier.FAST.value] = dataclasses.replace(fast, errors_total=self._tier_errors[Tier.FAST])
+                fast = dataclasses.replace(fast, errors_total=self._tier_errors[Tier.FAST])
+                self._tier_stats = {**self._tier_stats, Tier.FAST.value: fast}
             snapshot = Snapshot(
                 timestamp_seconds=self._wall(),
                 monotonic_seconds=self._mono(),
@@ -225,16 +228,12 @@ class Poller:
             self._try_init(start)
         if not self._nvml_up:
             return self._snapshot_without_gpus(False, self._nvml_error)
-        plan, due = self._plan(start)
-        durations = dict.fromkeys(due, 0.0)
-        # A fast-only poll (most of them) is timed as a whole: clock reads cost µs on some VMs.
-        timed = len(due) > 1
         try:
-            gpus = tuple(
-                self._read_gpu(i, state, plan[i], durations, start, timed) for i, state in enumerate(self._gpus)
-            )
-            if not timed:
-                durations[Tier.FAST] = self._mono() - start
+            if start < self._next_slower_due:  # most polls: the fast tier of every GPU, nothing slower
+                gpus, due = self._read_fast_tier(start), _FAST_ONLY
+                durations = {Tier.FAST: self._mono() - start}
+            else:
+                gpus, due, durations = self._read_planned_tiers(start)
             self._count_backend_errors()
         except NvmlUnavailableError as exc:
             # the driver went away under us (unloaded, upgraded): re-initialise with backoff
@@ -248,20 +247,44 @@ class Poller:
             self._init_at = start + self._init_backoff
             return self._snapshot_without_gpus(False, self._nvml_error)
         end_wall = self._wall()
+        tier_stats = dict(self._tier_stats)
         for tier in due:
-            self._tier_stats[tier.value] = TierStats(
-                duration_seconds=durations[tier],
-                errors_total=self._tier_errors[tier],
-                last_timestamp_seconds=end_wall,
-            )
-        return Snapshot(
-            timestamp_seconds=end_wall,
-            monotonic_seconds=self._mono(),
-            nvml_up=True,
-            host=self._with_host_figures(),
-            gpus=gpus,
-            tiers=self._stats_view(),
-        )
+            tier_stats[tier.value] = TierStats.of_read(durations[tier], self._tier_errors[tier], end_wall)
+        self._tier_stats = tier_stats
+        return Snapshot.of_poll(end_wall, self._mono(), self._with_host_figures(), gpus, tier_stats)
+
+    def _read_fast_tier(self, now: float) -> tuple[GpuSnapshot, ...]:
+        """Every GPU's fast tier (the poll of most seconds): one backend read and one merge per GPU."""
+        read = self._backend.read
+        out = []
+        for index, state in enumerate(self._gpus):
+            if state.lost_reason is not None:  # re-probed with every tier, when its backoff allows
+                out.append(self._read_gpu(index, state, _FAST_ONLY, {}, now, timed=False))
+                continue
+            try:
+                state.cache[Tier.FAST] = read(index, Tier.FAST)
+            except GpuLostError as exc:
+                self._mark_lost(index, state, exc.reason, now)
+                out.append(self._lost_snapshot(index, state))
+                continue
+            except NvmlUnavailableError:
+                raise
+            except Exception:  # the GPU's cached values are kept
+                self._tier_errors[Tier.FAST] += 1
+                log.exception("reading fast tier of GPU %d failed", index)
+            out.append(self._merge(index, state))
+        return tuple(out)
+
+    def _read_planned_tiers(self, start: float) -> tuple[tuple[GpuSnapshot, ...], tuple[Tier, ...], dict[Tier, float]]:
+        """A poll that reads a slower tier of some GPU: (GPU snapshots, the tiers read, each tier's duration)."""
+        plan, due = self._plan(start)
+        durations = dict.fromkeys(due, 0.0)
+        # A fast-only poll (a GPU re-probed later, say) is timed as a whole: clock reads cost µs on some VMs.
+        timed = len(due) > 1
+        gpus = tuple([self._read_gpu(i, state, plan[i], durations, start, timed) for i, state in enumerate(self._gpus)])
+        if not timed:
+            durations[Tier.FAST] = self._mono() - start
+        return gpus, due, durations
 
     def _plan(self, now: float) -> tuple[Sequence[Sequence[Tier]], tuple[Tier, ...]]:
         """The tiers to read for each GPU in this poll, and all the tiers read in it.
@@ -270,10 +293,8 @@ class Poller:
         passed, but spread over polls: at most ceil(GPUs × fast / interval) GPUs a poll (the ones
         waiting longest), so that one poll never carries the slow reads of every GPU (on H200
         PCIe throughput and NVLink error counters take ~100 ms per GPU). A GPU never read yet
-        is read at once.
+        is read at once. Called only once ``_next_slower_due`` has come (most polls read the fast tier alone).
         """
-        if now < self._next_slower_due:  # most polls: nothing slower is due for any GPU
-            return [_FAST_ONLY] * len(self._gpus), _FAST_ONLY
         plan: list[list[Tier]] = [[] for _ in self._gpus]
         count = len(self._gpus)
         next_due = float("inf")
@@ -429,12 +450,9 @@ class Poller:
                     state.enriched = None
                     log.exception("process attribution failed")
         if self._xid_counts is not None:
-            counts, last = self._xid_counts(index)
-            extra["xid_errors_total"] = dict(counts)
-            extra["xid_last_timestamp_seconds"] = dict(last)
-        if extra:
-            values = {**values, **extra}  # the cached read stays as the backend returned it
-        return GpuSnapshot.assemble(index, state.uuid, values, state.base)
+            extra["xid_errors_total"], extra["xid_last_timestamp_seconds"] = self._xid_counts(index)
+        # the cached read stays as the backend returned it: what gpumon adds is laid over it
+        return GpuSnapshot.assemble(index, state.uuid, values, state.base, extra)
 
     def _with_host_figures(self) -> HostSnapshot:
         """Driver facts plus psutil figures, re-read every slow interval (~50 µs a read)."""
@@ -460,6 +478,8 @@ class Poller:
             tiers=self._stats_view(),
         )
 
-    def _stats_view(self) -> dict[str, TierStats]:
-        """Tier stats as of each tier's last read (errors are counted before the stats are made)."""
-        return dict(self._tier_stats)
+    def _stats_view(self) -> Mapping[str, TierStats]:
+        """Tier stats as of each tier's last read (errors are counted before the stats are made).
+
+        The mapping is never changed once made (a new one replaces it), so snapshots share it."""
+        return self._tier_stats
