@@ -69,13 +69,39 @@ class _GpuState:
     lost_reason: str | None = None
     reprobe_at: float = 0.0
     reprobe_backoff: float = 5.0
-    enriched: tuple[object, object, int] | None = None
-    """(processes as the backend gave them, the same with /proc facts, polls it may still serve)."""
+    enriched: tuple[tuple[ProcessSnapshot, ...], tuple[ProcessSnapshot, ...], int] | None = None
+    """(processes as the backend gave them when /proc was read, the latest with /proc facts, polls it may
+    still serve)."""
 
 
 ENRICH_REUSE_POLLS = 30
-"""Polls that may reuse a GPU's process attribution while NVML reports the same processes (same
-pids, same memory): /proc is read again when the list changes, and at least every 30 polls."""
+"""Polls that may reuse a GPU's process attribution while NVML reports the same processes (same pids
+and what the backend said of them; the memory and SM share they use come from each read): /proc is read
+again when the list changes, and at least every 30 polls."""
+
+
+def _same_processes(old: tuple[ProcessSnapshot, ...], new: tuple[ProcessSnapshot, ...]) -> bool:
+    """The same processes as far as /proc attribution goes: equal but for the per-read figures."""
+    if old == new:
+        return True
+    return len(old) == len(new) and all(
+        a.pid == b.pid
+        and a
+        == dataclasses.replace(b, used_memory_bytes=a.used_memory_bytes, sm_utilization_ratio=a.sm_utilization_ratio)
+        for a, b in zip(old, new, strict=True)
+    )
+
+
+def _with_figures_of(
+    enriched: tuple[ProcessSnapshot, ...], read: tuple[ProcessSnapshot, ...]
+) -> tuple[ProcessSnapshot, ...]:
+    """The attributed processes ``enriched`` with the memory and SM share of this ``read`` of the same processes."""
+    return tuple(
+        e
+        if (e.used_memory_bytes, e.sm_utilization_ratio) == (r.used_memory_bytes, r.sm_utilization_ratio)
+        else dataclasses.replace(e, used_memory_bytes=r.used_memory_bytes, sm_utilization_ratio=r.sm_utilization_ratio)
+        for e, r in zip(enriched, read, strict=True)
+    )
 
 
 STRICT_FIELDS_ENV = "GPUMON_STRICT_FIELDS"
@@ -439,9 +465,9 @@ class Poller:
         processes = values.get("processes")
         if processes and self._enrich is not None:
             known = state.enriched
-            if known is not None and known[2] > 0 and known[0] == processes:
-                extra["processes"] = known[1]
-                state.enriched = (known[0], known[1], known[2] - 1)
+            if known is not None and known[2] > 0 and _same_processes(known[0], processes):
+                extra["processes"] = _with_figures_of(known[1], processes)
+                state.enriched = (known[0], extra["processes"], known[2] - 1)
             else:
                 try:
                     extra["processes"] = self._enrich(processes)

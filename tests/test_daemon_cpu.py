@@ -178,3 +178,27 @@ def test_a_slow_read_of_one_gpu_rebuilds_that_gpus_slow_samples_only_and_every_s
             assert family.rendered == render([whole])
         clock[0] += 1
     assert sorted(v for _, v in ours) != [1.0] * 4, "the slow reads went on"
+
+
+def test_receivers_are_told_of_the_firing_alerts_not_held_back_and_nothing_is_built_for_the_others() -> None:
+    """``notifiable()`` (what is delivered, every poll) is ``alerts()`` less the pending and held-back alerts,
+    in the same order; a pending alert's Alert is not even made."""
+    from gpumon.alerts.alert import BurnHoldBack
+
+    e = _engine(
+        {"name": "Hot", "kind": "threshold", "field": "temperature_celsius", "op": ">", "threshold": 80, "for": "5s"}
+    )
+    hot = [gpu(0, temperature_celsius=90.0), gpu(1, temperature_celsius=95.0)]
+    e.evaluate(snap(T0, *hot), T0)
+    assert [a.state for a in e.alerts()] == ["pending", "pending"]
+    built = []
+    real = e._alert
+    e._alert = lambda *args, **kw: built.append(args[0]) or real(*args, **kw)  # type: ignore[method-assign]
+    assert e.notifiable() == [] and built == []
+    e._alert = real  # type: ignore[method-assign]
+    e.evaluate(snap(T0 + 6, *hot), T0 + 6)
+    assert [a.gpu for a in e.notifiable()] == ["0", "1"] and e.notifiable() == e.alerts()
+    burn = BurnHoldBack(pid=9, gpu_indices=frozenset({1}), uuids=frozenset(), started_at=T0)
+    e.evaluate(snap(T0 + 7, *hot), T0 + 7, burn)
+    assert [(a.gpu, a.held_back is None) for a in e.alerts()] == [("0", True), ("1", False)]
+    assert [a.gpu for a in e.notifiable()] == ["0"]

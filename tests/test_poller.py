@@ -250,13 +250,15 @@ def test_poll_never_raises_even_when_a_snapshot_listener_does(caplog: pytest.Log
 
 
 def test_process_attribution_is_read_again_when_the_processes_change_and_every_30_polls() -> None:
-    """/proc is read for a GPU's processes when NVML's list changes, and at least every 30 polls;
-    in between the snapshot carries the same names, users and places."""
+    """/proc is read for a GPU's processes when NVML's list changes (another pid), and at least every 30
+    polls; in between the snapshot carries the same names, users and places, with the memory and SM share
+    of each read (those change every second on a busy GPU and say nothing about who the process is)."""
     from gpumon.backends.fake import FakeGpuScript
     from gpumon.snapshot import ProcessSnapshot
 
     def processes(tick: int) -> tuple[ProcessSnapshot, ...]:
-        return (ProcessSnapshot(pid=7, used_memory_bytes=(1 if tick < 3 else 2) << 30),)
+        pid = 7 if tick < 3 else 8
+        return (ProcessSnapshot(pid=pid, used_memory_bytes=(tick + 1) << 30, sm_utilization_ratio=tick / 100),)
 
     backend = FakeBackend(scripts=[FakeGpuScript(uuid="GPU-0", values={"processes": processes})])
     clock = Clock()
@@ -264,16 +266,19 @@ def test_process_attribution_is_read_again_when_the_processes_change_and_every_3
 
     def enrich(processes: Any) -> tuple[ProcessSnapshot, ...]:
         calls.append(len(calls))
-        return tuple(p.__class__(**{**p.__dict__, "name": "trainer"}) for p in processes)
+        return tuple(p.__class__(**{**p.__dict__, "name": f"trainer{p.pid}"}) for p in processes)
 
     poller = Poller(
         backend, SnapshotStore(), monotonic=clock, wall_clock=clock, host_figures=dict, enrich_processes=enrich
     )
-    names = []
+    seen = []
     for _ in range(35):
-        names += [p.name for p in poll(poller, clock).gpus[0].processes or ()]
-    assert names == ["trainer"] * 35
-    assert len(calls) == 3  # first poll, the change at poll 4, and 30 polls later
+        seen += [
+            (p.pid, p.name, p.used_memory_bytes, p.sm_utilization_ratio)
+            for p in poll(poller, clock).gpus[0].processes or ()
+        ]
+    assert seen == [(7 if t < 3 else 8, "trainer7" if t < 3 else "trainer8", (t + 1) << 30, t / 100) for t in range(35)]
+    assert len(calls) == 3  # first poll, the new pid at poll 4, and 30 polls later
 
 
 def test_the_poll_constructors_make_what_the_dataclass_constructors_make() -> None:

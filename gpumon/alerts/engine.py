@@ -166,6 +166,17 @@ class AlertEngine:
         out = [self._alert(key, st) for key, st in self._active.items() if st.rule in self._rules]
         return sorted(out, key=lambda a: (a.state != "firing", a.alertname, a.gpu, sorted(a.labels.items())))
 
+    def notifiable(self) -> list[Alert]:
+        """The firing alerts a burn does not hold back, in ``alerts()`` order: what receivers are told of.
+
+        Built every poll, so pending and held-back alerts are passed over before their Alert is made."""
+        out = [
+            self._alert(key, st)
+            for key, st in self._active.items()
+            if st.state == "firing" and st.held_back is None and st.rule in self._rules
+        ]
+        return sorted(out, key=lambda a: (a.alertname, a.gpu, sorted(a.labels.items())))
+
     # ---- persistence (the spool) ------------------------------------------------
     def export_state(self) -> dict[str, Any]:
         """Everything needed to continue after a restart, as JSON-ready data."""
