@@ -202,3 +202,22 @@ def test_receivers_are_told_of_the_firing_alerts_not_held_back_and_nothing_is_bu
     e.evaluate(snap(T0 + 7, *hot), T0 + 7, burn)
     assert [(a.gpu, a.held_back is None) for a in e.alerts()] == [("0", True), ("1", False)]
     assert [a.gpu for a in e.notifiable()] == ["0"]
+
+
+def test_a_threshold_rule_observes_nothing_below_its_threshold_until_an_alert_of_it_is_active() -> None:
+    """Below the threshold and no alert of the rule pending or firing: no observation (and no target) is
+    built; once one GPU's alert fires, the other GPUs are still judged, and the alert resolves."""
+    e = _engine({"name": "Hot", "kind": "threshold", "field": "temperature_celsius", "op": ">", "threshold": 80})
+    [rule] = e.rules
+    cool = [gpu(0, temperature_celsius=50.0), gpu(1, temperature_celsius=60.0)]
+    assert e._observe(rule, snap(T0, *cool), T0) == []
+    [change] = e.evaluate(snap(T0, gpu(0, temperature_celsius=90.0), cool[1]), T0)
+    assert (change.alert.gpu, change.alert.state) == ("0", "firing")
+    changes = e.evaluate(snap(T0 + 1, cool[0], gpu(1, temperature_celsius=85.0)), T0 + 1)
+    assert sorted((c.alert.gpu, c.previous, c.alert.state) for c in changes) == [
+        ("0", "firing", "resolved"),
+        ("1", "inactive", "firing"),
+    ]
+    assert [a.gpu for a in e.alerts()] == ["1"]
+    assert e.evaluate(snap(T0 + 2, *cool), T0 + 2)[0].alert.state == "resolved"
+    assert e.alerts() == []
