@@ -78,6 +78,8 @@ class XidTracker:
         self._listeners: list[XidListener] = []
         self._seen: dict[tuple[str, int], deque[_Seen]] = {}
         """(source, code) -> recent counted events of that source, for pairing with the other source."""
+        self._none = _Counts()
+        """What ``for_gpu`` gives for a GPU without XIDs: the same empty mappings every time (never changed)."""
         self._last_snapshot_buses: dict[str, int] | None = None
         """The bus ids -> index of the last snapshot ``set_gpus_from_snapshot`` saw (polling thread only)."""
 
@@ -224,4 +226,4 @@ class XidTracker:
         afterwards; a new event replaces them."""
         with self._lock:
             c = self._by_gpu.get(gpu_index)
-            return (c.totals, c.last) if c else ({}, {})
+            return (c.totals, c.last) if c else (self._none.totals, self._none.last)

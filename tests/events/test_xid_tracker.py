@@ -157,6 +157,7 @@ def test_a_gpus_counts_handed_out_are_not_changed_by_later_events() -> None:
     mappings and leaves those of earlier snapshots as they were."""
     tracker = XidTracker(live_since_seconds=START)
     assert tracker.for_gpu(0) == ({}, {})
+    assert all(a is b for a, b in zip(tracker.for_gpu(0), tracker.for_gpu(1))), "no XIDs: the same objects each poll"
     tracker.record(XidEvent(xid=13, timestamp_seconds=START + 1, source="nvml", gpu_index=0))
     counts, last = tracker.for_gpu(0)
     assert tracker.for_gpu(0) == (counts, last)
@@ -165,3 +166,4 @@ def test_a_gpus_counts_handed_out_are_not_changed_by_later_events() -> None:
     assert (counts, last) == ({"13": 1}, {"13": START + 1})
     assert tracker.for_gpu(0) == ({"13": 2, "31": 1}, {"13": START + 2, "31": START + 3})
     assert tracker.counts(0) == {"13": 2, "31": 1}
+    assert tracker.for_gpu(1) == ({}, {})
