@@ -48,7 +48,7 @@ def test_a_fast_family_whose_samples_did_not_change_keeps_its_text_and_a_changed
     assert "Refreshed every 2s." in text.split("# HELP gpumon_temperature_celsius ", 1)[1].split("\n", 1)[0]
 
 
-def test_health_drift_is_worked_out_once_per_snapshot_not_once_per_scrape(
+def test_health_drift_is_worked_out_once_per_change_of_what_it_reads_not_once_per_scrape_or_poll(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = []
@@ -69,6 +69,14 @@ def test_health_drift_is_worked_out_once_per_snapshot_not_once_per_scrape(
     service.on_snapshot(second)
     assert not any(f.kind == "pcie_degraded" for f in service.report().findings)
     assert calls == [first, second]
+    hotter = snap(T0 + 2, gpu(pcie_link_width=16, pcie_link_width_max=16, temperature_celsius=80.0))
+    service.on_snapshot(hotter)
+    service.report()
+    assert calls == [first, second], "a new snapshot that drift reads alike (only a temperature moved): reused"
+    link_down = snap(T0 + 3, gpu(pcie_link_width=16, pcie_link_width_max=16, nvlink_up={"0": True, "1": False}))
+    service.on_snapshot(link_down)
+    service.report()
+    assert calls == [first, second, link_down]
 
 
 def _engine(rule: dict[str, Any]) -> AlertEngine:
