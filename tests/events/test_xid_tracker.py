@@ -157,7 +157,8 @@ def test_a_gpus_counts_handed_out_are_not_changed_by_later_events() -> None:
     mappings and leaves those of earlier snapshots as they were."""
     tracker = XidTracker(live_since_seconds=START)
     assert tracker.for_gpu(0) == ({}, {})
-    assert all(a is b for a, b in zip(tracker.for_gpu(0), tracker.for_gpu(1))), "no XIDs: the same objects each poll"
+    none0, none1 = tracker.for_gpu(0), tracker.for_gpu(1)
+    assert none0[0] is none1[0] and none0[1] is none1[1], "no XIDs: the same objects every poll"
     tracker.record(XidEvent(xid=13, timestamp_seconds=START + 1, source="nvml", gpu_index=0))
     counts, last = tracker.for_gpu(0)
     assert tracker.for_gpu(0) == (counts, last)
