@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 _IDENTITY_FIELDS = ("name", "pci_bus_id", "serial", "vbios_version", "compute_capability", "minor_number")
 _POLLED_TIERS = (Tier.STATIC, Tier.SLOW, Tier.FAST)
 _FAST_ONLY: tuple[Tier, ...] = (Tier.FAST,)
+_FAST = Tier.FAST
+"""Tier.FAST, read once: each ``Tier.X`` is a descriptor call (~0.1 µs), and the fast path names it per GPU."""
+_TIER_NAMES: Mapping[Tier, str] = {tier: tier.value for tier in Tier}
+"""Each tier's name, the key of Snapshot.tiers (``tier.value`` is a property call too)."""
 _SETTABLE_FIELDS = frozenset(f.name for f in dataclasses.fields(GpuSnapshot)) - {"index", "uuid", "up", "lost_reason"}
 
 ProcessEnricher = Callable[[tuple[ProcessSnapshot, ...]], tuple[ProcessSnapshot, ...]]
@@ -257,7 +261,7 @@ class Poller:
         try:
             if start < self._next_slower_due:  # most polls: the fast tier of every GPU, nothing slower
                 gpus, due = self._read_fast_tier(start), _FAST_ONLY
-                durations = {Tier.FAST: self._mono() - start}
+                durations = {_FAST: self._mono() - start}
             else:
                 gpus, due, durations = self._read_planned_tiers(start)
             self._count_backend_errors()
@@ -275,7 +279,7 @@ class Poller:
         end_wall = self._wall()
         tier_stats = dict(self._tier_stats)
         for tier in due:
-            tier_stats[tier.value] = TierStats.of_read(durations[tier], self._tier_errors[tier], end_wall)
+            tier_stats[_TIER_NAMES[tier]] = TierStats.of_read(durations[tier], self._tier_errors[tier], end_wall)
         self._tier_stats = tier_stats
         return Snapshot.of_poll(end_wall, self._mono(), self._with_host_figures(), gpus, tier_stats)
 
@@ -288,7 +292,7 @@ class Poller:
                 out.append(self._read_gpu(index, state, _FAST_ONLY, {}, now, timed=False))
                 continue
             try:
-                state.cache[Tier.FAST] = read(index, Tier.FAST)
+                state.cache[_FAST] = read(index, _FAST)
             except GpuLostError as exc:
                 self._mark_lost(index, state, exc.reason, now)
                 out.append(self._lost_snapshot(index, state))
@@ -296,7 +300,7 @@ class Poller:
             except NvmlUnavailableError:
                 raise
             except Exception:  # the GPU's cached values are kept
-                self._tier_errors[Tier.FAST] += 1
+                self._tier_errors[_FAST] += 1
                 log.exception("reading fast tier of GPU %d failed", index)
             out.append(self._merge(index, state))
         return tuple(out)
@@ -460,7 +464,7 @@ class Poller:
             for tier in (Tier.STATIC, Tier.SLOW):
                 slower.update(self._settable(state.cache.get(tier, {})))
             state.base = GpuSnapshot.base_fields(slower)
-        values = self._settable(state.cache.get(Tier.FAST, {}))
+        values = self._settable(state.cache.get(_FAST, {}))
         extra: dict[str, Any] = {}
         processes = values.get("processes")
         if processes and self._enrich is not None:
