@@ -1,6 +1,6 @@
 """Counts of XID events per GPU and code, fed by the event thread and the kernel-log backfill.
 
-The poller copies ``counts`` / ``last_timestamps`` into ``GpuSnapshot.xid_errors_total``
+The poller puts ``for_gpu``'s counts / last timestamps into ``GpuSnapshot.xid_errors_total``
 and ``xid_last_timestamp_seconds`` (exported as ``gpumon_xid_errors_total`` — a
 counter, repeats counted — and ``gpumon_xid_last_timestamp_seconds``).
 
