@@ -1,6 +1,6 @@
 """gpumon's own Python cost per FAST read and per poll, on tests/fake_pynvml.py (NVML calls cost ~1 µs there).
 
-    python3 benchmarks/bench_read_overhead.py [--gpus 1] [--repeat 20000] [--profile]
+    python3 benchmarks/bench_read_overhead.py [--gpus 1] [--nvlinks 0] [--repeat 20000] [--profile]
 
 Times (best of 7 rounds' means, after a warm-up; the first reads probe what the GPU supports):
 
@@ -11,7 +11,8 @@ Times (best of 7 rounds' means, after a warm-up; the first reads probe what the 
   the store; no store listeners, no process attribution), and the same poll over a backend that
   answers a constant mapping (the poller's own cost).
 
-``--profile`` prints cProfile's top functions for 20000 polls. On a real GPU the NVML calls
+``--nvlinks 18`` gives each fake GPU 18 NVLink links up, as an H200 SXM has (its FAST read then
+asks each link's state). ``--profile`` prints cProfile's top functions for 20000 polls. On a real GPU the NVML calls
 add their own cost (~60 µs a FAST read on an H200); bench_nvml_calls.py measures that.
 """
 
@@ -108,11 +109,12 @@ def fast_only_poller(backend: Any) -> Poller:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--gpus", type=int, default=1)
+    parser.add_argument("--nvlinks", type=int, default=0, help="NVLink links per GPU (an H200 SXM has 18)")
     parser.add_argument("--repeat", type=int, default=20000)
     parser.add_argument("--profile", action="store_true", help="cProfile 20000 polls, print the top 25")
     args = parser.parse_args()
 
-    nv = FakeNvml([FakeGpu(index=i) for i in range(args.gpus)])
+    nv = FakeNvml([FakeGpu(index=i, nvlink_states=[1] * args.nvlinks) for i in range(args.gpus)])
     backend = NvmlBackend(nv)
     backend.init()
     for tier in (Tier.STATIC, Tier.SLOW, Tier.FAST, Tier.FAST):
@@ -128,7 +130,7 @@ def main() -> int:
     except (ImportError, AttributeError):
         pass
 
-    print(f"# {args.gpus} fake GPU(s), python {sys.version.split()[0]}, best of 7 rounds of {args.repeat // 7}")
+    print(f"# {args.gpus} fake GPU(s), {args.nvlinks} NVLink links each, python {sys.version.split()[0]}, best of 7 rounds of {args.repeat // 7}")
     read_us = best_us(lambda: [backend.read(i, Tier.FAST) for i in range(args.gpus)], args.repeat)
     print(f"NvmlBackend.read(FAST), all GPUs:  {read_us:6.2f} µs ({read_us / args.gpus:.2f} µs/GPU)")
     if bare:

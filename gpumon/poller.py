@@ -37,11 +37,17 @@ log = logging.getLogger(__name__)
 
 _IDENTITY_FIELDS = ("name", "pci_bus_id", "serial", "vbios_version", "compute_capability", "minor_number")
 _POLLED_TIERS = (Tier.STATIC, Tier.SLOW, Tier.FAST)
-_FAST_ONLY = (Tier.FAST,)
+_FAST_ONLY: tuple[Tier, ...] = (Tier.FAST,)
+_FAST = Tier.FAST
+"""Tier.FAST, read once: each ``Tier.X`` is a descriptor call (~0.1 µs), and the fast path names it per GPU."""
+_TIER_NAMES: Mapping[Tier, str] = {tier: tier.value for tier in Tier}
+"""Each tier's name, the key of Snapshot.tiers (``tier.value`` is a property call too)."""
 _SETTABLE_FIELDS = frozenset(f.name for f in dataclasses.fields(GpuSnapshot)) - {"index", "uuid", "up", "lost_reason"}
 
 ProcessEnricher = Callable[[tuple[ProcessSnapshot, ...]], tuple[ProcessSnapshot, ...]]
 XidCounts = Callable[[int], tuple[Mapping[str, int], Mapping[str, float]]]
+"""A GPU's XID (counts, last timestamps) by code, as mappings never changed afterwards (XidTracker.for_gpu):
+snapshots hold them as they are."""
 
 
 @dataclass(frozen=True)
@@ -67,13 +73,39 @@ class _GpuState:
     lost_reason: str | None = None
     reprobe_at: float = 0.0
     reprobe_backoff: float = 5.0
-    enriched: tuple[object, object, int] | None = None
-    """(processes as the backend gave them, the same with /proc facts, polls it may still serve)."""
+    enriched: tuple[tuple[ProcessSnapshot, ...], tuple[ProcessSnapshot, ...], int] | None = None
+    """(processes as the backend gave them when /proc was read, the latest with /proc facts, polls it may
+    still serve)."""
 
 
 ENRICH_REUSE_POLLS = 30
-"""Polls that may reuse a GPU's process attribution while NVML reports the same processes (same
-pids, same memory): /proc is read again when the list changes, and at least every 30 polls."""
+"""Polls that may reuse a GPU's process attribution while NVML reports the same processes (same pids
+and what the backend said of them; the memory and SM share they use come from each read): /proc is read
+again when the list changes, and at least every 30 polls."""
+
+
+def _same_processes(old: tuple[ProcessSnapshot, ...], new: tuple[ProcessSnapshot, ...]) -> bool:
+    """The same processes as far as /proc attribution goes: equal but for the per-read figures."""
+    if old == new:
+        return True
+    return len(old) == len(new) and all(
+        a.pid == b.pid
+        and a
+        == dataclasses.replace(b, used_memory_bytes=a.used_memory_bytes, sm_utilization_ratio=a.sm_utilization_ratio)
+        for a, b in zip(old, new, strict=True)
+    )
+
+
+def _with_figures_of(
+    enriched: tuple[ProcessSnapshot, ...], read: tuple[ProcessSnapshot, ...]
+) -> tuple[ProcessSnapshot, ...]:
+    """The attributed processes ``enriched`` with the memory and SM share of this ``read`` of the same processes."""
+    return tuple(
+        e
+        if (e.used_memory_bytes, e.sm_utilization_ratio) == (r.used_memory_bytes, r.sm_utilization_ratio)
+        else dataclasses.replace(e, used_memory_bytes=r.used_memory_bytes, sm_utilization_ratio=r.sm_utilization_ratio)
+        for e, r in zip(enriched, read, strict=True)
+    )
 
 
 STRICT_FIELDS_ENV = "GPUMON_STRICT_FIELDS"
@@ -183,7 +215,8 @@ class Poller:
             self._tier_errors[Tier.FAST] += 1
             fast = self._tier_stats.get(Tier.FAST.value)
             if fast is not None:
-                self._tier_stats[Tier.FAST.value] = dataclasses.replace(fast, errors_total=self._tier_errors[Tier.FAST])
+                fast = dataclasses.replace(fast, errors_total=self._tier_errors[Tier.FAST])
+                self._tier_stats = {**self._tier_stats, Tier.FAST.value: fast}
             snapshot = Snapshot(
                 timestamp_seconds=self._wall(),
                 monotonic_seconds=self._mono(),
@@ -225,16 +258,12 @@ class Poller:
             self._try_init(start)
         if not self._nvml_up:
             return self._snapshot_without_gpus(False, self._nvml_error)
-        plan, due = self._plan(start)
-        durations = dict.fromkeys(due, 0.0)
-        # A fast-only poll (most of them) is timed as a whole: clock reads cost µs on some VMs.
-        timed = len(due) > 1
         try:
-            gpus = tuple(
-                self._read_gpu(i, state, plan[i], durations, start, timed) for i, state in enumerate(self._gpus)
-            )
-            if not timed:
-                durations[Tier.FAST] = self._mono() - start
+            if start < self._next_slower_due:  # most polls: the fast tier of every GPU, nothing slower
+                gpus, due = self._read_fast_tier(start), _FAST_ONLY
+                durations = {_FAST: self._mono() - start}
+            else:
+                gpus, due, durations = self._read_planned_tiers(start)
             self._count_backend_errors()
         except NvmlUnavailableError as exc:
             # the driver went away under us (unloaded, upgraded): re-initialise with backoff
@@ -248,20 +277,44 @@ class Poller:
             self._init_at = start + self._init_backoff
             return self._snapshot_without_gpus(False, self._nvml_error)
         end_wall = self._wall()
+        tier_stats = dict(self._tier_stats)
         for tier in due:
-            self._tier_stats[tier.value] = TierStats(
-                duration_seconds=durations[tier],
-                errors_total=self._tier_errors[tier],
-                last_timestamp_seconds=end_wall,
-            )
-        return Snapshot(
-            timestamp_seconds=end_wall,
-            monotonic_seconds=self._mono(),
-            nvml_up=True,
-            host=self._with_host_figures(),
-            gpus=gpus,
-            tiers=self._stats_view(),
-        )
+            tier_stats[_TIER_NAMES[tier]] = TierStats.of_read(durations[tier], self._tier_errors[tier], end_wall)
+        self._tier_stats = tier_stats
+        return Snapshot.of_poll(end_wall, self._mono(), self._with_host_figures(), gpus, tier_stats)
+
+    def _read_fast_tier(self, now: float) -> tuple[GpuSnapshot, ...]:
+        """Every GPU's fast tier (the poll of most seconds): one backend read and one merge per GPU."""
+        read = self._backend.read
+        out = []
+        for index, state in enumerate(self._gpus):
+            if state.lost_reason is not None:  # re-probed with every tier, when its backoff allows
+                out.append(self._read_gpu(index, state, _FAST_ONLY, {}, now, timed=False))
+                continue
+            try:
+                state.cache[_FAST] = read(index, _FAST)
+            except GpuLostError as exc:
+                self._mark_lost(index, state, exc.reason, now)
+                out.append(self._lost_snapshot(index, state))
+                continue
+            except NvmlUnavailableError:
+                raise
+            except Exception:  # the GPU's cached values are kept
+                self._tier_errors[_FAST] += 1
+                log.exception("reading fast tier of GPU %d failed", index)
+            out.append(self._merge(index, state))
+        return tuple(out)
+
+    def _read_planned_tiers(self, start: float) -> tuple[tuple[GpuSnapshot, ...], tuple[Tier, ...], dict[Tier, float]]:
+        """A poll that reads a slower tier of some GPU: (GPU snapshots, the tiers read, each tier's duration)."""
+        plan, due = self._plan(start)
+        durations = dict.fromkeys(due, 0.0)
+        # A fast-only poll (a GPU re-probed later, say) is timed as a whole: clock reads cost µs on some VMs.
+        timed = len(due) > 1
+        gpus = tuple([self._read_gpu(i, state, plan[i], durations, start, timed) for i, state in enumerate(self._gpus)])
+        if not timed:
+            durations[Tier.FAST] = self._mono() - start
+        return gpus, due, durations
 
     def _plan(self, now: float) -> tuple[Sequence[Sequence[Tier]], tuple[Tier, ...]]:
         """The tiers to read for each GPU in this poll, and all the tiers read in it.
@@ -270,10 +323,8 @@ class Poller:
         passed, but spread over polls: at most ceil(GPUs × fast / interval) GPUs a poll (the ones
         waiting longest), so that one poll never carries the slow reads of every GPU (on H200
         PCIe throughput and NVLink error counters take ~100 ms per GPU). A GPU never read yet
-        is read at once.
+        is read at once. Called only once ``_next_slower_due`` has come (most polls read the fast tier alone).
         """
-        if now < self._next_slower_due:  # most polls: nothing slower is due for any GPU
-            return [_FAST_ONLY] * len(self._gpus), _FAST_ONLY
         plan: list[list[Tier]] = [[] for _ in self._gpus]
         count = len(self._gpus)
         next_due = float("inf")
@@ -413,14 +464,14 @@ class Poller:
             for tier in (Tier.STATIC, Tier.SLOW):
                 slower.update(self._settable(state.cache.get(tier, {})))
             state.base = GpuSnapshot.base_fields(slower)
-        values = self._settable(state.cache.get(Tier.FAST, {}))
+        values = self._settable(state.cache.get(_FAST, {}))
         extra: dict[str, Any] = {}
         processes = values.get("processes")
         if processes and self._enrich is not None:
             known = state.enriched
-            if known is not None and known[2] > 0 and known[0] == processes:
-                extra["processes"] = known[1]
-                state.enriched = (known[0], known[1], known[2] - 1)
+            if known is not None and known[2] > 0 and _same_processes(known[0], processes):
+                extra["processes"] = _with_figures_of(known[1], processes)
+                state.enriched = (known[0], extra["processes"], known[2] - 1)
             else:
                 try:
                     extra["processes"] = self._enrich(processes)
@@ -429,12 +480,9 @@ class Poller:
                     state.enriched = None
                     log.exception("process attribution failed")
         if self._xid_counts is not None:
-            counts, last = self._xid_counts(index)
-            extra["xid_errors_total"] = dict(counts)
-            extra["xid_last_timestamp_seconds"] = dict(last)
-        if extra:
-            values = {**values, **extra}  # the cached read stays as the backend returned it
-        return GpuSnapshot.assemble(index, state.uuid, values, state.base)
+            extra["xid_errors_total"], extra["xid_last_timestamp_seconds"] = self._xid_counts(index)
+        # the cached read stays as the backend returned it: what gpumon adds is laid over it
+        return GpuSnapshot.assemble(index, state.uuid, values, state.base, extra)
 
     def _with_host_figures(self) -> HostSnapshot:
         """Driver facts plus psutil figures, re-read every slow interval (~50 µs a read)."""
@@ -460,6 +508,8 @@ class Poller:
             tiers=self._stats_view(),
         )
 
-    def _stats_view(self) -> dict[str, TierStats]:
-        """Tier stats as of each tier's last read (errors are counted before the stats are made)."""
-        return dict(self._tier_stats)
+    def _stats_view(self) -> Mapping[str, TierStats]:
+        """Tier stats as of each tier's last read (errors are counted before the stats are made).
+
+        The mapping is never changed once made (a new one replaces it), so snapshots share it."""
+        return self._tier_stats

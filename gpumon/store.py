@@ -18,14 +18,15 @@ class SnapshotStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._latest: Snapshot | None = None
-        self._listeners: list[tuple[Callable[[Snapshot], None], FailureLog]] = []
+        self._listeners: tuple[tuple[Callable[[Snapshot], None], FailureLog], ...] = ()
+        """Replaced, never changed, by ``subscribe``: a publish iterates the tuple it read, without a copy."""
 
     def publish(self, snapshot: Snapshot) -> None:
         """Replace the latest snapshot and tell listeners (the alert engine). Never raises:
         a listener that raises is logged (once, then a summary a minute) and the others still run."""
         with self._lock:
             self._latest = snapshot
-            listeners = list(self._listeners)
+            listeners = self._listeners
         for listener, failures in listeners:
             try:
                 listener(snapshot)
@@ -42,4 +43,4 @@ class SnapshotStore:
         """Call ``listener(snapshot)`` on the polling thread after each publish."""
         name = getattr(listener, "__qualname__", None) or repr(listener)
         with self._lock:
-            self._listeners.append((listener, FailureLog(log, f"snapshot listener {name}")))
+            self._listeners = (*self._listeners, (listener, FailureLog(log, f"snapshot listener {name}")))

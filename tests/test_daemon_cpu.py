@@ -48,7 +48,7 @@ def test_a_fast_family_whose_samples_did_not_change_keeps_its_text_and_a_changed
     assert "Refreshed every 2s." in text.split("# HELP gpumon_temperature_celsius ", 1)[1].split("\n", 1)[0]
 
 
-def test_health_drift_is_worked_out_once_per_snapshot_not_once_per_scrape(
+def test_health_drift_is_worked_out_once_per_change_of_what_it_reads_not_once_per_scrape_or_poll(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = []
@@ -69,6 +69,14 @@ def test_health_drift_is_worked_out_once_per_snapshot_not_once_per_scrape(
     service.on_snapshot(second)
     assert not any(f.kind == "pcie_degraded" for f in service.report().findings)
     assert calls == [first, second]
+    hotter = snap(T0 + 2, gpu(pcie_link_width=16, pcie_link_width_max=16, temperature_celsius=80.0))
+    service.on_snapshot(hotter)
+    service.report()
+    assert calls == [first, second], "a new snapshot that drift reads alike (only a temperature moved): reused"
+    link_down = snap(T0 + 3, gpu(pcie_link_width=16, pcie_link_width_max=16, nvlink_up={"0": True, "1": False}))
+    service.on_snapshot(link_down)
+    service.report()
+    assert calls == [first, second, link_down]
 
 
 def _engine(rule: dict[str, Any]) -> AlertEngine:
@@ -178,3 +186,46 @@ def test_a_slow_read_of_one_gpu_rebuilds_that_gpus_slow_samples_only_and_every_s
             assert family.rendered == render([whole])
         clock[0] += 1
     assert sorted(v for _, v in ours) != [1.0] * 4, "the slow reads went on"
+
+
+def test_receivers_are_told_of_the_firing_alerts_not_held_back_and_nothing_is_built_for_the_others() -> None:
+    """``notifiable()`` (what is delivered, every poll) is ``alerts()`` less the pending and held-back alerts,
+    in the same order; a pending alert's Alert is not even made."""
+    from gpumon.alerts.alert import BurnHoldBack
+
+    e = _engine(
+        {"name": "Hot", "kind": "threshold", "field": "temperature_celsius", "op": ">", "threshold": 80, "for": "5s"}
+    )
+    hot = [gpu(0, temperature_celsius=90.0), gpu(1, temperature_celsius=95.0)]
+    e.evaluate(snap(T0, *hot), T0)
+    assert [a.state for a in e.alerts()] == ["pending", "pending"]
+    built = []
+    real = e._alert
+    e._alert = lambda *args, **kw: built.append(args[0]) or real(*args, **kw)  # type: ignore[method-assign]
+    assert e.notifiable() == [] and built == []
+    e._alert = real  # type: ignore[method-assign]
+    e.evaluate(snap(T0 + 6, *hot), T0 + 6)
+    assert [a.gpu for a in e.notifiable()] == ["0", "1"] and e.notifiable() == e.alerts()
+    burn = BurnHoldBack(pid=9, gpu_indices=frozenset({1}), uuids=frozenset(), started_at=T0)
+    e.evaluate(snap(T0 + 7, *hot), T0 + 7, burn)
+    assert [(a.gpu, a.held_back is None) for a in e.alerts()] == [("0", True), ("1", False)]
+    assert [a.gpu for a in e.notifiable()] == ["0"]
+
+
+def test_a_threshold_rule_observes_nothing_below_its_threshold_until_an_alert_of_it_is_active() -> None:
+    """Below the threshold and no alert of the rule pending or firing: no observation (and no target) is
+    built; once one GPU's alert fires, the other GPUs are still judged, and the alert resolves."""
+    e = _engine({"name": "Hot", "kind": "threshold", "field": "temperature_celsius", "op": ">", "threshold": 80})
+    [rule] = e.rules
+    cool = [gpu(0, temperature_celsius=50.0), gpu(1, temperature_celsius=60.0)]
+    assert e._observe(rule, snap(T0, *cool), T0) == []
+    [change] = e.evaluate(snap(T0, gpu(0, temperature_celsius=90.0), cool[1]), T0)
+    assert (change.alert.gpu, change.alert.state) == ("0", "firing")
+    changes = e.evaluate(snap(T0 + 1, cool[0], gpu(1, temperature_celsius=85.0)), T0 + 1)
+    assert sorted((c.alert.gpu, c.previous, c.alert.state) for c in changes) == [
+        ("0", "firing", "resolved"),
+        ("1", "inactive", "firing"),
+    ]
+    assert [a.gpu for a in e.alerts()] == ["1"]
+    assert e.evaluate(snap(T0 + 2, *cool), T0 + 2)[0].alert.state == "resolved"
+    assert e.alerts() == []

@@ -250,13 +250,15 @@ def test_poll_never_raises_even_when_a_snapshot_listener_does(caplog: pytest.Log
 
 
 def test_process_attribution_is_read_again_when_the_processes_change_and_every_30_polls() -> None:
-    """/proc is read for a GPU's processes when NVML's list changes, and at least every 30 polls;
-    in between the snapshot carries the same names, users and places."""
+    """/proc is read for a GPU's processes when NVML's list changes (another pid), and at least every 30
+    polls; in between the snapshot carries the same names, users and places, with the memory and SM share
+    of each read (those change every second on a busy GPU and say nothing about who the process is)."""
     from gpumon.backends.fake import FakeGpuScript
     from gpumon.snapshot import ProcessSnapshot
 
     def processes(tick: int) -> tuple[ProcessSnapshot, ...]:
-        return (ProcessSnapshot(pid=7, used_memory_bytes=(1 if tick < 3 else 2) << 30),)
+        pid = 7 if tick < 3 else 8
+        return (ProcessSnapshot(pid=pid, used_memory_bytes=(tick + 1) << 30, sm_utilization_ratio=tick / 100),)
 
     backend = FakeBackend(scripts=[FakeGpuScript(uuid="GPU-0", values={"processes": processes})])
     clock = Clock()
@@ -264,13 +266,76 @@ def test_process_attribution_is_read_again_when_the_processes_change_and_every_3
 
     def enrich(processes: Any) -> tuple[ProcessSnapshot, ...]:
         calls.append(len(calls))
-        return tuple(p.__class__(**{**p.__dict__, "name": "trainer"}) for p in processes)
+        return tuple(p.__class__(**{**p.__dict__, "name": f"trainer{p.pid}"}) for p in processes)
 
     poller = Poller(
         backend, SnapshotStore(), monotonic=clock, wall_clock=clock, host_figures=dict, enrich_processes=enrich
     )
-    names = []
+    seen = []
     for _ in range(35):
-        names += [p.name for p in poll(poller, clock).gpus[0].processes or ()]
-    assert names == ["trainer"] * 35
-    assert len(calls) == 3  # first poll, the change at poll 4, and 30 polls later
+        seen += [
+            (p.pid, p.name, p.used_memory_bytes, p.sm_utilization_ratio)
+            for p in poll(poller, clock).gpus[0].processes or ()
+        ]
+    assert seen == [(7 if t < 3 else 8, "trainer7" if t < 3 else "trainer8", (t + 1) << 30, t / 100) for t in range(35)]
+    assert len(calls) == 3  # first poll, the new pid at poll 4, and 30 polls later
+
+
+def test_the_poll_constructors_make_what_the_dataclass_constructors_make() -> None:
+    """The per-poll shortcuts (no frozen ``__init__``) give equal, equally frozen objects; what gpumon adds
+    to a read (XID counts, attributed processes) is laid over the read's own values."""
+    from dataclasses import FrozenInstanceError
+
+    from gpumon.snapshot import GpuSnapshot, HostSnapshot, TierStats
+
+    stats = TierStats.of_read(0.25, 3, 1000.0)
+    assert stats == TierStats(duration_seconds=0.25, errors_total=3, last_timestamp_seconds=1000.0)
+    assert repr(stats) == repr(TierStats(0.25, 3, 1000.0))
+    gpu = GpuSnapshot.assemble(0, "GPU-x", {"temperature_celsius": 40.0, "xid_errors_total": {"13": 1}}, None, {})
+    host = HostSnapshot(driver_version="580")
+    made = Snapshot.of_poll(1000.0, 5.0, host, (gpu,), {"fast": stats})
+    built = Snapshot(
+        timestamp_seconds=1000.0, monotonic_seconds=5.0, nvml_up=True, host=host, gpus=(gpu,), tiers={"fast": stats}
+    )
+    assert made == built and repr(made) == repr(built)
+    with pytest.raises(FrozenInstanceError):
+        made.nvml_up = False  # type: ignore[misc]
+    with pytest.raises(FrozenInstanceError):
+        stats.errors_total = 0  # type: ignore[misc]
+    read = {"temperature_celsius": 40.0, "xid_errors_total": {"13": 1}}
+    extra = {"xid_errors_total": {"13": 2}, "xid_last_timestamp_seconds": {"13": 999.0}}
+    over = GpuSnapshot.assemble(0, "GPU-x", read, None, extra)
+    assert over == GpuSnapshot(index=0, uuid="GPU-x", **{**read, **extra})
+    assert read == {"temperature_celsius": 40.0, "xid_errors_total": {"13": 1}}, "the read itself is left as it was"
+
+
+def test_a_snapshot_keeps_its_tier_stats_when_later_polls_read_other_tiers() -> None:
+    """Snapshots share the poller's tier-stats mapping until a poll replaces it; none is changed afterwards."""
+    poller, _backend, clock = make({"gpus": [{}]}, PollIntervals(fast_seconds=1, slow_seconds=3, static_seconds=100))
+    snapshots = [poll(poller, clock) for _ in range(5)]
+    seen = [{tier: stats.last_timestamp_seconds for tier, stats in s.tiers.items()} for s in snapshots]
+    assert seen == [
+        {"static": 1000.0, "slow": 1000.0, "fast": 1000.0},
+        {"static": 1000.0, "slow": 1000.0, "fast": 1001.0},
+        {"static": 1000.0, "slow": 1000.0, "fast": 1002.0},
+        {"static": 1000.0, "slow": 1003.0, "fast": 1003.0},
+        {"static": 1000.0, "slow": 1003.0, "fast": 1004.0},
+    ]
+    assert [s.tiers["fast"].errors_total for s in snapshots] == [0] * 5
+
+
+def test_a_failed_fast_read_keeps_the_gpus_last_values_and_is_counted() -> None:
+    """A fast read that raises (not a lost GPU): the snapshot carries the GPU's last values, the fast tier's
+    errors count it, and the next poll reads as usual."""
+    poller, _backend, clock = make(
+        {"gpus": [{"values": {"temperature_celsius": [40, 41, 42, 43]}, "raise_at_ticks": [2]}]}
+    )
+    temps = []
+    errors = []
+    for _ in range(4):
+        snapshot = poll(poller, clock)
+        temps.append(snapshot.gpus[0].temperature_celsius)
+        errors.append(snapshot.tiers["fast"].errors_total)
+    assert temps == [40, 41, 41, 43]
+    assert errors == [0, 0, 1, 1]
+    assert all(g.up for g in snapshot.gpus)

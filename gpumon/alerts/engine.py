@@ -166,6 +166,17 @@ class AlertEngine:
         out = [self._alert(key, st) for key, st in self._active.items() if st.rule in self._rules]
         return sorted(out, key=lambda a: (a.state != "firing", a.alertname, a.gpu, sorted(a.labels.items())))
 
+    def notifiable(self) -> list[Alert]:
+        """The firing alerts a burn does not hold back, in ``alerts()`` order: what receivers are told of.
+
+        Built every poll, so pending and held-back alerts are passed over before their Alert is made."""
+        out = [
+            self._alert(key, st)
+            for key, st in self._active.items()
+            if st.state == "firing" and st.held_back is None and st.rule in self._rules
+        ]
+        return sorted(out, key=lambda a: (a.alertname, a.gpu, sorted(a.labels.items())))
+
     # ---- persistence (the spool) ------------------------------------------------
     def export_state(self) -> dict[str, Any]:
         """Everything needed to continue after a restart, as JSON-ready data."""
@@ -334,6 +345,12 @@ class AlertEngine:
         if rule.kind == "stale_snapshot":
             return [self._stale_obs(rule, now)]
         out: list[Observation] = []
+        if rule.kind == "threshold":
+            # most polls: no alert of this rule to keep or resolve, so only a crossing GPU is observed
+            watching = any(key[0] == rule.name for key in self._active)
+            for gpu in snapshot.gpus:
+                out.extend(self._threshold(rule, gpu, watching))
+            return out
         for gpu in snapshot.gpus:
             if rule.kind == "threshold":
                 out.extend(self._threshold(rule, gpu))
@@ -354,7 +371,8 @@ class AlertEngine:
         detail = f"last snapshot {format_value(round(age, 1))} s ago" if self._last_snapshot_at else "no snapshot yet"
         return Observation((), round(age, 1), stale, stale, {"detail": detail})
 
-    def _threshold(self, rule: Rule, gpu: GpuSnapshot) -> list[Observation]:
+    def _threshold(self, rule: Rule, gpu: GpuSnapshot, watching: bool = True) -> list[Observation]:
+        """``watching``: False when the rule has no pending or firing alert (nothing to keep or resolve)."""
         assert rule.field is not None and rule.op is not None and rule.threshold is not None
         if not gpu.up and rule.field != "up":
             return []
@@ -363,6 +381,8 @@ class AlertEngine:
             return []
         compare = OPS[rule.op]
         fire = compare(value, rule.threshold)
+        if not fire and not watching:
+            return []
         target = gpu_target(gpu)
         if not fire and (rule.name, target) not in self._active:
             return []  # nothing to start and nothing to keep or resolve: the usual case, every poll

@@ -213,21 +213,30 @@ def field_problem(name: str) -> str | None:
 
 def field_value(gpu: GpuSnapshot, name: str) -> float | None:
     """The value of a threshold field on ``gpu`` as a float (booleans 1/0), or None when unknown."""
-    derived = DERIVED_FIELDS.get(name)
-    if derived is not None:
-        return derived(gpu)
-    base, dot, rest = name.partition(".")
-    value: object = getattr(gpu, base, None)
-    if dot:
-        for key in rest.split("."):
-            if not isinstance(value, Mapping):
-                return None
-            value = value.get(key)
+    value: object = gpu.__dict__.get(name)  # a plain field: most rules, every poll and GPU
+    if value is None:
+        derived = DERIVED_FIELDS.get(name)
+        if derived is not None:
+            return derived(gpu)
+        value = _mapping_value(gpu, name)
     if isinstance(value, bool):
         return 1.0 if value else 0.0
     if isinstance(value, (int, float)) and math.isfinite(value):
         return float(value)
     return None
+
+
+def _mapping_value(gpu: GpuSnapshot, name: str) -> object:
+    """``mapping.key`` (``mapping.key.key`` for nested ones) on ``gpu``; None when absent or not such a name."""
+    base, dot, rest = name.partition(".")
+    if not dot:
+        return None
+    value: object = getattr(gpu, base, None)
+    for key in rest.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
 
 
 def default_burn_hold_back(kind: str, field_name: str | None) -> bool:

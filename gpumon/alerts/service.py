@@ -307,7 +307,7 @@ class AlertService:
 
     def _deliver(self, now: float) -> bool:
         """Announce newly firing alerts and withdraw those no longer firing; True when anything was queued."""
-        current = {a.fingerprint: a for a in self._engine.alerts() if a.state == "firing" and a.held_back is None}
+        current = {a.fingerprint: a for a in self._engine.notifiable()}
         queued = False
         generator = self._config.external_url.rstrip("/") + "/api/alerts" if self._config.external_url else ""
         for fp, alert in current.items():

@@ -68,6 +68,8 @@ class FakeBackend:
     _stop: threading.Event = field(default_factory=threading.Event)
     _events_sent: set[tuple[int, int]] = field(default_factory=set)
     _events_ready: threading.Condition = field(default_factory=threading.Condition)
+    _plans: dict[tuple[int, Tier], tuple[tuple[str, Any, bool], ...]] = field(default_factory=dict)
+    """(GPU, tier) -> what a read of it gives, made on its first read (see ``_read_plan``)."""
 
     # ---- construction -------------------------------------------------
     @classmethod
@@ -157,12 +159,10 @@ class FakeBackend:
                 raise RuntimeError(f"simulated NVML failure on GPU {index} at tick {tick}")
         if script.lost_at_tick is not None and tick >= script.lost_at_tick:
             raise GpuLostError(index, script.lost_reason)
-        out: dict[str, Any] = {}
-        for name, spec in script.values.items():
-            if name in script.unsupported or field_tier(name) is not tier:
-                continue
-            out[name] = _value_at(name, spec, tick)
-        return out
+        plan = self._plans.get((index, tier))
+        if plan is None:
+            plan = self._plans[(index, tier)] = _read_plan(script, tier)
+        return {name: _value_at(name, spec, tick) if moving else spec for name, spec, moving in plan}
 
     per_reader_errors = False
 
@@ -224,6 +224,22 @@ def _tick(value: Any) -> int | None:
 
 def _uuid(i: int) -> str:
     return f"GPU-fa4e{i:04x}-0000-4000-8000-{i:012x}"
+
+
+def _read_plan(script: FakeGpuScript, tier: Tier) -> tuple[tuple[str, Any, bool], ...]:
+    """The fields a read of ``tier`` gives, in the script's order, each ``(name, spec, moving)``.
+
+    A value that moves (a callable of the tick, a list by tick) is worked out at each read; a constant
+    is coerced once, here, and every read gives that same object (the poller and the exporter never
+    change a read's values). Unsupported fields are left out.
+    """
+    plan = []
+    for name, spec in script.values.items():
+        if name in script.unsupported or field_tier(name) is not tier:
+            continue
+        moving = callable(spec) or (isinstance(spec, list) and name not in ("processes", "p2p_status"))
+        plan.append((name, spec if moving else _coerce(name, spec), moving))
+    return tuple(plan)
 
 
 def _value_at(name: str, spec: Any, tick: int) -> Any:

@@ -1,6 +1,6 @@
 """Counts of XID events per GPU and code, fed by the event thread and the kernel-log backfill.
 
-The poller copies ``counts`` / ``last_timestamps`` into ``GpuSnapshot.xid_errors_total``
+The poller puts ``for_gpu``'s counts / last timestamps into ``GpuSnapshot.xid_errors_total``
 and ``xid_last_timestamp_seconds`` (exported as ``gpumon_xid_errors_total`` — a
 counter, repeats counted — and ``gpumon_xid_last_timestamp_seconds``).
 
@@ -52,13 +52,16 @@ class _Seen:
 
 @dataclass
 class _Counts:
-    totals: dict[str, int] = field(default_factory=dict)
-    last: dict[str, float] = field(default_factory=dict)
+    """One GPU's counts. ``add`` replaces both mappings, never changes them: ``for_gpu`` hands them out
+    as they are (every poll, every GPU) and the snapshots that hold them keep what they saw."""
+
+    totals: Mapping[str, int] = field(default_factory=dict)
+    last: Mapping[str, float] = field(default_factory=dict)
 
     def add(self, event: XidEvent) -> None:
         key = str(event.xid)
-        self.totals[key] = self.totals.get(key, 0) + 1
-        self.last[key] = max(self.last.get(key, event.timestamp_seconds), event.timestamp_seconds)
+        self.totals = {**self.totals, key: self.totals.get(key, 0) + 1}
+        self.last = {**self.last, key: max(self.last.get(key, event.timestamp_seconds), event.timestamp_seconds)}
 
 
 class XidTracker:
@@ -75,6 +78,10 @@ class XidTracker:
         self._listeners: list[XidListener] = []
         self._seen: dict[tuple[str, int], deque[_Seen]] = {}
         """(source, code) -> recent counted events of that source, for pairing with the other source."""
+        self._none = _Counts()
+        """What ``for_gpu`` gives for a GPU without XIDs: the same empty mappings every time (never changed)."""
+        self._last_snapshot_buses: dict[str, int] | None = None
+        """The bus ids -> index of the last snapshot ``set_gpus_from_snapshot`` saw (polling thread only)."""
 
     # ---- inputs --------------------------------------------------------------
     def set_gpus(self, bus_to_index: Mapping[str, int]) -> None:
@@ -86,6 +93,7 @@ class XidTracker:
                 normalized[key] = gpu
         with self._lock:
             self._bus_to_index = normalized
+            self._last_snapshot_buses = None
             still: list[XidEvent] = []
             for event in self._unmatched:
                 match = normalized.get(event.pci_bus_id or "")
@@ -104,10 +112,13 @@ class XidTracker:
         Fits ``SnapshotStore.subscribe``, so GPUs that appear after a late NVML start are learnt too.
         """
         mapping = {g.pci_bus_id: g.index for g in snapshot.gpus if g.pci_bus_id}
+        if mapping == self._last_snapshot_buses:
+            return  # every poll but the first: the same GPUs at the same bus ids
         with self._lock:
             current = {bus: index for bus, index in self._bus_to_index.items()}
         if {normalize_bus_id(b): i for b, i in mapping.items()} != current:
             self.set_gpus(mapping)
+        self._last_snapshot_buses = mapping
 
     def subscribe(self, listener: XidListener) -> None:
         """Call ``listener(event)`` for each counted event (GPU index filled in when known), e.g. the alert engine."""
@@ -208,8 +219,11 @@ class XidTracker:
             c = self._by_gpu.get(gpu_index)
             return dict(c.last) if c else {}
 
-    def for_gpu(self, gpu_index: int) -> tuple[dict[str, int], dict[str, float]]:
-        """``(counts, last_timestamps)`` in one lock: the shape gpumon.poller's ``xid_counts`` wants."""
+    def for_gpu(self, gpu_index: int) -> tuple[Mapping[str, int], Mapping[str, float]]:
+        """``(counts, last_timestamps)`` in one lock: the shape gpumon.poller's ``xid_counts`` wants.
+
+        Not copies (the poller asks every poll for every GPU): mappings the tracker never changes
+        afterwards; a new event replaces them."""
         with self._lock:
             c = self._by_gpu.get(gpu_index)
-            return (dict(c.totals), dict(c.last)) if c else ({}, {})
+            return (c.totals, c.last) if c else (self._none.totals, self._none.last)

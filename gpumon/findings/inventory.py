@@ -153,6 +153,32 @@ def pci_gpus(sysfs_root: Path) -> list[str]:
     return out
 
 
+def drift_inputs(snapshot: Snapshot) -> tuple[object, ...]:
+    """Everything ``drift`` reads of ``snapshot``: two snapshots with equal inputs drift alike (a cache key;
+    the snapshot changes every poll, these only when the hardware or its slow and static reads do)."""
+    return (
+        snapshot.nvml_up,
+        snapshot.nvml_error,
+        snapshot.host.driver_version,
+        tuple(
+            (
+                g.index,
+                g.uuid,
+                g.up,
+                g.pci_bus_id,
+                g.pcie_link_width,
+                g.pcie_link_width_max,
+                g.pcie_link_generation_max,
+                g.nvlink_up,
+                g.p2p_status,
+                g.vbios_version,
+                g.name,
+            )
+            for g in snapshot.gpus
+        ),
+    )
+
+
 def drift(
     baseline: Inventory | None,
     snapshot: Snapshot,

@@ -21,7 +21,7 @@ from gpumon.exporter.text import Family
 from gpumon.findings.burn_results import burn_findings
 from gpumon.findings.config import HealthConfig
 from gpumon.findings.gpu_state import snapshot_findings
-from gpumon.findings.inventory import Inventory, complete, drift, inventory_of, pci_gpus
+from gpumon.findings.inventory import Inventory, complete, drift, drift_inputs, inventory_of, pci_gpus
 from gpumon.findings.model import Finding, HealthReport, verdict
 from gpumon.findings.stragglers import Deviation, StragglerDetector
 from gpumon.findings.trends import Increase, TrendTracker
@@ -90,12 +90,16 @@ class HealthService:
     ) -> None:
         """``simulated``: the GPUs are the fake backend's, so the host's PCI bus is not theirs."""
         self.state_dir = Path(state_dir)
+        self._clears_path = health_dir(self.state_dir) / "clears.json"
+        self._inventory_path = health_dir(self.state_dir) / "inventory.json"
+        self._burn_results_path = burn_dir(self.state_dir) / LAST_NAME
+        """The files a report reads, whose stat keys decide whether a cached report still holds."""
         self.config = config or HealthConfig()
         self._sysfs = self.config.sysfs_root or (None if simulated else Path("/sys"))
         self._monotonic = monotonic
         self._pci_cache: tuple[float, list[str]] | None = None
-        self._drift_cache: tuple[tuple[Inventory | None, Snapshot, list[str] | None, int | None], list[Finding]] | None
-        self._drift_cache = None
+        self._drift_cache: tuple[tuple[object, ...], list[Finding]] | None = None
+        """(baseline, PCI scan, expected count, ``drift_inputs`` of the snapshot) and the drift they give."""
         self._clock = clock
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
@@ -213,13 +217,12 @@ class HealthService:
         marker) or by value (the generation, the files' stat keys)."""
         with self._lock:
             snapshot, generation = self._snapshot, self._generation
-        hdir = health_dir(self.state_dir)
         return (
             snapshot,
             generation,
-            _stat_key(hdir / "clears.json"),
-            _stat_key(hdir / "inventory.json"),
-            _stat_key(burn_dir(self.state_dir) / LAST_NAME),
+            _stat_key(self._clears_path),
+            _stat_key(self._inventory_path),
+            _stat_key(self._burn_results_path),
             self._burn.read(),
         )
 
@@ -252,17 +255,21 @@ class HealthService:
         self._baseline_mtime = self._inventory_mtime()
 
     def _drift(self, snapshot: Snapshot) -> list[Finding]:
-        """drift() of the baseline and ``snapshot``, worked out once per baseline, snapshot and PCI scan
-        (every scrape and the alert timer ask for the report; the snapshot changes once a poll)."""
-        key = (self.baseline, snapshot, self._pci_gpus(), self.config.expected_gpu_count)
+        """drift() of the baseline and ``snapshot``, worked out again only when the baseline, the PCI scan or
+        what drift reads of the snapshot changed (every scrape and the alert timer ask for the report; a
+        new snapshot comes every poll, yet its identity, links and PCIe widths rarely change)."""
+        pci = self._pci_gpus()
+        key = (self.baseline, pci, self.config.expected_gpu_count, drift_inputs(snapshot))
         cached = self._drift_cache
         if (
             cached is not None
-            and all(a is b for a, b in zip(cached[0][:3], key[:3], strict=True))
+            and cached[0][0] is key[0]
+            and cached[0][1] is key[1]
+            and cached[0][2] == key[2]
             and cached[0][3] == key[3]
         ):
             return cached[1]
-        found = drift(*key)
+        found = drift(self.baseline, snapshot, pci, self.config.expected_gpu_count)
         self._drift_cache = (key, found)
         return found
 
@@ -277,7 +284,7 @@ class HealthService:
 
     def _inventory_mtime(self) -> float | None:
         try:
-            return (health_dir(self.state_dir) / "inventory.json").stat().st_mtime
+            return self._inventory_path.stat().st_mtime
         except OSError:
             return None
 

@@ -86,6 +86,22 @@ def counters_of(gpu: GpuSnapshot) -> Iterator[tuple[str, str, int]]:
         yield "xid", str(code), count
 
 
+def _counter_inputs(gpu: GpuSnapshot) -> tuple[object, ...]:
+    """What ``counters_of`` reads, compared by identity: a snapshot carries the slow tier's objects from one
+    slow read to the next and the XID tracker's until an event, so the same objects mean the same counters.
+    (Pruning a series' old points waits for its next change; no increase depends on it.)"""
+    return (
+        gpu.index,
+        gpu.ecc_errors_total,
+        gpu.remapped_rows,
+        gpu.retired_pages,
+        gpu.pcie_replays_total,
+        gpu.nvlink_errors_total,
+        gpu.xid_errors_total,
+        gpu.xid_last_timestamp_seconds,
+    )
+
+
 @dataclass(frozen=True)
 class Increase:
     """How much one counter of one GPU rose within its rule's window."""
@@ -146,6 +162,8 @@ class TrendTracker:
         self._generation = 0
         """Bumped whenever a series changes; increases() is cached until then."""
         self._cached: tuple[int, float, float, list[Increase]] | None = None
+        self._last_inputs: dict[str, tuple[object, ...]] = {}
+        """uuid -> what ``counters_of`` read of the GPU last time (``_counter_inputs``)."""
 
     def observe(self, snapshot: Snapshot) -> None:
         if not self.config.enabled or not snapshot.nvml_up:
@@ -154,6 +172,11 @@ class TrendTracker:
         for gpu in snapshot.gpus:
             if not gpu.up:
                 continue
+            inputs = _counter_inputs(gpu)
+            last = self._last_inputs.get(gpu.uuid)
+            if last is not None and all(a is b for a, b in zip(last, inputs, strict=True)):
+                continue  # the very counters of the last snapshot: nothing to add (most polls)
+            self._last_inputs[gpu.uuid] = inputs
             for counter, label, raw in counters_of(gpu):
                 if counter not in self.config.rules:
                     continue

@@ -139,3 +139,32 @@ def test_gpus_are_learnt_from_published_snapshots() -> None:
     store.publish(Snapshot(timestamp_seconds=START, monotonic_seconds=1.0, nvml_up=True, gpus=gpus))
     assert tracker.counts(1) == {"79": 1}
     assert tracker.counts(None) == {}
+    store.publish(Snapshot(timestamp_seconds=START + 1, monotonic_seconds=2.0, nvml_up=True, gpus=gpus))
+    tracker.record(from_log(48, "00000000:28:00.0", START + 1))
+    assert tracker.counts(1) == {"79": 1, "48": 1}, "the same GPUs poll after poll: still known"
+    swapped = tuple(GpuSnapshot(index=1 - i, uuid=f"GPU-{i}", pci_bus_id=bus) for bus, i in GPUS.items())
+    store.publish(Snapshot(timestamp_seconds=START + 2, monotonic_seconds=3.0, nvml_up=True, gpus=swapped))
+    tracker.record(from_log(31, "00000000:28:00.0", START + 2))
+    assert tracker.counts(0) == {"31": 1}, "a bus id that now names another GPU is learnt from the next snapshot"
+    tracker.set_gpus({})
+    store.publish(Snapshot(timestamp_seconds=START + 3, monotonic_seconds=4.0, nvml_up=True, gpus=swapped))
+    tracker.record(from_log(31, "00000000:28:00.0", START + 3))
+    assert tracker.counts(0) == {"31": 2}, "after set_gpus, the next snapshot's GPUs are learnt again"
+
+
+def test_a_gpus_counts_handed_out_are_not_changed_by_later_events() -> None:
+    """The poller keeps ``for_gpu``'s mappings in its snapshot without copying them: a later event gives new
+    mappings and leaves those of earlier snapshots as they were."""
+    tracker = XidTracker(live_since_seconds=START)
+    assert tracker.for_gpu(0) == ({}, {})
+    none0, none1 = tracker.for_gpu(0), tracker.for_gpu(1)
+    assert none0[0] is none1[0] and none0[1] is none1[1], "no XIDs: the same objects every poll"
+    tracker.record(XidEvent(xid=13, timestamp_seconds=START + 1, source="nvml", gpu_index=0))
+    counts, last = tracker.for_gpu(0)
+    assert tracker.for_gpu(0) == (counts, last)
+    tracker.record(XidEvent(xid=13, timestamp_seconds=START + 2, source="nvml", gpu_index=0))
+    tracker.record(XidEvent(xid=31, timestamp_seconds=START + 3, source="nvml", gpu_index=0))
+    assert (counts, last) == ({"13": 1}, {"13": START + 1})
+    assert tracker.for_gpu(0) == ({"13": 2, "31": 1}, {"13": START + 2, "31": START + 3})
+    assert tracker.counts(0) == {"13": 2, "31": 1}
+    assert tracker.for_gpu(1) == ({}, {})

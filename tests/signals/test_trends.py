@@ -195,3 +195,24 @@ def test_the_increase_asked_at_any_moment_is_the_one_a_fresh_tracker_gives(
             total += values.get(t, 0)
             fresh.observe(snap(T0 + t, gpu(0, ecc_errors_total={"corrected_volatile": total})))
         assert asked_often.increases(T0 + moment) == fresh.increases(T0 + moment)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 50)), min_size=1, max_size=8))
+def test_snapshots_that_carry_the_same_counter_objects_give_what_fresh_copies_give(
+    steps: list[tuple[int, int]],
+) -> None:
+    """The poller hands the slow tier's objects from snapshot to snapshot until the next slow read, and the
+    tracker skips a GPU whose counters are those very objects: the increases and findings at every moment
+    are the ones a tracker fed a fresh copy every second computes."""
+    config = TrendsConfig(rules={"ecc_corrected": TrendRule(window_seconds=60.0, max_increase=10)})
+    shared, copied = TrendTracker(config), TrendTracker(config)
+    values = dict(sorted(steps))
+    ecc = {"corrected_volatile": 0}
+    for t in range(260):
+        if t in values:
+            ecc = {"corrected_volatile": ecc["corrected_volatile"] + values[t]}  # a slow read: new objects
+        shared.observe(snap(T0 + t, gpu(0, ecc_errors_total=ecc)))
+        copied.observe(snap(T0 + t, gpu(0, ecc_errors_total=dict(ecc))))
+        assert shared.increases(T0 + t) == copied.increases(T0 + t)
+        assert shared.findings(T0 + t) == copied.findings(T0 + t)

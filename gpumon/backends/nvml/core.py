@@ -182,8 +182,16 @@ class NvmlBackend:
         if plan is None:
             plan = self._plan(g, tier)
         liveness, others = plan
-        out = self._run_liveness(g, liveness) if liveness else {}
-        self._run(g, tier, others, out)
+        out: dict[str, Any] = {}
+        if liveness:
+            self._run_liveness(g, liveness, out)
+        ctx = self._ctx
+        h = g.handle  # one handle for the whole read: if the GPU is lost meanwhile, NVML says so
+        for name, reader in others:  # _run, written out: this runs every second for every GPU
+            try:
+                out |= reader(ctx, g, h)
+            except Exception as exc:
+                self._reader_failed(g, tier, name, exc)
         if not g.confirmed:
             with self._lock:
                 g.confirmed = True
@@ -327,21 +335,21 @@ class NvmlBackend:
         h = g.handle  # one handle for the whole read: if the GPU is lost meanwhile, NVML says so
         for name, reader in readers:
             try:
-                out.update(reader(ctx, g, h))
+                out |= reader(ctx, g, h)
             except Exception as exc:
                 self._reader_failed(g, tier, name, exc)
 
-    def _run_liveness(self, g: GpuState, readers: Iterable[tuple[str, Reader]]) -> dict[str, Any]:
-        """The FAST tier's liveness readers, counted: when every one that ran failed, LIVENESS_FAILURES_LOST
-        such reads in a row (or one, while the GPU is not yet confirmed after a loss) make the GPU lost."""
-        out: dict[str, Any] = {}
+    def _run_liveness(self, g: GpuState, readers: Iterable[tuple[str, Reader]], out: dict[str, Any]) -> None:
+        """The FAST tier's liveness readers into ``out``, counted: when every one that ran failed,
+        LIVENESS_FAILURES_LOST such reads in a row (or one, while the GPU is not yet confirmed after a
+        loss) make the GPU lost."""
         ctx = self._ctx
         h = g.handle
         ran = failed = 0
         error = ""
         for name, reader in readers:
             try:
-                out.update(reader(ctx, g, h))
+                out |= reader(ctx, g, h)
                 ran += 1
             except Exception as exc:
                 self._reader_failed(g, Tier.FAST, name, exc)
@@ -353,7 +361,6 @@ class NvmlBackend:
             self._liveness_failed(g, error)
         elif ran and g.liveness_failures:
             g.liveness_failures = 0
-        return out
 
     def _liveness_failed(self, g: GpuState, error: str) -> None:
         """Count a FAST read whose liveness reads all failed; raise GpuLostError at the limit."""

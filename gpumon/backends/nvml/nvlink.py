@@ -56,7 +56,9 @@ def read_nvlink_state(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     if count == 0:
         raise Unsupported
     state = ctx.nv.nvmlDeviceGetNvLinkState
-    return {"nvlink_up": {str(link): bool(state(h, link)) for link in range(count)}}
+    if len(g.nvlink_names) != count:
+        g.nvlink_names = tuple(str(link) for link in range(count))  # the keys, made once (read every second)
+    return {"nvlink_up": {name: bool(state(h, link)) for link, name in enumerate(g.nvlink_names)}}
 
 
 def read_nvlink_errors(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:

@@ -45,6 +45,8 @@ class GpuState:
     """Per tier, the readers still asked on this GPU: (liveness readers, the others), each (name, reader).
     Built on the first read of the tier; dropped when a reader turns out unsupported."""
     nvlink_count: int | None = None
+    nvlink_names: tuple[str, ...] = ()
+    """"0", "1", ... for links 0 .. nvlink_count-1 (the keys of nvlink_up, made once)."""
     fan_count: int | None = None
     clock_event_bits: tuple[tuple[str, int], ...] | None = None
     """The clock-event reasons this GPU supports (name, bit), from the first read."""
@@ -62,6 +64,7 @@ class GpuState:
         self.warned = set()
         self.plans = {}
         self.nvlink_count = None
+        self.nvlink_names = ()
         self.fan_count = None
         self.clock_event_bits = None
         self.clock_events_last = (-1, {})
@@ -153,6 +156,17 @@ def text(value: Any) -> str:
 def field_value(value: Any) -> float:
     """The number in a c_nvmlFieldValue_t, by its valueType (NVML_VALUE_TYPE_*)."""
     return float(getattr(value.value, _FIELD_VALUE_ATTRIBUTES.get(int(value.valueType), "uiVal")))
+
+
+def field_value_of(nv: Any, h: Any, field_id: int) -> float | None:
+    """One field's number by nvmlDeviceGetFieldValues (``field_values`` for one field, leaner: read every second)."""
+    (value,) = nv.nvmlDeviceGetFieldValues(h, [field_id])
+    code = int(value.nvmlReturn)
+    if code == NVML_SUCCESS:
+        return field_value(value)
+    if code in UNSUPPORTED_CODES:
+        return None
+    raise nvml_error(nv, code)
 
 
 def field_values(nv: Any, h: Any, field_ids: Iterable[int]) -> list[float | None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpumon.backends.nvml.codes import Unsupported
-from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_values, gather
+from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_value_of, gather
 from gpumon.snapshot import Tier
 
 TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
@@ -25,7 +25,7 @@ def read_temperature(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
 
 def read_memory_temperature(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     """nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP): temperature.memory, °C; 0 means absent."""
-    (celsius,) = field_values(ctx.nv, h, [ctx.memory_temp_field])
+    celsius = field_value_of(ctx.nv, h, ctx.memory_temp_field)
     if celsius is None:
         raise Unsupported
     return {"memory_temperature_celsius": float(celsius)} if celsius else {}

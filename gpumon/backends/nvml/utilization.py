@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumon.backends.nvml.codes import NVML_ERROR_ARGUMENT_VERSION_MISMATCH, UNSUPPORTED_CODES, code_of
-from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, gather
+from gpumon.backends.nvml.codes import NVML_ERROR_ARGUMENT_VERSION_MISMATCH, UNSUPPORTED_CODES, Unsupported, code_of
+from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec
 from gpumon.snapshot import Tier
 
 _MEMORY_V2_FALLBACK_CODES = UNSUPPORTED_CODES | {NVML_ERROR_ARGUMENT_VERSION_MISMATCH}
@@ -42,13 +42,31 @@ def read_memory(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
 
 
 def read_video(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
-    """nvmlDeviceGetEncoderUtilization / ...DecoderUtilization: utilization.encoder / .decoder (%) -> 0-1."""
+    """nvmlDeviceGetEncoderUtilization / ...DecoderUtilization: utilization.encoder / .decoder (%) -> 0-1.
+
+    Each answer is [percent, sampling period µs]; a call the GPU lacks is remembered and left out."""
+    # gather's rule, written out: this runs every second for every GPU
     nv = ctx.nv
-    calls = (
-        ("encoder_utilization_ratio", "video.encoder", nv.nvmlDeviceGetEncoderUtilization, (h,)),
-        ("decoder_utilization_ratio", "video.decoder", nv.nvmlDeviceGetDecoderUtilization, (h,)),
-    )
-    return gather(g, calls, lambda answer: answer[0] / 100.0)  # [percent, sampling period µs]
+    unsupported = g.unsupported
+    out = {}
+    for name, key, fn in (
+        ("encoder_utilization_ratio", "video.encoder", nv.nvmlDeviceGetEncoderUtilization),
+        ("decoder_utilization_ratio", "video.decoder", nv.nvmlDeviceGetDecoderUtilization),
+    ):
+        if key in unsupported:
+            continue
+        try:
+            answer = fn(h)
+        except Exception as exc:
+            if code_of(exc) not in UNSUPPORTED_CODES:
+                raise
+            unsupported.add(key)
+            continue
+        if answer is not None:
+            out[name] = answer[0] / 100.0
+    if not out:
+        raise Unsupported
+    return out
 
 
 READERS = (
