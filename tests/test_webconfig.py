@@ -245,6 +245,18 @@ def test_missing_certificate_is_reported_by_name(tmp_path: Path) -> None:
     assert f"key_file '{tmp_path / 'missing.key'}': no such file" in text
 
 
+def test_a_huge_bad_value_is_quoted_cut_short_so_the_problem_stays_one_readable_line(tmp_path: Path, pki: Pki) -> None:
+    # found by the property test: a max_version thousands of characters long was echoed whole
+    huge = "9" * 5000 + "TLS13"
+    tls = {"cert_file": str(pki.server_cert), "key_file": str(pki.server_key), "max_version": huge}
+    path = write_web_config(tmp_path / "w.yml", {"tls_server_config": tls, "basic_auth_users": {"x" * 3000: "h"}})
+    with pytest.raises(WebConfigError) as err:
+        WebConfig.load(path)
+    (version,) = [p for p in err.value.problems if "max_version" in p]
+    assert version.endswith("… (5007 characters) is not one of TLS10, TLS11, TLS12, TLS13")
+    assert all(len(p) < 400 for p in err.value.problems), [len(p) for p in err.value.problems]
+
+
 def test_every_problem_is_listed_at_once(tmp_path: Path, pki: Pki) -> None:
     path = write_web_config(
         tmp_path / "w.yml",
