@@ -42,7 +42,8 @@ class ProcessFields:
         Tier.FAST,
         "Compute processes (nvidia-smi --query-compute-apps)",
         nvml="nvmlDeviceGetComputeRunningProcesses (usedGpuMemory None / 2⁶⁴−1 → None);"
-        " nvmlDeviceGetProcessUtilization(last timestamp) for smUtil",
+        " nvmlDeviceGetProcessUtilization(last timestamp) for smUtil, at most every 5 s and at once for a new pid"
+        " (1.7–2.7 ms of CPU a call on an H200; the share is kept between calls)",
         conversion="bytes; % / 100",
         smi="`--query-compute-apps=pid,used_memory`; `pmon`",
         metric=(

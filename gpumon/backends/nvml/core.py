@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError
@@ -51,8 +52,11 @@ class NvmlBackend:
     name = "nvml"
     per_reader_errors = True
 
-    def __init__(self, pynvml: Any, *, import_error: str | None = None) -> None:
+    def __init__(
+        self, pynvml: Any, *, import_error: str | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._nv = pynvml
+        self._clock = clock
         self._import_error = import_error
         self._lock = threading.Lock()
         self._inited = False
@@ -75,7 +79,7 @@ class NvmlBackend:
 
     def _context(self, gpm: GpmSampler) -> Context:
         field = getattr(self._nv, "NVML_FI_DEV_MEMORY_TEMP", temperature.FI_DEV_MEMORY_TEMP)
-        return Context(self._nv, gpm, self._peers, self._record_error, int(field))
+        return Context(self._nv, gpm, self._peers, self._record_error, int(field), self._clock)
 
     @property
     def _gpm(self) -> GpmSampler:

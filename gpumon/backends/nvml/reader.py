@@ -9,6 +9,7 @@ readers with their tier in one ``READERS`` tuple; the core collects them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,12 @@ class GpuState:
     """The last reasons bitmask read and its decoded form (shared by snapshots: never mutated)."""
     memory_v1: bool = False
     process_util_timestamp: int = 0
+    process_util_read_at: float | None = None
+    """time.monotonic() of the last nvmlDeviceGetProcessUtilization call (None: never)."""
+    process_util_pids: frozenset[int] = frozenset()
+    """The compute pids when process utilization was last read."""
+    process_shares: Mapping[int, float] = field(default_factory=dict)
+    """SM share per pid from that read, reused until the next."""
     liveness_failures: int = 0
     """FAST reads in a row in which every liveness reader failed (kept across a re-acquired handle)."""
 
@@ -70,6 +77,9 @@ class GpuState:
         self.clock_events_last = (-1, {})
         self.memory_v1 = False
         self.process_util_timestamp = 0
+        self.process_util_read_at = None
+        self.process_util_pids = frozenset()
+        self.process_shares = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +95,8 @@ class Context:
     """Count an error of one call inside a reader (logged, counted, the reader goes on)."""
     memory_temp_field: int = 82
     """NVML_FI_DEV_MEMORY_TEMP."""
+    clock: Callable[[], float] = time.monotonic
+    """Seconds, for readers that space out a costly call (process utilization)."""
 
 
 Reader = Callable[[Context, GpuState, Any], dict[str, Any]]
