@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""What single NVML calls cost the calling thread's CPU, against their wall time, on a real GPU host.
+
+    python3 benchmarks/bench_nvml_cpu.py [--gpu 0] [--repeat 100] [--load]
+
+Times each call ``--repeat`` times (median wall µs and median CPU µs of this thread, user +
+system, so time the driver spends on the CPU counts): the per-process calls of gpumon's fast
+tier and the costliest slow-tier counters. With ``--load`` it times everything again while a
+torch matmul process (a child of its own) keeps the GPU busy, since some calls cost more with a
+process on the GPU. The reference is the wall time of the same call: CPU ≈ wall means the driver
+spins on the CPU for the whole call. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+LOAD = """
+import sys, time, torch
+torch.cuda.set_device(int(sys.argv[1]))
+a = torch.randn(4096, 4096, device="cuda")
+end = time.time() + float(sys.argv[2])
+while time.time() < end:
+    a @ a
+    torch.cuda.synchronize()
+"""
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, float] | str:
+    """(median wall µs, median thread CPU µs), or the error of the first call."""
+    try:
+        fn()
+    except Exception as exc:  # an unsupported call on this GPU: said, not timed
+        return f"{type(exc).__name__}: {exc}"
+    wall, cpu = [], []
+    for _ in range(repeat):
+        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+        with contextlib.suppress(Exception):
+            fn()
+        wall.append(time.perf_counter_ns() - t0)
+        cpu.append(time.thread_time_ns() - c0)
+    return statistics.median(wall) / 1e3, statistics.median(cpu) / 1e3
+
+
+def calls(nv: Any, h: Any) -> list[tuple[str, Callable[[], Any]]]:
+    last_seen = [0]
+
+    def process_utilization() -> None:
+        try:
+            samples = nv.nvmlDeviceGetProcessUtilization(h, last_seen[0])
+        except nv.NVMLError_NotFound:  # no sample since the last call
+            return
+        last_seen[0] = max([last_seen[0], *(int(s.timeStamp) for s in samples)])
+
+    return [
+        ("nvmlDeviceGetComputeRunningProcesses", lambda: nv.nvmlDeviceGetComputeRunningProcesses(h)),
+        ("nvmlDeviceGetProcessUtilization(last seen)", process_utilization),
+        ("nvmlDeviceGetMemoryInfo", lambda: nv.nvmlDeviceGetMemoryInfo(h)),
+        ("nvmlDeviceGetUtilizationRates", lambda: nv.nvmlDeviceGetUtilizationRates(h)),
+        ("nvmlDeviceGetTotalEnergyConsumption", lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h)),
+        ("nvmlDeviceGetViolationStatus(POWER)", lambda: nv.nvmlDeviceGetViolationStatus(h, 0)),
+        ("nvmlDeviceGetPcieReplayCounter", lambda: nv.nvmlDeviceGetPcieReplayCounter(h)),
+    ]
+
+
+def table(nv: Any, h: Any, repeat: int, label: str) -> None:
+    print(f"## {label}")
+    print(f"{'call':46} {'wall µs':>10} {'CPU µs':>10} {'CPU/wall':>9}")
+    for name, fn in calls(nv, h):
+        got = timed(fn, repeat)
+        if isinstance(got, str):
+            print(f"{name:46} {got}")
+        else:
+            wall, cpu = got
+            print(f"{name:46} {wall:10.1f} {cpu:10.1f} {cpu / wall if wall else 0:9.2f}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--gpu", type=int, default=0)
+    p.add_argument("--repeat", type=int, default=100)
+    p.add_argument("--load", action="store_true", help="also time the calls with a matmul process on the GPU")
+    a = p.parse_args()
+    import pynvml as nv
+
+    nv.nvmlInit()
+    try:
+        h = nv.nvmlDeviceGetHandleByIndex(a.gpu)
+        print(f"# GPU {a.gpu}: {nv.nvmlDeviceGetName(h)}, driver {nv.nvmlSystemGetDriverVersion()}")
+        table(nv, h, a.repeat, "idle")
+        if a.load:
+            load = subprocess.Popen([sys.executable, "-c", LOAD, str(a.gpu), "120"])
+            try:
+                time.sleep(8)  # CUDA context up and the matmul running
+                table(nv, h, a.repeat, "a matmul process on the GPU")
+            finally:
+                load.kill()
+                load.wait()
+    finally:
+        nv.nvmlShutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
