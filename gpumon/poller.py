@@ -261,9 +261,11 @@ class Poller:
         try:
             if start < self._next_slower_due:  # most polls: the fast tier of every GPU, nothing slower
                 gpus, due = self._read_fast_tier(start), _FAST_ONLY
-                durations = {_FAST: self._mono() - start}
+                end = self._mono()  # one clock read for the duration and the snapshot (µs each on some VMs)
+                durations = {_FAST: end - start}
             else:
                 gpus, due, durations = self._read_planned_tiers(start)
+                end = self._mono()
             self._count_backend_errors()
         except NvmlUnavailableError as exc:
             # the driver went away under us (unloaded, upgraded): re-initialise with backoff
@@ -281,7 +283,7 @@ class Poller:
         for tier in due:
             tier_stats[_TIER_NAMES[tier]] = TierStats.of_read(durations[tier], self._tier_errors[tier], end_wall)
         self._tier_stats = tier_stats
-        return Snapshot.of_poll(end_wall, self._mono(), self._with_host_figures(), gpus, tier_stats)
+        return Snapshot.of_poll(end_wall, end, self._with_host_figures(start), gpus, tier_stats)
 
     def _read_fast_tier(self, now: float) -> tuple[GpuSnapshot, ...]:
         """Every GPU's fast tier (the poll of most seconds): one backend read and one merge per GPU."""
@@ -484,9 +486,8 @@ class Poller:
         # the cached read stays as the backend returned it: what gpumon adds is laid over it
         return GpuSnapshot.assemble(index, state.uuid, values, state.base, extra)
 
-    def _with_host_figures(self) -> HostSnapshot:
-        """Driver facts plus psutil figures, re-read every slow interval (~50 µs a read)."""
-        now = self._mono()
+    def _with_host_figures(self, now: float) -> HostSnapshot:
+        """Driver facts plus psutil figures, re-read every slow interval (~50 µs a read); ``now``: monotonic s."""
         if self._host_figures_cache is None or now - self._host_figures_at >= self._intervals.slow_seconds:
             self._host_figures_at = now
             try:
@@ -504,7 +505,7 @@ class Poller:
             monotonic_seconds=self._mono(),
             nvml_up=nvml_up,
             nvml_error=error,
-            host=self._with_host_figures(),
+            host=self._with_host_figures(self._mono()),
             tiers=self._stats_view(),
         )
 
