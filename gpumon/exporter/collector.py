@@ -144,12 +144,13 @@ class GpumonCollector:
 
     # ------------------------------------------------------------------
     def render(self) -> bytes:
-        """The whole exposition in Prometheus text format 0.0.4."""
-        return b"".join(self.body())
+        """The whole exposition in Prometheus text format 0.0.4 (the latest snapshot; the daemon
+        serves ``body``, the same bytes)."""
+        return render(self.families()).encode()
 
     def render_openmetrics(self) -> bytes:
-        """The whole exposition in OpenMetrics 1.0 text."""
-        return b"".join(self.body(openmetrics=True))
+        """The whole exposition in OpenMetrics 1.0 text (see ``render``)."""
+        return (render_text(self.families(), OPENMETRICS) + OPENMETRICS_EOF).encode()
 
     def body(self, *, openmetrics: bool = False, gzip: bool = False) -> list[bytes]:
         """One scrape's body as chunks to send in order: the exposition in OpenMetrics 1.0 text
