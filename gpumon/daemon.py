@@ -208,7 +208,7 @@ class Daemon:
             monotonic=monotonic,
             web_config=web,
             collect=self.collector.families,
-            body=self.collector.body,
+            exposition=self.collector,
         )
         self.server.add_route("/api/snapshot", self._snapshot_route)
         self.server.add_route("/api/health", lambda: json_response(self.health.report().to_json()))

@@ -76,6 +76,7 @@ class Rig:
             wall_clock=lambda: 1_700_000_000.0 + self.now,
         )
         self.in_listener: list[bytes] = []
+        self.ready_in_listener: list[list[bytes] | None] = []
         self.scrape_in_listener = False
         self.listener_delay_seconds = 0.0
         self.store.subscribe(self.listener)
@@ -92,6 +93,7 @@ class Rig:
     def listener(self, _snapshot: Snapshot) -> None:
         self.now += self.listener_delay_seconds
         if self.scrape_in_listener:
+            self.ready_in_listener.append(self.collector.ready_body())
             self.in_listener.append(served(self.collector))
 
     def poll(self) -> Snapshot:
@@ -187,8 +189,11 @@ def test_a_scrape_while_the_polling_thread_works_on_a_snapshot_serves_the_one_be
     first = rig.poll()
     assert snapshot_timestamp(served(rig.collector)) == first.timestamp_seconds
     rig.scrape_in_listener = True
+    assert rig.collector.ready_body() is None  # a scrape of the latest asks the sources
     second = rig.poll()  # a scrape comes before prepare() has rendered this snapshot
     assert snapshot_timestamp(rig.in_listener[-1]) == first.timestamp_seconds
+    assert rig.ready_in_listener[-1] is not None  # all made already: the event loop serves it itself
+    assert b"".join(rig.ready_in_listener[-1]) == rig.in_listener[-1]
     assert snapshot_timestamp(served(rig.collector)) == second.timestamp_seconds  # rendered ahead meanwhile
     calls = rig.alerts.calls
     rig.alerts.firing = 1
@@ -204,6 +209,7 @@ def test_without_a_scrape_of_the_snapshot_before_a_scrape_serves_the_latest() ->
     rig.scrape_in_listener = True
     second = rig.poll()
     assert snapshot_timestamp(rig.in_listener[-1]) == second.timestamp_seconds
+    assert rig.ready_in_listener == [None]
 
 
 def test_the_snapshot_before_is_served_for_less_than_one_fast_interval() -> None:
@@ -255,7 +261,7 @@ def test_the_server_sends_the_chunks_as_one_body() -> None:
         SnapshotStore(),
         stale_after_seconds=5,
         collect=collector.families,
-        body=collector.body,
+        exposition=collector,
     )
     server.start()
     try:

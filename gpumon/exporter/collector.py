@@ -162,12 +162,33 @@ class GpumonCollector:
         the timings). While the polling thread renders the per-GPU families of the snapshot it
         has just published (``prepare``), a scrape serves the snapshot before it, whole.
         """
-        fmt = OPENMETRICS if openmetrics else TEXT
+        body = self._body(OPENMETRICS if openmetrics else TEXT, gzip, ready_only=False)
+        assert body is not None
+        return body
+
+    def ready_body(self, *, openmetrics: bool = False, gzip: bool = False) -> list[bytes] | None:
+        """``body()`` when it is all bytes made already, so that making it takes a millisecond and
+        asks no source (the snapshot before, served while the polling thread works on a new one,
+        see ``body``); None when ``body()`` has more to do."""
+        return self._body(OPENMETRICS if openmetrics else TEXT, gzip, ready_only=True)
+
+    def _body(self, fmt: str, gzip: bool, *, ready_only: bool) -> list[bytes] | None:
         start = self._mono()
-        rendered, previous = self._rendered_for_scrape(self._store.latest())
+        latest = self._store.latest()
+        rendered, previous = self._kept_for_scrape(latest)
+        last = self._extras_rendered
+        if ready_only and not (
+            previous
+            and rendered is not None
+            and last is not None
+            and rendered.made(fmt, gzip)
+            and last[0].made(fmt, gzip)
+        ):
+            return None
+        if rendered is None and latest is not None:
+            rendered = self._rendered(latest)
         head = self._head_families(None if rendered is None else rendered.snapshot)
         timings = [("gpumon", 1.0, self._mono() - start)]
-        last = self._extras_rendered
         if previous and last is not None:
             extras = last[0]  # as the last scrape got them, before the polling thread's listeners ran
             timings += last[1]
@@ -175,6 +196,7 @@ class GpumonCollector:
             extra = self._extra_families(timings)
             extras = last[0] if last is not None and last[0].holds(extra) else Rendered(extra)
             self._extras_rendered = (extras, timings[1:])
+        openmetrics = fmt == OPENMETRICS
         head_bytes = render_text(head, fmt).encode()
         tail_bytes = (render_text(self._meta(timings), fmt) + (OPENMETRICS_EOF if openmetrics else "")).encode()
         if rendered is not None:
@@ -454,10 +476,11 @@ class GpumonCollector:
         except Exception:  # the scrape that asks it next logs it and reports the failure
             log.debug("collector %s failed ahead of a scrape", name, exc_info=True)
 
-    def _rendered_for_scrape(self, latest: Snapshot | None) -> tuple[RenderedSnapshot | None, bool]:
-        """What a scrape serves: the latest snapshot rendered, or, while the polling thread works on
-        it (its listeners, then ``prepare`` renders it ahead; at most one fast interval after it
-        was taken), the one before (True then)."""
+    def _kept_for_scrape(self, latest: Snapshot | None) -> tuple[RenderedSnapshot | None, bool]:
+        """What a scrape serves of what is rendered: the latest snapshot, or, while the polling
+        thread works on it (its listeners, then ``prepare`` renders it ahead; at most one fast
+        interval after it was taken), the one before (True then); (None, False) when the latest
+        is to be rendered (or there is none)."""
         if latest is None:
             return None, False
         options = (self._intervals, self._processes)
@@ -473,7 +496,7 @@ class GpumonCollector:
                     and 0.0 <= self._mono() - latest.monotonic_seconds < self._intervals.of(Tier.FAST)
                 ):
                     return newest, True
-        return self._rendered(latest), False
+        return None, False
 
     def _rendered(self, snapshot: Snapshot) -> RenderedSnapshot:
         """``snapshot``'s per-GPU families rendered (kept as the newest, unless a newer one is)."""

@@ -15,6 +15,7 @@ import gzip
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
 from gpumon.exporter import openmetrics
 from gpumon.exporter.http_connections import Body, HttpConnectionServer
@@ -33,6 +34,15 @@ INDEX_HTML = b"""<!doctype html><html><head><title>gpumon</title></head><body>
 <li><a href="/api/alerts">/api/alerts</a> active alerts</li>
 </ul></body></html>"""
 
+
+class Exposition(Protocol):
+    """What /metrics serves, as chunks of bytes (gpumon.exporter.collector.GpumonCollector)."""
+
+    def body(self, *, openmetrics: bool = False, gzip: bool = False) -> Sequence[bytes]: ...
+
+    def ready_body(self, *, openmetrics: bool = False, gzip: bool = False) -> Sequence[bytes] | None: ...
+
+
 DEFAULT_LIMITS = HttpLimits()
 """The limits a MetricsServer has unless told otherwise (a frozen value, shared)."""
 
@@ -43,9 +53,9 @@ class MetricsServer(HttpConnectionServer):
     ``web_config``: TLS, basic auth, extra headers and rate limit from a web-config.yml
     (None: plain HTTP, no auth). ``collect``: the same metrics as metric families
     (gpumon.exporter.text.Family), for OpenMetrics; without it only the classic text is served.
-    ``body``: when given, what /metrics serves instead, as chunks (``GpumonCollector.body``:
-    called with ``openmetrics`` and ``gzip``, it gives the body gzipped itself); ``render`` and
-    ``collect`` are then unused.
+    ``exposition``: when given, what /metrics serves instead (a GpumonCollector): its ``body``
+    (on a worker thread) or, when it has one ready, its ``ready_body`` (on the event loop, no
+    thread hand-over); ``render`` and ``collect`` are then unused.
     The listening socket is bound in the constructor (OSError when it cannot be).
     """
 
@@ -61,11 +71,11 @@ class MetricsServer(HttpConnectionServer):
         web_config: WebConfigWatcher | None = None,
         collect: Callable[[], Iterable[Family]] | None = None,
         limits: HttpLimits = DEFAULT_LIMITS,
-        body: Callable[..., Sequence[bytes]] | None = None,
+        exposition: Exposition | None = None,
     ) -> None:
         self._render = render
         self._collect = collect
-        self._body = body
+        self._exposition = exposition
         self._store = store
         self._stale_after = stale_after_seconds
         self._routes: dict[str, Route] = dict(routes or {})
@@ -136,12 +146,16 @@ class MetricsServer(HttpConnectionServer):
         return code, {"Content-Type": ctype}, payload
 
     async def _metrics(self, request: Request) -> tuple[int, dict[str, str], Body]:
-        can_openmetrics = self._collect is not None or self._body is not None
+        can_openmetrics = self._collect is not None or self._exposition is not None
         use_openmetrics = can_openmetrics and wants_openmetrics(request.headers.get("accept"))
         kind = "openmetrics" if use_openmetrics else "text"
         use_gzip = accepts_gzip(request.headers.get("accept-encoding"))
         try:
-            body = await self._rendered(kind, use_gzip)
+            body: Body | None = None
+            if self._exposition is not None:
+                body = self._exposition.ready_body(openmetrics=use_openmetrics, gzip=use_gzip)
+            if body is None:
+                body = await self._rendered(kind, use_gzip)
         except Exception:
             self._repeat(logging.ERROR, "rendering /metrics failed", "rendering /metrics failed", exc_info=True)
             return 500, {"Content-Type": TEXT_PLAIN}, b"internal error\n"
@@ -153,8 +167,8 @@ class MetricsServer(HttpConnectionServer):
 
     def _made(self, kind: str, use_gzip: bool) -> Body:
         """The exposition in ``kind``, gzipped when asked (on a worker thread)."""
-        if self._body is not None:
-            return self._body(openmetrics=kind == "openmetrics", gzip=use_gzip)
+        if self._exposition is not None:
+            return self._exposition.body(openmetrics=kind == "openmetrics", gzip=use_gzip)
         body = self._render_openmetrics() if kind == "openmetrics" else self._render()
         return gzip.compress(body, compresslevel=1) if use_gzip else body
 
