@@ -167,9 +167,9 @@ class GpumonCollector:
         return body
 
     def ready_body(self, *, openmetrics: bool = False, gzip: bool = False) -> list[bytes] | None:
-        """``body()`` when it is all bytes made already, so that making it takes a millisecond and
-        asks no source (the snapshot before, served while the polling thread works on a new one,
-        see ``body``); None when ``body()`` has more to do."""
+        """``body()`` when it is made of bytes kept already, so that making it takes a few
+        milliseconds at most and asks no source (the snapshot before, served while the polling
+        thread works on a new one, see ``body``); None when ``body()`` has more to do."""
         return self._body(OPENMETRICS if openmetrics else TEXT, gzip, ready_only=True)
 
     def _body(self, fmt: str, gzip: bool, *, ready_only: bool) -> list[bytes] | None:
@@ -177,14 +177,8 @@ class GpumonCollector:
         latest = self._store.latest()
         rendered, previous = self._kept_for_scrape(latest)
         last = self._extras_rendered
-        if ready_only and not (
-            previous
-            and rendered is not None
-            and last is not None
-            and rendered.made(fmt, gzip)
-            and last[0].made(fmt, gzip)
-        ):
-            return None
+        if ready_only and not (previous and rendered is not None and last is not None and rendered.made(fmt, gzip)):
+            return None  # (the extra families' bytes in another format or encoding are a few milliseconds)
         if rendered is None and latest is not None:
             rendered = self._rendered(latest)
         head = self._head_families(None if rendered is None else rendered.snapshot)
