@@ -192,12 +192,12 @@ class Daemon:
         self.collector.add("burn", BurnResultsCollector(config.state_dir))
         if backend.per_reader_errors:  # per GPU and reader: a field's error, not a lost GPU
             self.collector.add("read_errors", ReadErrorsCollector(backend.read_errors))
-        self.collector.add("health", self.health.collector())
+        self.collector.add("health", self.health.collector(), per_snapshot=True)
         self.dcgm = (
             DcgmCompatCollector(self.store, hostname(), self.catalog) if "dcgm" in config.exporter.compat else None
         )
         if self.dcgm is not None:
-            self.collector.add("dcgm", self.dcgm)
+            self.collector.add("dcgm", self.dcgm, per_snapshot=True)
         self.web = WebConfigWatcher(config.web_config_file) if config.web_config_file else None
         web = self.web
         self.server = MetricsServer(
@@ -208,6 +208,7 @@ class Daemon:
             monotonic=monotonic,
             web_config=web,
             collect=self.collector.families,
+            exposition=self.collector,
         )
         self.server.add_route("/api/snapshot", self._snapshot_route)
         self.server.add_route("/api/health", lambda: json_response(self.health.report().to_json()))

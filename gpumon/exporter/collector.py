@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import platform
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,8 +23,10 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 
 from gpumon import __version__
-from gpumon.exporter import openmetrics
+from gpumon.exporter import gzip_parts
 from gpumon.exporter.metrics import MetricRow, gpu_rows
+from gpumon.exporter.openmetrics import EOF as OPENMETRICS_EOF
+from gpumon.exporter.rendered import OPENMETRICS, TEXT, Rendered, RenderedSnapshot, render_text
 from gpumon.exporter.text import Family, FamilySource, render, render_samples
 from gpumon.poller import PollIntervals
 from gpumon.snapshot import GpuSnapshot, Snapshot, Tier, fields_of_tier
@@ -54,6 +57,19 @@ class SelfStats:
     """Whether the last configuration reload (SIGHUP) was applied; True at start."""
     config_last_reload_success_timestamp_seconds: float = 0.0
     """Unix time the running configuration was loaded (start-up or the last good reload)."""
+
+
+def _same(a: Family, b: Family) -> bool:
+    """Whether two families render to the same text."""
+    return (
+        a.samples == b.samples
+        and a.name == b.name
+        and a.kind == b.kind
+        and a.help == b.help
+        and a.label_names == b.label_names
+        and a.plain_labels == b.plain_labels
+        and a.optional_labels == b.optional_labels
+    )
 
 
 def _refreshed(tier: Tier, intervals: PollIntervals) -> str:
@@ -95,26 +111,95 @@ class GpumonCollector:
         lines they give by row."""
         """The per-GPU families of the last snapshot rendered, by name: one whose samples did not change is reused."""
         self._extra = list(extra)
+        self._per_snapshot: set[str] = set()
         self._version = version
         self._python_version = python_version or platform.python_version()
+        self._build_lock = threading.Lock()
+        """Held while the per-GPU families of a snapshot are built: a scrape that needs the ones
+        the polling thread is building waits for them instead of building them too."""
+        self._lock = threading.Lock()
+        self._newest: RenderedSnapshot | None = None
+        """The newest snapshot whose per-GPU families are rendered."""
+        self._prepared: Snapshot | None = None
+        """The last snapshot ``prepare`` was called with (None: no store listener, never render ahead)."""
+        self._rendering: Snapshot | None = None
+        """The snapshot ``prepare`` renders ahead of the scrapes right now."""
+        self._extra_seen: dict[str, Family] = {}
+        """The extra sources' families of the last scrape, by name (their text, once rendered, is reused)."""
+        self._extras_rendered: tuple[Rendered, list[tuple[str, float, float]]] | None = None
+        """The extra sources' families of the last scrape and their bytes, and the sources' timings."""
 
     def set_options(self, intervals: PollIntervals, *, processes: bool) -> None:
         """New intervals (for HELP texts) and per-process opt-in after a reload."""
         self._intervals = intervals
         self._processes = processes
 
-    def add(self, name: str, source: FamilySource) -> None:
-        """Take ``source``'s families in every scrape, guarded and timed as ``name``."""
+    def add(self, name: str, source: FamilySource, *, per_snapshot: bool = False) -> None:
+        """Take ``source``'s families in every scrape, guarded and timed as ``name``.
+        ``per_snapshot``: the source builds its families once per snapshot (and reuses them for
+        later scrapes of it); ``prepare`` then asks it ahead of the scrapes when it renders ahead."""
         self._extra.append((name, source))
+        if per_snapshot:
+            self._per_snapshot.add(name)
 
     # ------------------------------------------------------------------
     def render(self) -> bytes:
-        """The whole exposition in Prometheus text format 0.0.4."""
+        """The whole exposition in Prometheus text format 0.0.4 (the latest snapshot; the daemon
+        serves ``body``, the same bytes)."""
         return render(self.families()).encode()
 
     def render_openmetrics(self) -> bytes:
-        """The whole exposition in OpenMetrics 1.0 text."""
-        return openmetrics.render(self.families())
+        """The whole exposition in OpenMetrics 1.0 text (see ``render``)."""
+        return (render_text(self.families(), OPENMETRICS) + OPENMETRICS_EOF).encode()
+
+    def body(self, *, openmetrics: bool = False, gzip: bool = False) -> list[bytes]:
+        """One scrape's body as chunks to send in order: the exposition in OpenMetrics 1.0 text
+        or Prometheus text 0.0.4, as a gzip member or not.
+
+        The same families, in the same order, as ``families()``, but the per-GPU families of a
+        snapshot are encoded (and deflated) once for every scrape of that snapshot; a scrape
+        renders only its head (the families before them) and its tail (the extra sources' and
+        the timings). While the polling thread renders the per-GPU families of the snapshot it
+        has just published (``prepare``), a scrape serves the snapshot before it, whole.
+        """
+        body = self._body(OPENMETRICS if openmetrics else TEXT, gzip, ready_only=False)
+        assert body is not None
+        return body
+
+    def ready_body(self, *, openmetrics: bool = False, gzip: bool = False) -> list[bytes] | None:
+        """``body()`` when it is made of bytes kept already, so that making it takes a few
+        milliseconds at most and asks no source (the snapshot before, served while the polling
+        thread works on a new one, see ``body``); None when ``body()`` has more to do."""
+        return self._body(OPENMETRICS if openmetrics else TEXT, gzip, ready_only=True)
+
+    def _body(self, fmt: str, gzip: bool, *, ready_only: bool) -> list[bytes] | None:
+        start = self._mono()
+        latest = self._store.latest()
+        rendered, previous = self._kept_for_scrape(latest)
+        last = self._extras_rendered
+        if ready_only and not (previous and rendered is not None and last is not None and rendered.made(fmt, gzip)):
+            return None  # (the extra families' bytes in another format or encoding are a few milliseconds)
+        if rendered is None and latest is not None:
+            rendered = self._rendered(latest)
+        head = self._head_families(None if rendered is None else rendered.snapshot)
+        timings = [("gpumon", 1.0, self._mono() - start)]
+        if previous and last is not None:
+            extras = last[0]  # as the last scrape got them, before the polling thread's listeners ran
+            timings += last[1]
+        else:
+            extra = self._extra_families(timings)
+            extras = last[0] if last is not None and last[0].holds(extra) else Rendered(extra)
+            self._extras_rendered = (extras, timings[1:])
+        openmetrics = fmt == OPENMETRICS
+        head_bytes = render_text(head, fmt).encode()
+        tail_bytes = (render_text(self._meta(timings), fmt) + (OPENMETRICS_EOF if openmetrics else "")).encode()
+        if rendered is not None:
+            rendered.served.add((fmt, gzip))
+        blocks = [extras] if rendered is None else [rendered, extras]
+        if gzip:
+            parts = [gzip_parts.stored(head_bytes), *(b.part(fmt) for b in blocks), gzip_parts.stored(tail_bytes)]
+            return gzip_parts.member(parts)
+        return [head_bytes, *(b.block(fmt) for b in blocks), tail_bytes]
 
     def collect(self) -> Iterator[Metric]:
         """The same families as prometheus_client Metric objects (for registries)."""
@@ -127,6 +212,12 @@ class GpumonCollector:
         start = self._mono()
         out = self.own_families()
         timings = [("gpumon", 1.0, self._mono() - start)]
+        out += self._extra_families(timings)
+        return out + self._meta(timings)
+
+    def _extra_families(self, timings: list[tuple[str, float, float]]) -> list[Family]:
+        """Every extra source's families, each timed and guarded (its timing appended to ``timings``)."""
+        out: list[Family] = []
         for name, source in self._extra:
             start = self._mono()
             try:
@@ -135,9 +226,23 @@ class GpumonCollector:
             except Exception:
                 log.exception("collector %s failed; its metrics are left out of this scrape", name)
                 families, ok = [], 0.0
-            out.extend(families)
             timings.append((name, ok, self._mono() - start))
-        return out + self._meta(timings)
+            out.extend(self._reused(families))
+        return out
+
+    def _reused(self, families: list[Family]) -> list[Family]:
+        """``families`` with each one not yet rendered replaced by the family of that name the
+        previous scrape gave, when it holds the same samples: its text is reused."""
+        seen = self._extra_seen
+        for i, family in enumerate(families):
+            if family.rendered is not None or family.rendered_openmetrics is not None:
+                continue  # the source keeps its families' text itself
+            before = seen.get(family.name)
+            if before is not None and _same(before, family):
+                families[i] = before
+            else:
+                seen[family.name] = family
+        return families
 
     def _meta(self, timings: list[tuple[str, float, float]]) -> list[Family]:
         success = Family(
@@ -161,6 +266,13 @@ class GpumonCollector:
     def own_families(self) -> list[Family]:
         """gpumon's own families for the latest snapshot."""
         snapshot = self._store.latest()
+        out = self._head_families(snapshot)
+        if snapshot is not None:
+            out += self._gpu_metrics(snapshot)
+        return out
+
+    def _head_families(self, snapshot: Snapshot | None) -> list[Family]:
+        """gpumon's own families before the per-GPU ones, for ``snapshot``."""
         build = Family(
             "gpumon_build_info", "gauge", "gpumon version and Python version; always 1.", ("version", "python_version")
         )
@@ -192,7 +304,6 @@ class GpumonCollector:
         if snapshot is not None:
             out += self._self_metrics(snapshot)
             out += self._host_metrics(snapshot)
-            out += self._gpu_metrics(snapshot)
         return out
 
     def _self_metrics(self, snapshot: Snapshot) -> list[Family]:
@@ -246,6 +357,13 @@ class GpumonCollector:
         cached = self._gpu_cache
         if cached is not None and cached[0] is snapshot and cached[1] == (self._intervals, self._processes):
             return cached[2]
+        with self._build_lock:
+            cached = self._gpu_cache
+            if cached is not None and cached[0] is snapshot and cached[1] == (self._intervals, self._processes):
+                return cached[2]  # built by another thread meanwhile
+            return self._new_gpu_metrics(snapshot)
+
+    def _new_gpu_metrics(self, snapshot: Snapshot) -> list[Family]:
         previous = self._fresh_families
         families = self._build_gpu_metrics(snapshot)
         for i, family in enumerate(families):
@@ -308,13 +426,91 @@ class GpumonCollector:
     def prepare(self, snapshot: Snapshot) -> None:
         """Store listener: right after a slow or static read, render those tiers' families on the
         polling thread (once per read, as the first scrape after it would), so no scrape waits for
-        them. A poll of the fast tier alone costs a few key comparisons here."""
+        them. A poll of the fast tier alone costs a few key comparisons here.
+
+        When a scrape served the snapshot rendered last, scrapes come at least once a poll: then
+        every per-GPU family of ``snapshot`` is rendered here too, with the bytes (formats, gzip)
+        those scrapes asked for, work the first scrape of ``snapshot`` would do; a scrape that
+        comes meanwhile serves the snapshot before (see ``body``). Nothing is rendered ahead
+        when no scrape came since the last snapshot rendered."""
         live = [g for g in snapshot.gpus if g.up]
-        if not live:
-            return
-        for row, key in self._row_keys(snapshot):
+        for row, key in self._row_keys(snapshot) if live else ():
             if key is not None:
                 self._cached_row_family(row, live, key)
+        options = (self._intervals, self._processes)
+        with self._lock:
+            self._prepared = snapshot
+            newest = self._newest
+            if newest is None or not newest.served or newest.options != options or newest.snapshot is snapshot:
+                return
+            wanted = set(newest.served)
+            self._rendering = snapshot
+        try:
+            rendered = RenderedSnapshot(snapshot, options, self._gpu_metrics(snapshot))
+            for fmt, gzip in sorted(wanted):
+                if gzip:
+                    rendered.part(fmt)
+                else:
+                    rendered.block(fmt)
+            for name, source in self._extra:
+                if name in self._per_snapshot:
+                    self._warm(name, source)
+            self._keep(rendered)  # scrapes serve it from now on, its bytes made
+        finally:
+            with self._lock:
+                if self._rendering is snapshot:
+                    self._rendering = None
+
+    @staticmethod
+    def _warm(name: str, source: FamilySource) -> None:
+        """Have a per-snapshot source build its families of the latest snapshot."""
+        try:
+            for _family in source.families():
+                pass
+        except Exception:  # the scrape that asks it next logs it and reports the failure
+            log.debug("collector %s failed ahead of a scrape", name, exc_info=True)
+
+    def _kept_for_scrape(self, latest: Snapshot | None) -> tuple[RenderedSnapshot | None, bool]:
+        """What a scrape serves of what is rendered: the latest snapshot, or, while the polling
+        thread works on it (its listeners, then ``prepare`` renders it ahead; at most one fast
+        interval after it was taken), the one before (True then); (None, False) when the latest
+        is to be rendered (or there is none)."""
+        if latest is None:
+            return None, False
+        options = (self._intervals, self._processes)
+        with self._lock:
+            newest = self._newest
+            if newest is not None and newest.options == options:
+                if newest.snapshot is latest:
+                    return newest, False
+                coming = self._prepared is not None and self._prepared is not latest  # prepare(latest) will render
+                if (
+                    newest.served
+                    and (coming or self._rendering is latest)
+                    and 0.0 <= self._mono() - latest.monotonic_seconds < self._intervals.of(Tier.FAST)
+                ):
+                    return newest, True
+        return None, False
+
+    def _rendered(self, snapshot: Snapshot) -> RenderedSnapshot:
+        """``snapshot``'s per-GPU families rendered (kept as the newest, unless a newer one is)."""
+        families = self._gpu_metrics(snapshot)
+        with self._lock:
+            newest = self._newest
+            if newest is not None and newest.snapshot is snapshot and newest.families is families:
+                return newest
+        return self._keep(RenderedSnapshot(snapshot, (self._intervals, self._processes), families))
+
+    def _keep(self, rendered: RenderedSnapshot) -> RenderedSnapshot:
+        """Keep ``rendered`` as the newest, unless one of the same or a newer snapshot is kept already
+        (returned then)."""
+        with self._lock:
+            newest = self._newest
+            if newest is not None and newest.snapshot is rendered.snapshot and newest.options == rendered.options:
+                return newest
+            if newest is None or newest.snapshot.monotonic_seconds <= rendered.snapshot.monotonic_seconds:
+                self._newest = rendered
+            return rendered
 
     def _cached_row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot], key: tuple[object, ...]) -> Family:
         """Slow and static tiers change only when read: reuse their rendered text until then."""

@@ -33,7 +33,7 @@ import socket
 import ssl
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpumon import __version__
@@ -49,6 +49,34 @@ log = logging.getLogger("gpumon.exporter.server")
 _MAX_DISCARDED_BODY_BYTES = 65536
 _DISCONNECTS = (ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError, EOFError)
 _ACCEPT_RETRY_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_COALESCE_BYTES = 1 << 20
+"""Chunks of a response smaller than this go out joined with their neighbours; larger ones are
+handed to the transport as they are, not copied into a joined body first. Fewer writes are
+fewer sends, and each send lets go of the GIL, which a busy thread may then hold for up to a
+switch interval (5 ms)."""
+
+Body = bytes | Sequence[bytes]
+"""A response body: bytes, or chunks sent one after the other."""
+
+
+def coalesced(chunks: Sequence[bytes]) -> list[bytes]:
+    """``chunks`` with each run of small ones joined (the same bytes, in order; all of them joined
+    when they come to less than ``_COALESCE_BYTES``)."""
+    if sum(len(c) for c in chunks) < _COALESCE_BYTES:
+        return [b"".join(chunks)]
+    out: list[bytes] = []
+    small: list[bytes] = []
+    for chunk in chunks:
+        if len(chunk) >= _COALESCE_BYTES:
+            if small:
+                out.append(b"".join(small))
+                small = []
+            out.append(chunk)
+        elif chunk:
+            small.append(chunk)
+    if small:
+        out.append(b"".join(small))
+    return out
 
 
 class _Conn:
@@ -349,7 +377,7 @@ class HttpConnectionServer:
         request: Request | None,
         status: int,
         headers: Mapping[str, str],
-        body: bytes,
+        body: Body,
         *,
         close: bool,
     ) -> None:
@@ -361,14 +389,18 @@ class HttpConnectionServer:
         lines += [f"{k}: {v}" for k, v in headers.items()]
         if self._web is not None:
             lines += [f"{k}: {v}" for k, v in self._web.extra_headers().items()]
-        lines.append(f"Content-Length: {len(body)}")
+        chunks = [body] if isinstance(body, bytes) else body
+        lines.append(f"Content-Length: {sum(len(c) for c in chunks)}")
         if close:
             lines.append("Connection: close")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        writer.write(head if request is not None and request.method == "HEAD" else head + body)
+        if request is not None and request.method == "HEAD":
+            chunks = []
+        for chunk in coalesced([head, *chunks]):
+            writer.write(chunk)
         async with asyncio.timeout(self._limits.write_timeout_seconds):
             await writer.drain()
 
-    async def _respond(self, request: Request) -> tuple[int, dict[str, str], bytes]:
+    async def _respond(self, request: Request) -> tuple[int, dict[str, str], Body]:
         """(status, headers, body) for a complete request; the subclass says what a request gets."""
         raise NotImplementedError

@@ -14,12 +14,13 @@ from collections.abc import Iterable
 
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST
 
-from gpumon.exporter.text import Family, render_samples
+from gpumon.exporter.text import Family, header, render_samples
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 """``application/openmetrics-text; version=1.0.0; charset=utf-8``."""
 
-_EOF = "# EOF\n"
+EOF = "# EOF\n"
+"""The line that ends an OpenMetrics exposition."""
 _TYPES = {"untyped": "unknown"}
 
 
@@ -29,15 +30,21 @@ def _escape_help(text: str) -> str:
 
 def render_family(fam: Family, formatted: dict[float, str] | None = None) -> str:
     """``fam`` in OpenMetrics text: HELP and TYPE under the family name (a counter's without
-    ``_total``), then its samples."""
+    ``_total``), then its samples. The sample lines are the text format's: those of a family
+    rendered in it already (``rendered``) are taken from there."""
     name = fam.family_name
-    out = [f"# HELP {name} {_escape_help(fam.help)}\n# TYPE {name} {_TYPES.get(fam.kind, fam.kind)}\n"]
+    head = f"# HELP {name} {_escape_help(fam.help)}\n# TYPE {name} {_TYPES.get(fam.kind, fam.kind)}\n"
+    text_header = header(fam)
+    if fam.rendered is not None and fam.rendered.startswith(text_header):
+        return head + fam.rendered[len(text_header) :]
+    out = [head]
     render_samples(fam, out, {} if formatted is None else formatted)
     return "".join(out)
 
 
-def render(families: Iterable[Family]) -> bytes:
-    """The OpenMetrics exposition of ``families``, ending in ``# EOF``."""
+def render_text(families: Iterable[Family]) -> str:
+    """The OpenMetrics text of ``families`` without the closing ``# EOF`` (a part of an exposition).
+    Each family's text is kept on it (``rendered_openmetrics``)."""
     out: list[str] = []
     formatted: dict[float, str] = {}
     for family in families:
@@ -45,5 +52,9 @@ def render(families: Iterable[Family]) -> bytes:
         if text is None:
             text = family.rendered_openmetrics = render_family(family, formatted)
         out.append(text)
-    out.append(_EOF)
-    return "".join(out).encode()
+    return "".join(out)
+
+
+def render(families: Iterable[Family]) -> bytes:
+    """The OpenMetrics exposition of ``families``, ending in ``# EOF``."""
+    return (render_text(families) + EOF).encode()

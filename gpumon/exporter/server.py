@@ -14,10 +14,11 @@ import asyncio
 import gzip
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
 from gpumon.exporter import openmetrics
-from gpumon.exporter.http_connections import HttpConnectionServer
+from gpumon.exporter.http_connections import Body, HttpConnectionServer
 from gpumon.exporter.http_limits import HttpLimits
 from gpumon.exporter.http_messages import TEXT_PLAIN, Request, Response, Route, accepts_gzip, wants_openmetrics
 from gpumon.exporter.text import CONTENT_TYPE, Family
@@ -33,6 +34,15 @@ INDEX_HTML = b"""<!doctype html><html><head><title>gpumon</title></head><body>
 <li><a href="/api/alerts">/api/alerts</a> active alerts</li>
 </ul></body></html>"""
 
+
+class Exposition(Protocol):
+    """What /metrics serves, as chunks of bytes (gpumon.exporter.collector.GpumonCollector)."""
+
+    def body(self, *, openmetrics: bool = False, gzip: bool = False) -> Sequence[bytes]: ...
+
+    def ready_body(self, *, openmetrics: bool = False, gzip: bool = False) -> Sequence[bytes] | None: ...
+
+
 DEFAULT_LIMITS = HttpLimits()
 """The limits a MetricsServer has unless told otherwise (a frozen value, shared)."""
 
@@ -43,6 +53,9 @@ class MetricsServer(HttpConnectionServer):
     ``web_config``: TLS, basic auth, extra headers and rate limit from a web-config.yml
     (None: plain HTTP, no auth). ``collect``: the same metrics as metric families
     (gpumon.exporter.text.Family), for OpenMetrics; without it only the classic text is served.
+    ``exposition``: when given, what /metrics serves instead (a GpumonCollector): its ``body``
+    (on a worker thread) or, when it has one ready, its ``ready_body`` (on the event loop, no
+    thread hand-over); ``render`` and ``collect`` are then unused.
     The listening socket is bound in the constructor (OSError when it cannot be).
     """
 
@@ -58,14 +71,16 @@ class MetricsServer(HttpConnectionServer):
         web_config: WebConfigWatcher | None = None,
         collect: Callable[[], Iterable[Family]] | None = None,
         limits: HttpLimits = DEFAULT_LIMITS,
+        exposition: Exposition | None = None,
     ) -> None:
         self._render = render
         self._collect = collect
+        self._exposition = exposition
         self._store = store
         self._stale_after = stale_after_seconds
         self._routes: dict[str, Route] = dict(routes or {})
         self._mono = monotonic
-        self._inflight: dict[str, asyncio.Future[bytes]] = {}
+        self._inflight: dict[tuple[str, bool], asyncio.Future[Body]] = {}
         super().__init__(address, web_config=web_config, limits=limits)
 
     def add_route(self, path: str, route: Route) -> None:
@@ -91,7 +106,7 @@ class MetricsServer(HttpConnectionServer):
         return openmetrics.render(self._collect())
 
     # --- what a request gets ---------------------------------------------
-    async def _respond(self, request: Request) -> tuple[int, dict[str, str], bytes]:
+    async def _respond(self, request: Request) -> tuple[int, dict[str, str], Body]:
         if request.method not in ("GET", "HEAD"):
             return 405, {"Content-Type": TEXT_PLAIN, "Allow": "GET, HEAD"}, b"method not allowed\n"
         web = self._web
@@ -130,27 +145,39 @@ class MetricsServer(HttpConnectionServer):
             return 500, {"Content-Type": TEXT_PLAIN}, b"internal error\n"
         return code, {"Content-Type": ctype}, payload
 
-    async def _metrics(self, request: Request) -> tuple[int, dict[str, str], bytes]:
-        use_openmetrics = self._collect is not None and wants_openmetrics(request.headers.get("accept"))
+    async def _metrics(self, request: Request) -> tuple[int, dict[str, str], Body]:
+        can_openmetrics = self._collect is not None or self._exposition is not None
+        use_openmetrics = can_openmetrics and wants_openmetrics(request.headers.get("accept"))
         kind = "openmetrics" if use_openmetrics else "text"
+        use_gzip = accepts_gzip(request.headers.get("accept-encoding"))
         try:
-            body = await self._rendered(kind)
+            body: Body | None = None
+            if self._exposition is not None:
+                body = self._exposition.ready_body(openmetrics=use_openmetrics, gzip=use_gzip)
+            if body is None:
+                body = await self._rendered(kind, use_gzip)
         except Exception:
             self._repeat(logging.ERROR, "rendering /metrics failed", "rendering /metrics failed", exc_info=True)
             return 500, {"Content-Type": TEXT_PLAIN}, b"internal error\n"
         headers = {"Content-Type": openmetrics.CONTENT_TYPE if use_openmetrics else CONTENT_TYPE}
         headers["Vary"] = "Accept, Accept-Encoding"
-        if accepts_gzip(request.headers.get("accept-encoding")):
-            body = gzip.compress(body, compresslevel=1)
+        if use_gzip:
             headers["Content-Encoding"] = "gzip"
         return 200, headers, body
 
-    async def _rendered(self, kind: str) -> bytes:
+    def _made(self, kind: str, use_gzip: bool) -> Body:
+        """The exposition in ``kind``, gzipped when asked (on a worker thread)."""
+        if self._exposition is not None:
+            return self._exposition.body(openmetrics=kind == "openmetrics", gzip=use_gzip)
+        body = self._render_openmetrics() if kind == "openmetrics" else self._render()
+        return gzip.compress(body, compresslevel=1) if use_gzip else body
+
+    async def _rendered(self, kind: str, use_gzip: bool) -> Body:
         """The exposition; requests that arrive while one is being rendered share it."""
-        pending = self._inflight.get(kind)
+        key = (kind, use_gzip)
+        pending = self._inflight.get(key)
         if pending is None:
-            render = self._render_openmetrics if kind == "openmetrics" else self._render
-            pending = asyncio.get_running_loop().run_in_executor(self._workers, render)
-            self._inflight[kind] = pending
-            pending.add_done_callback(lambda _f: self._inflight.pop(kind, None))
+            pending = asyncio.get_running_loop().run_in_executor(self._workers, self._made, kind, use_gzip)
+            self._inflight[key] = pending
+            pending.add_done_callback(lambda _f: self._inflight.pop(key, None))
         return await asyncio.shield(pending)

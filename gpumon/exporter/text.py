@@ -179,6 +179,11 @@ def _render_sparse_samples(fam: Family, out: list[str], formatted: dict[float, s
             out.append(f"{fam.name} {text}\n")
 
 
+def header(fam: Family) -> str:
+    """The HELP and TYPE lines of ``fam`` (its text is these, then its sample lines)."""
+    return f"# HELP {fam.name} {_escape_help(fam.help)}\n# TYPE {fam.name} {fam.kind}\n"
+
+
 def render(families: Iterable[Family]) -> str:
     """Text exposition of ``families``, each with its HELP and TYPE lines. Each family's text is
     kept on it (``rendered``): a family reused by later scrapes renders once."""
@@ -187,7 +192,7 @@ def render(families: Iterable[Family]) -> str:
     for fam in families:
         text = fam.rendered
         if text is None:
-            lines = [f"# HELP {fam.name} {_escape_help(fam.help)}\n# TYPE {fam.name} {fam.kind}\n"]
+            lines = [header(fam)]
             render_samples(fam, lines, formatted)
             text = fam.rendered = "".join(lines)
         out.append(text)
