@@ -27,9 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
-
 from gpumon.backends.base import GpuBackend, GpuLostError, NvmlUnavailableError
+from gpumon.host_figures import HostFigureReader
 from gpumon.snapshot import GpuSnapshot, HostSnapshot, ProcessSnapshot, Snapshot, Tier, TierStats
 from gpumon.store import SnapshotStore
 
@@ -114,39 +113,6 @@ STRICT_FIELDS_ENV = "GPUMON_STRICT_FIELDS"
 
 class UnknownFieldError(RuntimeError):
     """A backend returned keys that are no GpuSnapshot field (raised only by a strict poller)."""
-
-
-MIN_CPU_SECONDS = 0.5
-"""The least CPU time (all CPUs together) between two reads that gives a host CPU share."""
-
-
-class HostFigureReader:
-    """Host CPU busy share since the previous call, and memory in use, from psutil (a few µs a call).
-
-    The first call has no previous one to measure from, so it gives no CPU share (the series
-    is omitted until there is a real value, never a made-up 0).
-    """
-
-    def __init__(self) -> None:
-        self._last_cpu: tuple[float, float] | None = None
-        """(busy seconds, total seconds) of all CPUs at the previous call."""
-
-    def __call__(self) -> dict[str, Any]:
-        vm = psutil.virtual_memory()
-        out: dict[str, Any] = {
-            "memory_used_bytes": int(vm.total - vm.available),
-            "memory_total_bytes": int(vm.total),
-        }
-        times = psutil.cpu_times()
-        total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)  # guest is in user
-        busy = total - times.idle - getattr(times, "iowait", 0.0)
-        if self._last_cpu is None:
-            self._last_cpu = (busy, total)
-        elif total - self._last_cpu[1] >= MIN_CPU_SECONDS:  # shorter: too few clock ticks to mean anything
-            share = (busy - self._last_cpu[0]) / (total - self._last_cpu[1])
-            out["cpu_utilization_ratio"] = round(min(1.0, max(0.0, share)), 4)
-            self._last_cpu = (busy, total)
-        return out
 
 
 class Poller:

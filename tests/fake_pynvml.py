@@ -277,7 +277,9 @@ class FakeNvml:
         for requested in field_ids:
             field_id, link = requested if isinstance(requested, tuple) else (requested, 0)
             if field_id in g.field_errors:
-                out.append(SimpleNamespace(fieldId=field_id, nvmlReturn=g.field_errors[field_id], valueType=1, value=None))
+                out.append(
+                    SimpleNamespace(fieldId=field_id, nvmlReturn=g.field_errors[field_id], valueType=1, value=None)
+                )
             elif field_id in g.nvlink_error_fields and link < len(g.nvlink_states):
                 out.append(
                     SimpleNamespace(

@@ -19,7 +19,6 @@ ALLOWED_LONGER: dict[str, str] = {}
 """Module (relative to gpumon/) -> why it may be longer than MAX_MODULE_LINES for good."""
 
 
-
 def _modules() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
 

@@ -169,7 +169,7 @@ def test_a_slow_read_of_one_gpu_rebuilds_that_gpus_slow_samples_only_and_every_s
     collector = GpumonCollector(store, intervals, monotonic=lambda: clock[0])
     store.subscribe(collector.prepare)
     built: list[int] = []
-    for row in collector._rows:
+    for row in collector._gpu._rows:
         if row.name == "gpumon_energy_joules_total":
             original = row.samples
             object.__setattr__(row, "samples", lambda gpu, f=original: built.append(gpu.index) or f(gpu))
@@ -180,7 +180,7 @@ def test_a_slow_read_of_one_gpu_rebuilds_that_gpus_slow_samples_only_and_every_s
         fresh = GpumonCollector(store, intervals, monotonic=lambda: clock[0])
         assert ours == samples(fresh.render().decode(), "gpumon_energy_joules_total")
         assert len(built) <= (4 if poll == 0 else 1), f"poll {poll}: samples built for GPUs {built}"
-        for _key, family in collector._row_cache.values():  # text assembled GPU by GPU = rendered whole
+        for _key, family in collector._gpu._row_cache.values():  # text assembled GPU by GPU = rendered whole
             whole = Family(family.name, family.kind, family.help, family.label_names, list(family.samples))
             whole.plain_labels = family.plain_labels
             assert family.rendered == render([whole])

@@ -337,7 +337,7 @@ def test_scrapes_of_one_snapshot_share_its_rendered_series() -> None:
     poller = Poller(backend, store, monotonic=lambda: clock[0], wall_clock=lambda: clock[0], host_figures=dict)
     collector = GpumonCollector(store, PollIntervals(), monotonic=lambda: clock[0])
     built = []
-    for row in collector._rows:
+    for row in collector._gpu._rows:
         if row.name == "gpumon_temperature_celsius":
             original = row.samples
             object.__setattr__(row, "samples", lambda gpu, f=original: built.append(gpu.index) or f(gpu))
@@ -382,7 +382,7 @@ def test_slow_tier_series_are_rendered_when_read_not_when_scraped() -> None:
     collector = GpumonCollector(store, PollIntervals())
     store.subscribe(collector.prepare)
     built = []
-    for row in collector._rows:
+    for row in collector._gpu._rows:
         if row.name == "gpumon_energy_joules_total":
             original = row.samples
             object.__setattr__(row, "samples", lambda gpu, f=original: built.append("read") or f(gpu))

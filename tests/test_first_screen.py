@@ -74,7 +74,7 @@ def test_host_cpu_share_is_absent_until_there_is_a_real_value() -> None:
 
 
 def test_host_cpu_share_appears_once_cpu_time_has_passed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpumon import poller
+    from gpumon import host_figures
 
     times = iter([(100.0, 300.0), (100.0, 300.0), (101.0, 302.0)])  # (busy-ish user, idle) seconds
 
@@ -82,8 +82,8 @@ def test_host_cpu_share_appears_once_cpu_time_has_passed(monkeypatch: pytest.Mon
         user = property(lambda self: self[0])
         idle = property(lambda self: self[1])
 
-    monkeypatch.setattr(poller.psutil, "cpu_times", lambda: CpuTimes(next(times)))
-    read = poller.HostFigureReader()
+    monkeypatch.setattr(host_figures.psutil, "cpu_times", lambda: CpuTimes(next(times)))
+    read = host_figures.HostFigureReader()
     assert "cpu_utilization_ratio" not in read()
     assert "cpu_utilization_ratio" not in read(), "no CPU time passed: no share"
     assert read()["cpu_utilization_ratio"] == 0.3333  # 1 busy second of 3

@@ -265,7 +265,10 @@ def test_a_connection_closed_before_its_transport_started_is_not_an_error(caplog
         with caplog.at_level(logging.DEBUG, logger="gpumon.exporter.server"):
             server._loop_exception(
                 loop,
-                {"message": "Exception in callback _add_reader(7)", "exception": OSError(errno.EBADF, "Bad file descriptor")},
+                {
+                    "message": "Exception in callback _add_reader(7)",
+                    "exception": OSError(errno.EBADF, "Bad file descriptor"),
+                },
             )
     finally:
         loop.close()

@@ -42,7 +42,9 @@ def write(tmp_path: Path, content: str | bytes, name: str = "gpumon.yaml") -> Pa
 
 
 # ---- files that gave a traceback (exit 1) -------------------------------------------------------
-def test_a_latin1_byte_is_a_problem_with_its_line_and_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_latin1_byte_is_a_problem_with_its_line_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = write(tmp_path, b"# caf\xe9\ninterval_seconds: 2\n")
     (line,) = rejected_by_every_path(path, capsys)
     assert line == f"{path}: line 1, column 6: byte 0xE9 is not UTF-8; save the file as UTF-8"
@@ -88,14 +90,16 @@ def test_an_alias_that_contains_itself_is_refused(tmp_path: Path, capsys: pytest
         ("fake_gpus: .inf\n", "fake_gpus must be a whole number, got inf"),
         ("xid_catalog: {.inf: {action: reboot}}\n", "key inf is not an XID code (a whole number from 1 to 65535)"),
         (
-            "alerting:\n  rules:\n    - {name: A, field: temperature_celsius, op: '>', threshold: 1, for: '" + "9" * 400 + "h'}\n",
+            "alerting:\n  rules:\n    - {name: A, field: temperature_celsius, op: '>', threshold: 1, for: '"
+            + "9" * 400
+            + "h'}\n",
             "for must be a duration from 0s to 168h",
         ),
         ("alerting: {retry: {timeout: " + "9" * 18 + "}}\n", "timeout must be a duration from 1ms to 5m"),
         ("listen: '0.0.0.0:" + "9" * 5000 + "'\n", "listen must be HOST:PORT with a port 1-65535"),
         ("a: 2024-13-45\n", "line 1, column 4: not valid YAML: cannot read '2024-13-45' as timestamp"),
         ("interval_seconds: !!float abc\n", "cannot read 'abc' as float"),
-        ("host: \"\\ud800\"\n", "holds a lone surrogate|invalid Unicode character escape"),
+        ('host: "\\ud800"\n', "holds a lone surrogate|invalid Unicode character escape"),
     ],
 )
 def test_numbers_too_large_and_unbuildable_values_are_problems(
@@ -205,7 +209,7 @@ def test_the_documented_example_config_passes(capsys: pytest.CaptureFixture[str]
 # ---- the same through real processes: check-config and run print the same lines, exit 2 ---------
 def test_run_rejects_exactly_what_check_config_rejects_in_real_processes(tmp_path: Path) -> None:
     web = write(tmp_path, "basic_auth_users: {prometheus: plaintext}\n", "web-config.yml")
-    path = write(tmp_path, f"interval_seconds: .inf\nweb_config_file: {web}\nstate_dir: \"a\\0b\"\n")
+    path = write(tmp_path, f'interval_seconds: .inf\nweb_config_file: {web}\nstate_dir: "a\\0b"\n')
     checked = run_cli("check-config", str(path))
     ran = run_cli("run", "--config", str(path), timeout=30)
     assert checked.returncode == ran.returncode == 2, (checked.stderr, ran.stderr)

@@ -51,9 +51,7 @@ def test_row_remapper_histogram_is_served_in_the_histograms_order(fake: FakeNvml
     assert twins["DCGM_FI_DEV_BANKS_REMAP_ROWS_AVAIL_NONE"] == 1
 
 
-def test_a_gpu_without_the_histogram_has_no_series_and_is_not_asked_again(
-    fake: FakeNvml, backend: NvmlBackend
-) -> None:
+def test_a_gpu_without_the_histogram_has_no_series_and_is_not_asked_again(fake: FakeNvml, backend: NvmlBackend) -> None:
     fake.gpus[1].remap_histogram = None
     for _ in range(3):
         got = backend.read(1, Tier.SLOW)
@@ -65,14 +63,24 @@ def test_a_gpu_without_the_histogram_has_no_series_and_is_not_asked_again(
 def test_banks_without_spare_rows_are_a_health_warning() -> None:
     findings = snapshot_findings(snapshot_of(gpu(row_remap_bank_availability={"max": 3070, "none": 2})))
     (finding,) = findings
-    assert (finding.kind, finding.severity, finding.action) == ("row_remap_banks_exhausted", "WARNING", "inspect_hardware")
+    assert (finding.kind, finding.severity, finding.action) == (
+        "row_remap_banks_exhausted",
+        "WARNING",
+        "inspect_hardware",
+    )
     assert "2 memory bank(s)" in finding.summary
 
 
 # ---- recovery action ----------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("code", "word", "twin"),
-    [(0, "none", 0.0), (1, "gpu_reset", 1.0), (2, "node_reboot", 2.0), (4, "drain_and_reset", 4.0), (9, "action_9", 9.0)],
+    [
+        (0, "none", 0.0),
+        (1, "gpu_reset", 1.0),
+        (2, "node_reboot", 2.0),
+        (4, "drain_and_reset", 4.0),
+        (9, "action_9", 9.0),
+    ],
 )
 def test_recovery_action_is_a_word_for_gpumon_and_nvmls_code_for_dcgm_values(
     fake: FakeNvml, backend: NvmlBackend, code: int, word: str, twin: float
@@ -172,7 +180,9 @@ def test_dcgm_nvlink_bandwidth_is_gpm_nvlink_traffic_both_ways_in_mb_per_second(
     backend.read(0, Tier.SLOW)
     got = backend.read(0, Tier.SLOW)
     expected = 150_000.0 * 2**20 / 1e6
-    assert dcgm_values(GpuSnapshot.assemble(0, "u", got))["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == pytest.approx(expected)
+    assert dcgm_values(GpuSnapshot.assemble(0, "u", got))["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == pytest.approx(
+        expected
+    )
     assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL" not in dcgm_values(gpu())  # no GPM: left out, not 0
 
 

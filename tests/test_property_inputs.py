@@ -51,6 +51,7 @@ def cases(n: int) -> settings:
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     )
 
+
 # ---- values of every kind, with the special ones over-represented ------------------------------
 SPECIAL_NUMBERS = [
     math.nan,
@@ -360,6 +361,8 @@ def as_bytes(draw: st.DrawFn, docs: st.SearchStrategy[Any]) -> bytes:
 
 # ---- running the three gates ----------------------------------------------------------------
 PARSER = cli.build_parser()
+
+
 def gates(path: Path) -> tuple[int, list[str], Config | None, list[str] | None]:
     """check-config's exit code and problems; run's loaded config; the reload's problems."""
     checked_err, run_err = io.StringIO(), io.StringIO()

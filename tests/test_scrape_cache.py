@@ -82,13 +82,13 @@ class Rig:
         self.store.subscribe(self.listener)
         self.store.subscribe(self.collector.prepare)
         self.builds = 0
-        build = self.collector._new_gpu_metrics
+        build = self.collector._gpu._new_gpu_metrics
 
         def counted(snapshot: Snapshot) -> list[Family]:
             self.builds += 1
             return build(snapshot)
 
-        self.collector._new_gpu_metrics = counted  # type: ignore[method-assign]
+        self.collector._gpu._new_gpu_metrics = counted  # type: ignore[method-assign]
 
     def listener(self, _snapshot: Snapshot) -> None:
         self.now += self.listener_delay_seconds
