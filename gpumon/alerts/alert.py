@@ -100,3 +100,17 @@ def fingerprint(labels: Mapping[str, str]) -> str:
                 h ^= byte
                 h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return f"{h:016x}"
+
+
+@dataclass(frozen=True, slots=True)
+class AlertCount:
+    """What gpumon_alerts counts an active alert by."""
+
+    alertname: str
+    severity: str
+    state: str
+    """pending or firing"""
+    gpu: str
+    uuid: str
+    held_back: bool
+    """A burn holds it back (gpumon_alerts says ``suppressed``)."""

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpumon.alerts.alert import Alert, AlertChange, BurnHoldBack, Target, fingerprint
+from gpumon.alerts.alert import Alert, AlertChange, AlertCount, BurnHoldBack, Target, fingerprint
 from gpumon.alerts.observation import Observation, finding_observations, gpu_context, gpu_target, xid_matches
 from gpumon.alerts.rule_config import normalize_action
 from gpumon.alerts.rules import FROM_FINDING, OPS, Rule, field_value, format_value, render
@@ -165,6 +165,26 @@ class AlertEngine:
         """Every pending and firing alert, firing first, then by name and GPU."""
         out = [self._alert(key, st) for key, st in self._active.items() if st.rule in self._rules]
         return sorted(out, key=lambda a: (a.state != "firing", a.alertname, a.gpu, sorted(a.labels.items())))
+
+    def counts(self) -> dict[AlertCount, int]:
+        """How many pending, firing and held-back alerts there are per name, severity, state and GPU.
+
+        What ``alerts()`` gives, counted, without making an Alert (annotations, fingerprint) of each:
+        gpumon_alerts asks on every scrape (300 alerts of 256 simulated GPUs took 11 ms that way)."""
+        out: dict[AlertCount, int] = {}
+        for st in self._active.values():
+            rule = self._rules.get(st.rule)
+            if rule is None:
+                continue
+            severity = rule.severity
+            if severity == FROM_FINDING:
+                severity = st.context.get("finding_severity", "warning")
+            target = dict(st.target)  # gpu and uuid: rules cannot set them (rule_config)
+            key = AlertCount(
+                st.rule, severity, st.state, target.get("gpu", ""), target.get("uuid", ""), bool(st.held_back)
+            )
+            out[key] = out.get(key, 0) + 1
+        return out
 
     def notifiable(self) -> list[Alert]:
         """The firing alerts a burn does not hold back, in ``alerts()`` order: what receivers are told of.

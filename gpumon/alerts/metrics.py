@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from gpumon.alerts.alert import Alert, BurnHoldBack
+from gpumon.alerts.alert import AlertCount, BurnHoldBack
 from gpumon.alerts.notify import STUCK_AFTER_BACKOFFS, Receiver
 from gpumon.exporter.text import Family
 
-MetricInputs = tuple[list[Alert], list[Receiver], BurnHoldBack | None, int, int]
-"""Alerts, receivers, the burn hold-back (None when no burn runs), evaluation errors, spool write errors."""
+MetricInputs = tuple[dict[AlertCount, int], list[Receiver], BurnHoldBack | None, int, int]
+"""Active alerts counted, receivers, the burn hold-back (None when no burn runs), evaluation errors, spool write errors."""
 
 
 class AlertCollector:
@@ -23,7 +23,7 @@ class AlertCollector:
         self._inputs = inputs
 
     def families(self) -> Iterator[Family]:
-        alerts, receivers, burn, errors, spool_errors = self._inputs()
+        alert_counts, receivers, burn, errors, spool_errors = self._inputs()
         active = Family(
             "gpumon_alerts",
             "gauge",
@@ -33,12 +33,12 @@ class AlertCollector:
         )
         counts: dict[tuple[str, str, str, str, str], int] = {}
         held: dict[tuple[str, str], int] = {}
-        for a in alerts:
-            state = "suppressed" if a.held_back is not None else a.state
+        for a, n in alert_counts.items():
+            state = "suppressed" if a.held_back else a.state
             key = (a.alertname, a.severity, state, a.gpu, a.uuid)
-            counts[key] = counts.get(key, 0) + 1
-            if a.held_back is not None:
-                held[(a.gpu, a.uuid)] = held.get((a.gpu, a.uuid), 0) + 1
+            counts[key] = counts.get(key, 0) + n
+            if a.held_back:
+                held[(a.gpu, a.uuid)] = held.get((a.gpu, a.uuid), 0) + n
         for key, n in sorted(counts.items()):
             active.add(key, n)
         yield active

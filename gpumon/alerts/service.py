@@ -423,7 +423,7 @@ class AlertService:
     def _metric_snapshot(self) -> MetricInputs:
         with self._lock:
             return (
-                self._engine.alerts(),
+                self._engine.counts(),
                 list(self._receivers.values()),
                 self._burn,
                 self._errors_total,

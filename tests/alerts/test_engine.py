@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumon.alerts.alert import BurnHoldBack, fingerprint
+from gpumon.alerts.alert import AlertCount, BurnHoldBack, fingerprint
 from gpumon.alerts.engine import AlertEngine
 from gpumon.events.model import XidEvent
 from tests.alerts.helpers import UUID0, UUID1, alerting, gpu, snap
@@ -241,3 +241,26 @@ def test_removing_a_rule_resolves_its_alerts() -> None:
     [change] = e.set_rules([], T0 + 5)
     assert change.alert.state == "resolved" and change.alert.labels["severity"] == "warning"
     assert e.alerts() == []
+
+
+def _counted(e: AlertEngine) -> dict[AlertCount, int]:
+    """What counts() must give: alerts() counted by name, severity, state, GPU and hold-back."""
+    out: dict[AlertCount, int] = {}
+    for a in e.alerts():
+        key = AlertCount(a.alertname, a.severity, a.state, a.gpu, a.uuid, a.held_back is not None)
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def test_alert_counts_for_the_metric_equal_the_alerts_counted_without_building_them() -> None:
+    e = engine(
+        {**HOT, "for": 0},
+        {**HOT, "name": "GpuWarm", "threshold": 80, "for": "1m", "severity": "info"},
+    )
+    burn = BurnHoldBack(pid=42, gpu_indices=frozenset({0}), uuids=frozenset({UUID0}), started_at=T0 - 60)
+    e.evaluate(snap(T0, gpu(0, temperature_celsius=90), gpu(1, temperature_celsius=90)), T0, burn)
+    counts = e.counts()
+    assert counts == _counted(e)
+    assert counts[AlertCount("GpuHot", "warning", "firing", "0", UUID0, True)] == 1  # held back by the burn
+    assert counts[AlertCount("GpuHot", "warning", "firing", "1", UUID1, False)] == 1
+    assert counts[AlertCount("GpuWarm", "info", "pending", "1", UUID1, False)] == 1
