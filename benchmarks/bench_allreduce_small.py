@@ -32,21 +32,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from burn_runs import bench_env, run_burn, run_child
 from spawn_ranks import join_nccl, spawn_ranks
 
-NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 MIB = 1 << 20
 SIZES = (MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB)
 GRAPH_OPS = 50
 GOAL = 0.90
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(NO_MULTICAST)
-    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    env.pop("GPUMON_BURN_INJECT", None)
-    return env
 
 
 # ------------------------------------------------------------------ bare torch loops (child processes)
@@ -142,7 +134,7 @@ def nccl_tests(binary: str, world: int) -> tuple[dict[int, float], str]:
     base = [binary, "-b", "1M", "-e", "256M", "-f", "4", "-g", str(world), "-w", "20", "-n", "200"]
     for extra in (["-d", "bfloat16"], []):  # bf16 as gpumon; builds without it fall back to float
         cmd = base + extra
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=bench_env(), timeout=600)
         rows = _parse_nccl_tests(proc.stdout)
         if proc.returncode == 0 and rows:
             return rows, " ".join(cmd)
@@ -193,7 +185,11 @@ def build_nccl_ref(workdir: str) -> tuple[str | None, str]:
 def nccl_ref(binary: str, mode: str, world: int) -> dict[int, dict[str, Any]]:
     """{bytes: row} from the bare NCCL loop in ``mode`` ('threads' or 'procs')."""
     proc = subprocess.run(
-        [binary, mode, str(world), *(str(s) for s in SIZES)], capture_output=True, text=True, env=_env(), timeout=600
+        [binary, mode, str(world), *(str(s) for s in SIZES)],
+        capture_output=True,
+        text=True,
+        env=bench_env(),
+        timeout=600,
     )
     if proc.returncode != 0:
         raise SystemExit(f"allreduce_ref {mode} failed ({proc.returncode}): {proc.stderr[-1500:]}")
@@ -202,38 +198,12 @@ def nccl_ref(binary: str, mode: str, world: int) -> dict[int, dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ gpumon
-def _gpumon(args: list[str]) -> tuple[dict[str, Any], float]:
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "r.json"
-        t = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, "-m", "gpumon.burn", *args, "--json", str(path), "--state-dir", d],
-            capture_output=True,
-            text=True,
-            env=_env(),
-            timeout=600,
-        )
-        wall = time.monotonic() - t
-        if not path.exists():
-            raise SystemExit(f"gpumon burn {' '.join(args)} wrote no report: {proc.stderr[-2000:]}")
-        return json.loads(path.read_text()), wall
-
-
 def _sizes(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {s["bytes"]: s for s in (report["gpus"][0].get("allreduce") or {}).get("sizes", [])}
 
 
 def _gbps(row: dict[str, Any] | None, timing: str) -> str:
     return f"{row[f'{timing}_busbw_bytes_per_second'] / 1e9:.1f}" if row else "—"
-
-
-def _child(kind: str, *args: str) -> Any:
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", kind, *args], capture_output=True, text=True, env=_env(), timeout=600
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"bare {kind} failed: {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
@@ -250,7 +220,7 @@ def main() -> int:
             print(json.dumps(bare_loops(int(a.child[1]))))
         return 0
 
-    world = int(_child("count"))
+    world = int(run_child(__file__, "count"))
     if world < 2:
         raise SystemExit(f"needs 2 or more GPUs, torch sees {world}")
     binary = find_nccl_tests(a.nccl_tests)
@@ -263,7 +233,7 @@ def main() -> int:
     print(f"bare NCCL loop: {ref_build}")
     threads = nccl_ref(ref_binary, "threads", world) if ref_binary else {}
     procs = nccl_ref(ref_binary, "procs", world) if ref_binary else {}
-    bare = {r["bytes"]: r for r in _child("loops", str(world))}
+    bare = {r["bytes"]: r for r in run_child(__file__, "loops", str(world))}
     if not binary and threads:
         ref_rows = {b: r["eager_busbw_bytes_per_second"] for b, r in threads.items()}
         version = next(iter(threads.values()))["nccl_version"]
@@ -271,8 +241,8 @@ def main() -> int:
     elif not binary:
         ref_rows = {b: r["graph_busbw_bytes_per_second"] for b, r in bare.items()}
         ref_name = "plain CUDA-graph torch loop (nccl-tests' all_reduce_perf not found, bare NCCL loop not built)"
-    full, _ = _gpumon(["--gpus", "all", "--tests", "allreduce"])
-    quick, quick_wall = _gpumon(["--quick", "--gpus", "all"])
+    full, _, _ = run_burn(["--gpus", "all", "--tests", "allreduce"])
+    quick, quick_wall, _ = run_burn(["--quick", "--gpus", "all"])
     ours, ours_quick = _sizes(full), _sizes(quick)
 
     print(f"{world} GPUs, NVLink multicast off; busbw GB/s; reference: {ref_name}")

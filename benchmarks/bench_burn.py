@@ -17,27 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from burn_runs import run_burn, run_child
 from spawn_ranks import join_nccl, spawn_ranks
 
-NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 MIB = 1 << 20
 SIZES = (256 * MIB, 1024 * MIB, 4096 * MIB)
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(NO_MULTICAST)
-    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    env.pop("GPUMON_BURN_INJECT", None)
-    return env
 
 
 # ------------------------------------------------------------------ bare references (child processes)
@@ -96,34 +85,8 @@ def bare_allreduce(world: int) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ driver
-def _child(kind: str, *args: str) -> Any:
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", kind, *args], capture_output=True, text=True, env=_env(), timeout=600
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"bare {kind} failed: {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _gpumon(args: list[str]) -> tuple[dict[str, Any], float, int]:
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "r.json"
-        t = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, "-m", "gpumon.burn", *args, "--json", str(path), "--state-dir", d],
-            capture_output=True,
-            text=True,
-            env=_env(),
-            timeout=600,
-        )
-        wall = time.monotonic() - t
-        if not path.exists():
-            raise SystemExit(f"gpumon burn {' '.join(args)} wrote no report: {proc.stderr[-2000:]}")
-        return json.loads(path.read_text()), wall, proc.returncode
-
-
 def _gpu_count() -> int:
-    return int(_child("count"))
+    return int(run_child(__file__, "count"))
 
 
 def main() -> int:
@@ -147,9 +110,9 @@ def main() -> int:
     n_gpus = _gpu_count()
     print(f"{n_gpus} GPU(s); matmul bf16 8192^3 for {a.seconds:.0f} s per run", flush=True)
 
-    bare1 = _child("matmul", str(a.seconds), "8192")
-    rep, _wall, code = _gpumon(["--gpus", "all", "--tests", "matmul", "--dtype", "bf16", "--duration", str(a.seconds)])
-    bare2 = _child("matmul", str(a.seconds), "8192")
+    bare1 = run_child(__file__, "matmul", str(a.seconds), "8192")
+    rep, _wall, code = run_burn(["--gpus", "all", "--tests", "matmul", "--dtype", "bf16", "--duration", str(a.seconds)])
+    bare2 = run_child(__file__, "matmul", str(a.seconds), "8192")
     g0 = rep["gpus"][0]
     bare = (bare1["tflops_median"] + bare2["tflops_median"]) / 2
     ours = g0["matmul"]["tflops"]
@@ -179,8 +142,8 @@ def main() -> int:
         rows.append(("matmul run verdict", rep["verdict"], "", "", "pass"))
 
     if n_gpus >= 2:
-        bare_ar = _child("allreduce", str(n_gpus))
-        rep_ar, _w, _c = _gpumon(["--gpus", "all", "--tests", "allreduce"])
+        bare_ar = run_child(__file__, "allreduce", str(n_gpus))
+        rep_ar, _w, _c = run_burn(["--gpus", "all", "--tests", "allreduce"])
         ours_sizes = {s["bytes"]: s["busbw_bytes_per_second"] for s in rep_ar["gpus"][0]["allreduce"]["sizes"]}
         for ref in bare_ar:
             mine = ours_sizes.get(ref["bytes"])
@@ -194,7 +157,7 @@ def main() -> int:
                 )
             )
 
-    rep_q, wall, code = _gpumon(["--quick", "--gpus", "all"])
+    rep_q, wall, code = run_burn(["--quick", "--gpus", "all"])
     rows.append(
         (
             f"gpumon burn --quick --gpus all ({n_gpus} GPUs) wall s",
