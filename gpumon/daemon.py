@@ -202,13 +202,11 @@ class Daemon:
         web = self.web
         self.server = MetricsServer(
             config.listen_address(),
-            self.collector.render,
+            self.collector,
             self.store,
             stale_after_seconds=config.stale_after,
             monotonic=monotonic,
             web_config=web,
-            collect=self.collector.families,
-            exposition=self.collector,
         )
         self.server.add_route("/api/snapshot", self._snapshot_route)
         self.server.add_route("/api/health", lambda: json_response(self.health.report().to_json()))

@@ -21,7 +21,7 @@ import pytest
 import requests
 import yaml
 
-from gpumon.exporter.server import MetricsServer
+from gpumon.exporter.server import MetricsServer, RenderedBytes
 from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 from gpumon.store import SnapshotStore
 from tests.helpers import DaemonProcess
@@ -133,7 +133,11 @@ def _basic(user: str, password: str) -> str:
 
 def serve_with_web_config(watcher: WebConfigWatcher) -> MetricsServer:
     return MetricsServer(
-        ("127.0.0.1", 0), lambda: b"gpumon_test_up 1.0\n", SnapshotStore(), stale_after_seconds=5, web_config=watcher
+        ("127.0.0.1", 0),
+        RenderedBytes(lambda: b"gpumon_test_up 1.0\n"),
+        SnapshotStore(),
+        stale_after_seconds=5,
+        web_config=watcher,
     )
 
 

@@ -18,7 +18,7 @@ from gpumon.backends.fake import FakeBackend
 from gpumon.exporter import openmetrics
 from gpumon.exporter.collector import GpumonCollector
 from gpumon.exporter.http_messages import wants_openmetrics
-from gpumon.exporter.server import MetricsServer
+from gpumon.exporter.server import MetricsServer, RenderedBytes
 from gpumon.exporter.text import Family
 from gpumon.poller import Poller, PollIntervals
 from gpumon.store import SnapshotStore
@@ -113,7 +113,7 @@ def served() -> Iterator[tuple[str, GpumonCollector, dict[str, int]]]:
         calls["openmetrics"] += 1
         return collector.families()
 
-    server = MetricsServer(("127.0.0.1", 0), render, SnapshotStore(), stale_after_seconds=5, collect=collect)
+    server = MetricsServer(("127.0.0.1", 0), RenderedBytes(render, collect), SnapshotStore(), stale_after_seconds=5)
     server.start()
     try:
         yield f"127.0.0.1:{server.port}", collector, calls

@@ -22,7 +22,7 @@ import requests
 from gpumon import __version__
 from gpumon.exporter.http_limits import HttpLimits
 from gpumon.exporter.repeat_log import RepeatLog
-from gpumon.exporter.server import MetricsServer
+from gpumon.exporter.server import MetricsServer, RenderedBytes
 from gpumon.store import SnapshotStore
 from tests.helpers import REPO, DaemonProcess, free_port, wait_for
 
@@ -167,7 +167,11 @@ def test_a_repeated_error_is_logged_once_then_counted(caplog: pytest.LogCaptureF
         raise RuntimeError("the route is broken")
 
     server = MetricsServer(
-        ("127.0.0.1", 0), lambda: b"", SnapshotStore(), stale_after_seconds=5, routes={"/api/broken": broken}
+        ("127.0.0.1", 0),
+        RenderedBytes(lambda: b""),
+        SnapshotStore(),
+        stale_after_seconds=5,
+        routes={"/api/broken": broken},
     )
     server.start()
     try:
@@ -213,7 +217,9 @@ def _closed_by_server(sock: socket.socket, within_seconds: float) -> bool:
 
 def test_silent_and_slowloris_connections_are_closed_after_the_header_timeout() -> None:
     limits = HttpLimits(header_timeout_seconds=0.5, idle_timeout_seconds=0.5)
-    server = MetricsServer(("127.0.0.1", 0), lambda: b"x 1.0\n", SnapshotStore(), stale_after_seconds=5, limits=limits)
+    server = MetricsServer(
+        ("127.0.0.1", 0), RenderedBytes(lambda: b"x 1.0\n"), SnapshotStore(), stale_after_seconds=5, limits=limits
+    )
     server.start()
     try:
         silent = socket.create_connection(("127.0.0.1", server.port))
@@ -237,7 +243,7 @@ def test_silent_and_slowloris_connections_are_closed_after_the_header_timeout() 
 def test_at_the_connection_limit_the_longest_idle_connection_makes_room() -> None:
     server = MetricsServer(
         ("127.0.0.1", 0),
-        lambda: b"x 1.0\n",
+        RenderedBytes(lambda: b"x 1.0\n"),
         SnapshotStore(),
         stale_after_seconds=5,
         limits=HttpLimits(max_connections=16),
@@ -259,7 +265,7 @@ def test_at_the_connection_limit_the_longest_idle_connection_makes_room() -> Non
 def test_a_connection_closed_before_its_transport_started_is_not_an_error(caplog: pytest.LogCaptureFixture) -> None:
     """Seen once in CI under 1,030 idle sockets: an evicted connection's socket was closed before the loop's
     pending add_reader ran, and asyncio reported 'OSError: [Errno 9] Bad file descriptor' with a traceback."""
-    server = MetricsServer(("127.0.0.1", 0), lambda: b"", SnapshotStore(), stale_after_seconds=5)
+    server = MetricsServer(("127.0.0.1", 0), RenderedBytes(lambda: b""), SnapshotStore(), stale_after_seconds=5)
     loop = asyncio.new_event_loop()
     try:
         with caplog.at_level(logging.DEBUG, logger="gpumon.exporter.server"):

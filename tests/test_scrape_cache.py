@@ -257,11 +257,9 @@ def test_the_server_sends_the_chunks_as_one_body() -> None:
     collector = golden_collector()
     server = MetricsServer(
         ("127.0.0.1", 0),
-        collector.render,
+        collector,
         SnapshotStore(),
         stale_after_seconds=5,
-        collect=collector.families,
-        exposition=collector,
     )
     server.start()
     try:

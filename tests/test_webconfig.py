@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from gpumon.exporter.http_limits import HttpLimits
-from gpumon.exporter.server import MetricsServer
+from gpumon.exporter.server import MetricsServer, RenderedBytes
 from gpumon.exporter.tls import HTTP_ON_HTTPS_RESPONSE
 from gpumon.exporter.webconfig import WebConfig, WebConfigError, parse_duration_seconds
 from gpumon.exporter.webconfig_watcher import WebConfigWatcher
@@ -65,7 +65,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], tuple[str, WebC
         Gauge("gpumon_test_up", "a test series", registry=registry).set(1)
         server = MetricsServer(
             ("127.0.0.1", 0),
-            lambda: generate_latest(registry),
+            RenderedBytes(lambda: generate_latest(registry)),
             SnapshotStore(),
             stale_after_seconds=5,
             web_config=watcher,
@@ -552,7 +552,7 @@ def test_a_stalled_tls_handshake_is_closed_after_the_header_timeout(tmp_path: Pa
     watcher = WebConfigWatcher(write_web_config(tmp_path / "w.yml", tls_doc(pki)))
     server = MetricsServer(
         ("127.0.0.1", 0),
-        lambda: b"x 1.0\n",
+        RenderedBytes(lambda: b"x 1.0\n"),
         SnapshotStore(),
         stale_after_seconds=5,
         web_config=watcher,

@@ -63,6 +63,9 @@ def _same(a: Family, b: Family) -> bool:
 class GpumonCollector:
     """Builds every gpumon_* family from the store on each scrape."""
 
+    serves_openmetrics = True
+    """It serves OpenMetrics too (gpumon.exporter.server.Exposition)."""
+
     def __init__(
         self,
         store: SnapshotStore,

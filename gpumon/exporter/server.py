@@ -11,16 +11,18 @@ The connections themselves (event loop, TLS, timeouts, limits) are
 from __future__ import annotations
 
 import asyncio
-import gzip
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from gzip import compress as gzip_compress
 from typing import Protocol
 
 from gpumon.exporter import openmetrics
 from gpumon.exporter.http_connections import Body, HttpConnectionServer
 from gpumon.exporter.http_limits import HttpLimits
 from gpumon.exporter.http_messages import TEXT_PLAIN, Request, Response, Route, accepts_gzip, wants_openmetrics
+from gpumon.exporter.openmetrics import render as render_openmetrics
 from gpumon.exporter.text import CONTENT_TYPE, Family
 from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 from gpumon.store import SnapshotStore
@@ -38,9 +40,39 @@ INDEX_HTML = b"""<!doctype html><html><head><title>gpumon</title></head><body>
 class Exposition(Protocol):
     """What /metrics serves, as chunks of bytes (gpumon.exporter.collector.GpumonCollector)."""
 
-    def body(self, *, openmetrics: bool = False, gzip: bool = False) -> Sequence[bytes]: ...
+    @property
+    def serves_openmetrics(self) -> bool:
+        """Whether ``body(openmetrics=True)`` gives OpenMetrics (else only the classic text is served)."""
+        ...
 
-    def ready_body(self, *, openmetrics: bool = False, gzip: bool = False) -> Sequence[bytes] | None: ...
+    def body(self, *, openmetrics: bool = False, gzip: bool = False) -> Sequence[bytes]:
+        """The exposition, made now if need be (called on a worker thread)."""
+        ...
+
+    def ready_body(self, *, openmetrics: bool = False, gzip: bool = False) -> Sequence[bytes] | None:
+        """The exposition when it is made of kept bytes (called on the event loop), else None."""
+        ...
+
+
+@dataclass(frozen=True)
+class RenderedBytes:
+    """An Exposition made by a function that renders Prometheus text 0.0.4, and for OpenMetrics
+    the same metrics as families (``collect``; None: the classic text only); gzip at level 1.
+    For servers of plain bytes (tests, tools); the daemon serves its GpumonCollector."""
+
+    render: Callable[[], bytes]
+    collect: Callable[[], Iterable[Family]] | None = None
+
+    @property
+    def serves_openmetrics(self) -> bool:
+        return self.collect is not None
+
+    def body(self, *, openmetrics: bool = False, gzip: bool = False) -> list[bytes]:
+        data = render_openmetrics(self.collect()) if openmetrics and self.collect is not None else self.render()
+        return [gzip_compress(data, compresslevel=1) if gzip else data]
+
+    def ready_body(self, *, openmetrics: bool = False, gzip: bool = False) -> None:
+        return None
 
 
 DEFAULT_LIMITS = HttpLimits()
@@ -48,33 +80,27 @@ DEFAULT_LIMITS = HttpLimits()
 
 
 class MetricsServer(HttpConnectionServer):
-    """Serves ``render()`` (Prometheus text 0.0.4, or OpenMetrics when asked) and the routes.
+    """Serves ``exposition`` on /metrics (Prometheus text 0.0.4, or OpenMetrics when asked and
+    served) and the routes: its ``ready_body`` on the event loop when it has one (no thread
+    hand-over), else its ``body`` on a worker thread.
 
     ``web_config``: TLS, basic auth, extra headers and rate limit from a web-config.yml
-    (None: plain HTTP, no auth). ``collect``: the same metrics as metric families
-    (gpumon.exporter.text.Family), for OpenMetrics; without it only the classic text is served.
-    ``exposition``: when given, what /metrics serves instead (a GpumonCollector): its ``body``
-    (on a worker thread) or, when it has one ready, its ``ready_body`` (on the event loop, no
-    thread hand-over); ``render`` and ``collect`` are then unused.
+    (None: plain HTTP, no auth).
     The listening socket is bound in the constructor (OSError when it cannot be).
     """
 
     def __init__(
         self,
         address: tuple[str, int],
-        render: Callable[[], bytes],
+        exposition: Exposition,
         store: SnapshotStore,
         *,
         stale_after_seconds: float,
         routes: Mapping[str, Route] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         web_config: WebConfigWatcher | None = None,
-        collect: Callable[[], Iterable[Family]] | None = None,
         limits: HttpLimits = DEFAULT_LIMITS,
-        exposition: Exposition | None = None,
     ) -> None:
-        self._render = render
-        self._collect = collect
         self._exposition = exposition
         self._store = store
         self._stale_after = stale_after_seconds
@@ -100,10 +126,6 @@ class MetricsServer(HttpConnectionServer):
             return 503, TEXT_PLAIN, body.encode()
         state = "NVML up" if snapshot.nvml_up else f"NVML down: {snapshot.nvml_error}"
         return 200, TEXT_PLAIN, f"ready: snapshot {age:.1f}s old, {state}\n".encode()
-
-    def _render_openmetrics(self) -> bytes:
-        assert self._collect is not None
-        return openmetrics.render(self._collect())
 
     # --- what a request gets ---------------------------------------------
     async def _respond(self, request: Request) -> tuple[int, dict[str, str], Body]:
@@ -146,14 +168,11 @@ class MetricsServer(HttpConnectionServer):
         return code, {"Content-Type": ctype}, payload
 
     async def _metrics(self, request: Request) -> tuple[int, dict[str, str], Body]:
-        can_openmetrics = self._collect is not None or self._exposition is not None
-        use_openmetrics = can_openmetrics and wants_openmetrics(request.headers.get("accept"))
+        use_openmetrics = self._exposition.serves_openmetrics and wants_openmetrics(request.headers.get("accept"))
         kind = "openmetrics" if use_openmetrics else "text"
         use_gzip = accepts_gzip(request.headers.get("accept-encoding"))
         try:
-            body: Body | None = None
-            if self._exposition is not None:
-                body = self._exposition.ready_body(openmetrics=use_openmetrics, gzip=use_gzip)
+            body: Body | None = self._exposition.ready_body(openmetrics=use_openmetrics, gzip=use_gzip)
             if body is None:
                 body = await self._rendered(kind, use_gzip)
         except Exception:
@@ -167,10 +186,7 @@ class MetricsServer(HttpConnectionServer):
 
     def _made(self, kind: str, use_gzip: bool) -> Body:
         """The exposition in ``kind``, gzipped when asked (on a worker thread)."""
-        if self._exposition is not None:
-            return self._exposition.body(openmetrics=kind == "openmetrics", gzip=use_gzip)
-        body = self._render_openmetrics() if kind == "openmetrics" else self._render()
-        return gzip.compress(body, compresslevel=1) if use_gzip else body
+        return self._exposition.body(openmetrics=kind == "openmetrics", gzip=use_gzip)
 
     async def _rendered(self, kind: str, use_gzip: bool) -> Body:
         """The exposition; requests that arrive while one is being rendered share it."""
