@@ -253,7 +253,7 @@ def test_a_huge_bad_value_is_quoted_cut_short_so_the_problem_stays_one_readable_
     with pytest.raises(WebConfigError) as err:
         WebConfig.load(path)
     (version,) = [p for p in err.value.problems if "max_version" in p]
-    assert version.endswith("… (5007 characters) is not one of TLS10, TLS11, TLS12, TLS13")
+    assert version.endswith("TLS13' is not one of TLS10, TLS11, TLS12, TLS13") and "9999...9999" in version
     assert all(len(p) < 400 for p in err.value.problems), [len(p) for p in err.value.problems]
 
 

@@ -45,6 +45,7 @@ from gpumon.exporter.tls import (
     TlsServerConfig,
     build_context,
 )
+from gpumon.yamlfile import brief
 
 ALLOWED_HEADERS: Mapping[str, tuple[str, ...]] = {
     "Strict-Transport-Security": (),
@@ -80,19 +81,9 @@ _HTTP_KEYS = ("http2", "headers")
 
 
 SHOWN_CHARACTERS = 200
-"""A value quoted in an error is cut to this many characters: a problem stays one readable line."""
-
-
-def _shown(value: object) -> str:
-    """``repr(value)``, cut to SHOWN_CHARACTERS with the full length said when longer."""
-    return _cut(repr(value))
-
-
-def _cut(text: str) -> str:
-    """``text`` cut to SHOWN_CHARACTERS with the full length said when longer."""
-    if len(text) <= SHOWN_CHARACTERS:
-        return text
-    return f"{text[:SHOWN_CHARACTERS]}… ({len(text)} characters)"
+"""A value quoted in an error is cut to about this many characters: a problem stays one readable line."""
+QUOTES = "'\""
+"""What ``brief`` quotes a string with (a user name is shown unquoted)."""
 
 
 class WebConfigError(Exception):
@@ -159,7 +150,7 @@ class WebConfig:
             raise WebConfigError([f"{where}: the top level must be a mapping"])
         for key in raw:
             if key not in _TOP_KEYS:
-                problems.append(f"{where}: unknown key {_shown(key)} (known: {', '.join(_TOP_KEYS)})")
+                problems.append(f"{where}: unknown key {brief(key, SHOWN_CHARACTERS)} (known: {', '.join(_TOP_KEYS)})")
         tls = _parse_tls(raw.get("tls_server_config"), path.parent, problems, where)
         headers = _parse_http(raw.get("http_server_config"), problems, where)
         users = _parse_users(raw.get("basic_auth_users"), problems, where)
@@ -205,9 +196,11 @@ def _parse_tls(raw: Any, base: Path, problems: list[str], where: str) -> TlsServ
             return None
         resolved = base / value
         if not resolved.is_file():
-            problems.append(f"{where}: tls_server_config.{key} {_shown(str(resolved))}: no such file")
+            problems.append(f"{where}: tls_server_config.{key} {brief(str(resolved), SHOWN_CHARACTERS)}: no such file")
         elif not os.access(resolved, os.R_OK):
-            problems.append(f"{where}: tls_server_config.{key} {_shown(str(resolved))}: not readable by this user")
+            problems.append(
+                f"{where}: tls_server_config.{key} {brief(str(resolved), SHOWN_CHARACTERS)}: not readable by this user"
+            )
         return resolved
 
     cert_file, key_file, cert_pem, key_pem = file("cert_file"), file("key_file"), text("cert"), text("key")
@@ -230,7 +223,7 @@ def _parse_tls(raw: Any, base: Path, problems: list[str], where: str) -> TlsServ
     has_ca = client_ca_file is not None or client_ca_pem is not None
     if auth not in CLIENT_AUTH_TYPES:
         problems.append(
-            f"{where}: tls_server_config.client_auth_type {_shown(auth)} is not one of {', '.join(CLIENT_AUTH_TYPES)}"
+            f"{where}: tls_server_config.client_auth_type {brief(auth, SHOWN_CHARACTERS)} is not one of {', '.join(CLIENT_AUTH_TYPES)}"
         )
     elif auth == "NoClientCert" and has_ca:
         problems.append(f"{where}: tls_server_config: client_ca_file is set but client_auth_type is NoClientCert")
@@ -251,7 +244,9 @@ def _parse_tls(raw: Any, base: Path, problems: list[str], where: str) -> TlsServ
     for key, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
         value = text(key) or default
         if value not in TLS_VERSIONS:
-            problems.append(f"{where}: tls_server_config.{key} {_shown(value)} is not one of {', '.join(TLS_VERSIONS)}")
+            problems.append(
+                f"{where}: tls_server_config.{key} {brief(value, SHOWN_CHARACTERS)} is not one of {', '.join(TLS_VERSIONS)}"
+            )
             value = default
         versions[key] = value
     if TLS_VERSIONS[versions["min_version"]] > TLS_VERSIONS[versions["max_version"]]:
@@ -264,7 +259,7 @@ def _parse_tls(raw: Any, base: Path, problems: list[str], where: str) -> TlsServ
     for suite in suites:
         if not isinstance(suite, str) or suite not in CIPHER_SUITES:
             problems.append(
-                f"{where}: tls_server_config.cipher_suites: unknown or insecure suite {_shown(suite)} "
+                f"{where}: tls_server_config.cipher_suites: unknown or insecure suite {brief(suite, SHOWN_CHARACTERS)} "
                 f"(known: {', '.join(CIPHER_SUITES)})"
             )
     prefer = raw.get("prefer_server_cipher_suites", True)
@@ -309,14 +304,14 @@ def _parse_http(raw: Any, problems: list[str], where: str) -> dict[str, str]:
     for name, value in headers_raw.items():
         if name not in ALLOWED_HEADERS:
             problems.append(
-                f"{where}: http_server_config.headers: {_shown(name)} cannot be set (allowed: {', '.join(ALLOWED_HEADERS)})"
+                f"{where}: http_server_config.headers: {brief(name, SHOWN_CHARACTERS)} cannot be set (allowed: {', '.join(ALLOWED_HEADERS)})"
             )
         elif not isinstance(value, str) or "\n" in value or "\r" in value:
             problems.append(f"{where}: http_server_config.headers.{name} must be a one-line string")
         elif ALLOWED_HEADERS[name] and value not in ALLOWED_HEADERS[name]:
             problems.append(
                 f"{where}: http_server_config.headers.{name} must be one of {', '.join(ALLOWED_HEADERS[name])}, "
-                f"got {_shown(value)}"
+                f"got {brief(value, SHOWN_CHARACTERS)}"
             )
         elif value:
             headers[name] = value
@@ -333,11 +328,11 @@ def _parse_users(raw: Any, problems: list[str], where: str) -> dict[str, str]:
     for user, hashed in raw.items():
         if not isinstance(user, str) or not user or ":" in user:
             problems.append(
-                f"{where}: basic_auth_users: user name {_shown(user)} must be a non-empty string without ':'"
+                f"{where}: basic_auth_users: user name {brief(user, SHOWN_CHARACTERS)} must be a non-empty string without ':'"
             )
         elif not isinstance(hashed, str) or not _BCRYPT_HASH.match(hashed):
             problems.append(
-                f"{where}: basic_auth_users.{_cut(user)}: not a bcrypt hash (make one with: htpasswd -nBC 10 \"\" | tr -d ':\\n')"
+                f"{where}: basic_auth_users.{brief(user, SHOWN_CHARACTERS).strip(QUOTES)}: not a bcrypt hash (make one with: htpasswd -nBC 10 \"\" | tr -d ':\\n')"
             )
         else:
             users[user] = hashed
@@ -367,7 +362,7 @@ def _parse_rate_limit(raw: Any, problems: list[str], where: str) -> RateLimit | 
     burst = raw.get("burst", 0)
     if interval is None:
         problems.append(
-            f"{where}: rate_limit.interval {_shown(raw.get('interval'))} is not a duration like 1s or 100ms"
+            f"{where}: rate_limit.interval {brief(raw.get('interval'), SHOWN_CHARACTERS)} is not a duration like 1s or 100ms"
         )
         return None
     if isinstance(burst, bool) or not isinstance(burst, int) or burst < 0:
@@ -387,5 +382,7 @@ def _parse_unauthenticated_paths(raw: Any, problems: list[str], where: str) -> f
         return frozenset()
     for item in raw:
         if item not in UNAUTHENTICATED_PATHS_ALLOWED:
-            problems.append(f"{where}: unauthenticated_paths: {_shown(item)} cannot be opened (allowed: {allowed})")
+            problems.append(
+                f"{where}: unauthenticated_paths: {brief(item, SHOWN_CHARACTERS)} cannot be opened (allowed: {allowed})"
+            )
     return frozenset(p for p in raw if p in UNAUTHENTICATED_PATHS_ALLOWED)
