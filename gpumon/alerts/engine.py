@@ -176,9 +176,7 @@ class AlertEngine:
             rule = self._rules.get(st.rule)
             if rule is None:
                 continue
-            severity = rule.severity
-            if severity == FROM_FINDING:
-                severity = st.context.get("finding_severity", "warning")
+            severity = _severity(st, rule)
             target = dict(st.target)  # gpu and uuid: rules cannot set them (rule_config)
             key = AlertCount(
                 st.rule, severity, st.state, target.get("gpu", ""), target.get("uuid", ""), bool(st.held_back)
@@ -318,9 +316,7 @@ class AlertEngine:
         self, key: tuple[str, Target], st: _State, rule: Rule | None = None, ended_at: float | None = None
     ) -> Alert:
         rule = rule or self._rules.get(st.rule)
-        severity = rule.severity if rule else "warning"
-        if severity == FROM_FINDING:
-            severity = st.context.get("finding_severity", "warning")
+        severity = _severity(st, rule)
         labels = {"alertname": st.rule, "severity": severity, self.host_label: self.host}
         labels.update({k: v for k, v in st.target if v != ""})
         if rule is not None:
@@ -487,3 +483,11 @@ class AlertEngine:
             return []  # nothing to start, keep or resolve (the usual case, every poll)
         detail = f"{len(gpu.processes)} process(es) hold {held / GIB:.1f} GiB"
         return [Observation(target, util, fire, fire, {**gpu_context(gpu), "detail": detail})]
+
+
+def _severity(st: _State, rule: Rule | None) -> str:
+    """The alert's severity: its rule's, or its finding's for a rule that takes it from the finding."""
+    severity = rule.severity if rule else "warning"
+    if severity == FROM_FINDING:
+        return st.context.get("finding_severity", "warning")
+    return severity
