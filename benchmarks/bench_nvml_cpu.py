@@ -14,13 +14,13 @@ spins on the CPU for the whole call. Nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from bench_nvml_calls import timed_us
 
 LOAD = """
 import sys, time, torch
@@ -34,19 +34,12 @@ while time.time() < end:
 
 
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, float] | str:
-    """(median wall µs, median thread CPU µs), or the error of the first call."""
+    """(median wall µs, median thread CPU µs), or the error of the first call (unsupported here)."""
     try:
         fn()
-    except Exception as exc:  # an unsupported call on this GPU: said, not timed
+    except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
-    wall, cpu = [], []
-    for _ in range(repeat):
-        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
-        with contextlib.suppress(Exception):
-            fn()
-        wall.append(time.perf_counter_ns() - t0)
-        cpu.append(time.thread_time_ns() - c0)
-    return statistics.median(wall) / 1e3, statistics.median(cpu) / 1e3
+    return timed_us(fn, repeat)
 
 
 def calls(nv: Any, h: Any) -> list[tuple[str, Callable[[], Any]]]:
