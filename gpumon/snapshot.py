@@ -20,7 +20,7 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from gpumon.fields.clocks import ClockFields
 from gpumon.fields.ecc import EccFields
@@ -140,11 +140,12 @@ class TierStats:
     def of_read(cls, duration_seconds: float, errors_total: int, last_timestamp_seconds: float) -> TierStats:
         """Equal to ``TierStats(...)`` (tested), made without the frozen ``__init__``'s one
         ``object.__setattr__`` per field: the poller makes one every poll."""
-        stats = object.__new__(cls)
-        stats.__dict__.update(
-            duration_seconds=duration_seconds, errors_total=errors_total, last_timestamp_seconds=last_timestamp_seconds
+        return _built(
+            cls,
+            duration_seconds=duration_seconds,
+            errors_total=errors_total,
+            last_timestamp_seconds=last_timestamp_seconds,
         )
-        return stats
 
 
 @dataclass(frozen=True)
@@ -172,8 +173,8 @@ class Snapshot:
     ) -> Snapshot:
         """A poll's snapshot with NVML up: equal to ``Snapshot(..., nvml_up=True)`` (tested), made
         without the frozen ``__init__``'s one ``object.__setattr__`` per field (every poll)."""
-        snapshot = object.__new__(cls)
-        snapshot.__dict__.update(
+        return _built(
+            cls,
             timestamp_seconds=timestamp_seconds,
             monotonic_seconds=monotonic_seconds,
             nvml_up=True,
@@ -182,7 +183,17 @@ class Snapshot:
             gpus=gpus,
             tiers=tiers,
         )
-        return snapshot
+
+
+_Frozen = TypeVar("_Frozen")
+
+
+def _built(cls: type[_Frozen], **values: Any) -> _Frozen:
+    """A ``cls`` (a frozen dataclass without slots) holding ``values``, one for each of its fields,
+    made without the generated ``__init__`` and its ``object.__setattr__`` per field."""
+    made = object.__new__(cls)
+    made.__dict__.update(values)
+    return made
 
 
 @functools.cache
