@@ -24,7 +24,7 @@ PERF_POLICIES = {  # NVML_PERF_POLICY_*
 }
 
 
-def read_clocks(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_clocks(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetClockInfo per domain: clocks.sm / clocks.mem / clocks.gr, MHz -> Hz."""
     # gather's rule, written out: this runs every second for every GPU (0.5 µs a GPU less)
     clock_info = ctx.nv.nvmlDeviceGetClockInfo
@@ -41,16 +41,17 @@ def read_clocks(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
             unsupported.add(key)
     if not clocks:
         raise Unsupported
-    return {"clocks_hertz": clocks}
+    out["clocks_hertz"] = clocks
 
 
-def read_performance_state(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_performance_state(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetPerformanceState: pstate 0-15 (32 = unknown, omitted)."""
     pstate = int(ctx.nv.nvmlDeviceGetPerformanceState(h))
-    return {"performance_state": pstate} if pstate != PSTATE_UNKNOWN else {}
+    if pstate != PSTATE_UNKNOWN:
+        out["performance_state"] = pstate
 
 
-def read_clock_events(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_clock_events(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetCurrentClocksEventReasons, limited to the reasons the GPU supports."""
     if g.clock_event_bits is None:
         nv = ctx.nv
@@ -67,21 +68,21 @@ def read_clock_events(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     current = int(g.clock_events_current(h))
     if current != g.clock_events_last[0]:  # usually unchanged from one second to the next
         g.clock_events_last = (current, {name: bool(current & bit) for name, bit in g.clock_event_bits})
-    return {"clock_events_active": g.clock_events_last[1]}
+    out["clock_events_active"] = g.clock_events_last[1]
 
 
-def read_max_clocks(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_max_clocks(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetMaxClockInfo: clocks.max.sm / .mem / .gr, MHz -> Hz (0 = not reported)."""
     fn = ctx.nv.nvmlDeviceGetMaxClockInfo
     calls = ((domain, f"max_clock.{domain}", fn, (h, clock_type)) for domain, clock_type in CLOCK_DOMAINS.items())
-    return {"clocks_max_hertz": gather(g, calls, lambda mhz: float(mhz) * 1e6, zero_is_absent=True)}
+    out["clocks_max_hertz"] = gather(g, calls, lambda mhz: float(mhz) * 1e6, zero_is_absent=True)
 
 
-def read_violations(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_violations(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetViolationStatus per NVML_PERF_POLICY_*: violationTime ns -> s (~0.7 ms each)."""
     fn = ctx.nv.nvmlDeviceGetViolationStatus
     calls = ((name, f"violation.{name}", fn, (h, policy)) for name, policy in PERF_POLICIES.items())
-    return {"throttle_seconds_total": gather(g, calls, lambda v: int(v.violationTime) / 1e9)}
+    out["throttle_seconds_total"] = gather(g, calls, lambda v: int(v.violationTime) / 1e9)
 
 
 READERS = (

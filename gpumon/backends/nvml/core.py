@@ -176,8 +176,9 @@ class NvmlBackend:
     def read(self, index: int, tier: Tier) -> Mapping[str, Any]:
         """Fields of ``tier`` for GPU ``index`` in base units; unsupported fields absent.
 
-        Raises GpuLostError (GPU gone), NvmlUnavailableError (NVML gone). Other NVML
-        errors leave a partial result and an entry for ``take_errors()``.
+        Each reader writes its fields into the one dict returned (see ``reader``). Raises
+        GpuLostError (GPU gone), NvmlUnavailableError (NVML gone). Other NVML errors leave
+        a partial result (the failed reader's fields left out) and an entry for ``take_errors()``.
         """
         g = self._gpus.get(index)  # the usual case without the lock: a GPU that has its handle
         if g is None or g.handle is None or not self._inited:
@@ -193,7 +194,7 @@ class NvmlBackend:
         h = g.handle  # one handle for the whole read: if the GPU is lost meanwhile, NVML says so
         for name, reader in others:  # _run, written out: this runs every second for every GPU
             try:
-                out |= reader(ctx, g, h)
+                reader(ctx, g, h, out)
             except Exception as exc:
                 self._reader_failed(g, tier, name, exc)
         if not g.confirmed:
@@ -235,7 +236,8 @@ class NvmlBackend:
         return tuple(spec.name for spec in self._readers.get(tier, ()))
 
     def read_group(self, index: int, name: str) -> dict[str, Any]:
-        """Run one reader group alone (for benchmarks and debugging); same rules as ``read``."""
+        """Run one reader group alone (for benchmarks and debugging): the fields it writes, in a dict
+        of their own; same rules as ``read``."""
         g = self._gpu_for_read(index)
         for tier, specs in self._readers.items():
             for spec in specs:
@@ -334,17 +336,18 @@ class NvmlBackend:
         return plan
 
     def _run(self, g: GpuState, tier: Tier, readers: Iterable[tuple[str, Reader]], out: dict[str, Any]) -> None:
-        """Run ``readers`` on ``g`` into ``out``; each failure is sorted by _reader_failed."""
+        """Run ``readers`` on ``g``, each writing its fields into ``out``; each failure is sorted by
+        _reader_failed (a reader that raised wrote nothing)."""
         ctx = self._ctx
         h = g.handle  # one handle for the whole read: if the GPU is lost meanwhile, NVML says so
         for name, reader in readers:
             try:
-                out |= reader(ctx, g, h)
+                reader(ctx, g, h, out)
             except Exception as exc:
                 self._reader_failed(g, tier, name, exc)
 
     def _run_liveness(self, g: GpuState, readers: Iterable[tuple[str, Reader]], out: dict[str, Any]) -> None:
-        """The FAST tier's liveness readers into ``out``, counted: when every one that ran failed,
+        """The FAST tier's liveness readers, writing into ``out``, counted: when every one that ran failed,
         LIVENESS_FAILURES_LOST such reads in a row (or one, while the GPU is not yet confirmed after a
         loss) make the GPU lost."""
         ctx = self._ctx
@@ -353,7 +356,7 @@ class NvmlBackend:
         error = ""
         for name, reader in readers:
             try:
-                out |= reader(ctx, g, h)
+                reader(ctx, g, h, out)
                 ran += 1
             except Exception as exc:
                 self._reader_failed(g, Tier.FAST, name, exc)

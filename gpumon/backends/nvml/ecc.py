@@ -19,49 +19,47 @@ ECC_COUNTERS = {  # (NVML_MEMORY_ERROR_TYPE_*, NVML_VOLATILE_ECC / NVML_AGGREGAT
 RETIREMENT_CAUSES = {"single_bit": 0, "double_bit": 1}  # NVML_PAGE_RETIREMENT_CAUSE_*
 
 
-def read_ecc_mode(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_ecc_mode(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetEccMode: ecc.mode.current."""
     current, _pending = ctx.nv.nvmlDeviceGetEccMode(h)
-    return {"ecc_mode_enabled": bool(current)}
+    out["ecc_mode_enabled"] = bool(current)
 
 
-def read_ecc_errors(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_ecc_errors(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetTotalEccErrors: ecc.errors.{corrected,uncorrected}.{volatile,aggregate}.total."""
     fn = ctx.nv.nvmlDeviceGetTotalEccErrors
     calls = ((key, f"ecc.{key}", fn, (h, error_type, counter)) for key, (error_type, counter) in ECC_COUNTERS.items())
-    return {"ecc_errors_total": gather(g, calls, int)}
+    out["ecc_errors_total"] = gather(g, calls, int)
 
 
-def read_remapped_rows(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_remapped_rows(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetRemappedRows: remapped_rows.correctable/.uncorrectable/.pending/.failure."""
     correctable, uncorrectable, pending, failure = ctx.nv.nvmlDeviceGetRemappedRows(h)
-    return {
-        "remapped_rows": {"correctable": int(correctable), "uncorrectable": int(uncorrectable)},
-        "row_remap_pending": bool(pending),
-        "row_remap_failure": bool(failure),
-    }
+    out["remapped_rows"] = {"correctable": int(correctable), "uncorrectable": int(uncorrectable)}
+    out["row_remap_pending"] = bool(pending)
+    out["row_remap_failure"] = bool(failure)
 
 
-def read_retired_pages(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_retired_pages(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetRetiredPages per cause and ...PendingStatus (pre-Ampere; NOT_SUPPORTED on Hopper)."""
     nv = ctx.nv
-    out: dict[str, Any] = {}
+    fields: dict[str, Any] = {}  # written into out after the last call
     fn = nv.nvmlDeviceGetRetiredPages
     calls = ((name, f"retired.{name}", fn, (h, cause)) for name, cause in RETIREMENT_CAUSES.items())
     with contextlib.suppress(Unsupported):  # no cause answers: maybe the pending status does
-        out["retired_pages"] = gather(g, calls, len)
+        fields["retired_pages"] = gather(g, calls, len)
     pending = opt(g, "retired.pending", nv.nvmlDeviceGetRetiredPagesPendingStatus, h)
     if pending is not None:
-        out["retired_pages_pending"] = bool(pending)
-    if not out:
+        fields["retired_pages_pending"] = bool(pending)
+    if not fields:
         raise Unsupported
-    return out
+    out.update(fields)
 
 
-def read_remap_histogram(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_remap_histogram(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetRowRemapperHistogram: remapped_rows.histogram.max/.high/.partial/.low/.none, banks."""
     banks = ctx.nv.nvmlDeviceGetRowRemapperHistogram(h)
-    return {"row_remap_bank_availability": {level: int(getattr(banks, level)) for level in BANK_LEVELS}}
+    out["row_remap_bank_availability"] = {level: int(getattr(banks, level)) for level in BANK_LEVELS}
 
 
 READERS = (

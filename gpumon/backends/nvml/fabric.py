@@ -23,7 +23,7 @@ class GpuFabricInfoV1(ctypes.Structure):
     ]
 
 
-def read_fabric(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_fabric(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetGpuFabricInfo: NVSwitch fabric state and status (nvidia-smi -q Fabric).
 
     GPUs outside an NVSwitch fabric say NVML_GPU_FABRIC_STATE_NOT_SUPPORTED: omitted.
@@ -35,7 +35,8 @@ def read_fabric(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     state = int(info.state)
     if state not in FABRIC_STATES:
         raise Unsupported
-    return {"fabric_state": FABRIC_STATES[state], "fabric_status_ok": int(info.status) == NVML_SUCCESS}
+    out["fabric_state"] = FABRIC_STATES[state]
+    out["fabric_status_ok"] = int(info.status) == NVML_SUCCESS
 
 
 READERS = (ReaderSpec("fabric", Tier.SLOW, read_fabric),)

@@ -9,7 +9,7 @@ from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, gather
 from gpumon.snapshot import Tier
 
 
-def read_fans(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_fans(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetNumFans, then nvmlDeviceGetFanSpeed_v2 per fan: fan.speed % -> 0-1."""
     nv = ctx.nv
     if g.fan_count is None:
@@ -18,7 +18,7 @@ def read_fans(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
         raise Unsupported
     fn = nv.nvmlDeviceGetFanSpeed_v2
     calls = ((str(fan), f"fan.{fan}", fn, (h, fan)) for fan in range(g.fan_count))
-    return {"fan_speed_ratios": gather(g, calls, lambda percent: percent / 100.0)}
+    out["fan_speed_ratios"] = gather(g, calls, lambda percent: percent / 100.0)
 
 
 READERS = (ReaderSpec("fans", Tier.FAST, read_fans),)

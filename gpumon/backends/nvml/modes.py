@@ -15,24 +15,24 @@ FI_DEV_GET_GPU_RECOVERY_ACTION = 230
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 
 
-def read_persistence_mode(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_persistence_mode(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetPersistenceMode: persistence_mode."""
-    return {"persistence_mode_enabled": bool(ctx.nv.nvmlDeviceGetPersistenceMode(h))}
+    out["persistence_mode_enabled"] = bool(ctx.nv.nvmlDeviceGetPersistenceMode(h))
 
 
-def read_mig_mode(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_mig_mode(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetMigMode: mig.mode.current."""
     current, _pending = ctx.nv.nvmlDeviceGetMigMode(h)
-    return {"mig_mode_enabled": bool(current)}
+    out["mig_mode_enabled"] = bool(current)
 
 
-def read_compute_mode(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_compute_mode(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetComputeMode: compute_mode default|exclusive_process|prohibited."""
     mode = int(ctx.nv.nvmlDeviceGetComputeMode(h))
-    return {"compute_mode": COMPUTE_MODES.get(mode, f"mode_{mode}")}
+    out["compute_mode"] = COMPUTE_MODES.get(mode, f"mode_{mode}")
 
 
-def read_recovery_action(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_recovery_action(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """Field value NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: gpu_recovery_action none|gpu_reset|node_reboot|..."""
     nv = ctx.nv
     fid = int(getattr(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", FI_DEV_GET_GPU_RECOVERY_ACTION))
@@ -40,7 +40,7 @@ def read_recovery_action(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     if number is None:
         raise Unsupported  # a driver without the field
     action = int(number)
-    return {"recovery_action": RECOVERY_ACTIONS.get(action, f"action_{action}")}
+    out["recovery_action"] = RECOVERY_ACTIONS.get(action, f"action_{action}")
 
 
 READERS = (

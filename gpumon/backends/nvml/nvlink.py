@@ -50,7 +50,7 @@ def nvlink_count(ctx: Context, g: GpuState) -> int:
     return g.nvlink_count
 
 
-def read_nvlink_state(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_nvlink_state(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetNvLinkState per link (nvidia-smi nvlink --status): up or not."""
     count = nvlink_count(ctx, g)
     if count == 0:
@@ -58,10 +58,10 @@ def read_nvlink_state(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     state = ctx.nv.nvmlDeviceGetNvLinkState
     if len(g.nvlink_names) != count:
         g.nvlink_names = tuple(str(link) for link in range(count))  # the keys, made once (read every second)
-    return {"nvlink_up": {name: bool(state(h, link)) for link, name in enumerate(g.nvlink_names)}}
+    out["nvlink_up"] = {name: bool(state(h, link)) for link, name in enumerate(g.nvlink_names)}
 
 
-def read_nvlink_errors(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_nvlink_errors(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvidia-smi nvlink -e per link: Replay / Recovery / CRC Errors -> ``replay``, ``recovery``, ``crc``.
 
     One nvmlDeviceGetFieldValues call for every link and type (NVML_FI_DEV_NVLINK_ERROR_DL_*,
@@ -88,7 +88,7 @@ def read_nvlink_errors(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     links = {link: counters for link, counters in links.items() if counters}
     if not links:
         raise Unsupported
-    return {"nvlink_errors_total": links}
+    out["nvlink_errors_total"] = links
 
 
 def _read_error_fields(

@@ -12,48 +12,48 @@ PCIE_UTIL = {"tx": 0, "rx": 1}  # NVML_PCIE_UTIL_TX_BYTES / _RX_BYTES
 PCIE_COUNT_FIELDS = {"tx": ("NVML_FI_DEV_PCIE_COUNT_TX_BYTES", 197), "rx": ("NVML_FI_DEV_PCIE_COUNT_RX_BYTES", 198)}
 
 
-def read_pcie_link(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_pcie_link(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetCurrPcieLinkGeneration / Width: pcie.link.gen.current, pcie.link.width.current."""
     nv = ctx.nv
     calls = (
         ("pcie_link_generation", "pcie.gen", nv.nvmlDeviceGetCurrPcieLinkGeneration, (h,)),
         ("pcie_link_width", "pcie.width", nv.nvmlDeviceGetCurrPcieLinkWidth, (h,)),
     )
-    return gather(g, calls, int)
+    out.update(gather(g, calls, int))
 
 
-def read_pcie_max(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_pcie_max(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetMaxPcieLinkGeneration / Width: pcie.link.gen.max, pcie.link.width.max."""
     nv = ctx.nv
     calls = (
         ("pcie_link_generation_max", "pcie.gen_max", nv.nvmlDeviceGetMaxPcieLinkGeneration, (h,)),
         ("pcie_link_width_max", "pcie.width_max", nv.nvmlDeviceGetMaxPcieLinkWidth, (h,)),
     )
-    return gather(g, calls, int)
+    out.update(gather(g, calls, int))
 
 
-def read_pcie_replays(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_pcie_replays(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetPcieReplayCounter (nvidia-smi -q: Replays Since Reset)."""
-    return {"pcie_replays_total": int(ctx.nv.nvmlDeviceGetPcieReplayCounter(h))}
+    out["pcie_replays_total"] = int(ctx.nv.nvmlDeviceGetPcieReplayCounter(h))
 
 
-def read_pcie_bytes(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_pcie_bytes(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetFieldValues(NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES): bytes moved over PCIe since
     the driver loaded, one call for both (no nvidia-smi query field; DCGM_FI_PROF_PCIE_*_BYTES is a rate)."""
     nv = ctx.nv
     ids = {direction: int(getattr(nv, const, default)) for direction, (const, default) in PCIE_COUNT_FIELDS.items()}
     got = field_values(nv, h, ids.values())
-    out = {direction: int(n) for direction, n in zip(ids, got, strict=True) if n is not None}
-    if not out:
+    moved = {direction: int(n) for direction, n in zip(ids, got, strict=True) if n is not None}
+    if not moved:
         raise Unsupported
-    return {"pcie_bytes_total": out}
+    out["pcie_bytes_total"] = moved
 
 
-def read_pcie_throughput(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_pcie_throughput(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetPcieThroughput tx/rx: KB/s over ~20 ms -> bytes/s (blocks ~21 ms)."""
     fn = ctx.nv.nvmlDeviceGetPcieThroughput
     calls = ((direction, f"pcie_throughput.{direction}", fn, (h, counter)) for direction, counter in PCIE_UTIL.items())
-    return {"pcie_throughput_bytes_per_second": gather(g, calls, lambda kb: float(kb) * 1024.0)}
+    out["pcie_throughput_bytes_per_second"] = gather(g, calls, lambda kb: float(kb) * 1024.0)
 
 
 # PCIe link state (~14 µs a call on H200) measured too costly for every second: SLOW tier.

@@ -8,19 +8,19 @@ from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec
 from gpumon.snapshot import Tier
 
 
-def read_power(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_power(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetPowerUsage: power.draw, mW -> W."""
-    return {"power_watts": ctx.nv.nvmlDeviceGetPowerUsage(h) / 1000.0}
+    out["power_watts"] = ctx.nv.nvmlDeviceGetPowerUsage(h) / 1000.0
 
 
-def read_power_limit(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_power_limit(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetEnforcedPowerLimit: enforced.power.limit, mW -> W."""
-    return {"power_limit_watts": ctx.nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0}
+    out["power_limit_watts"] = ctx.nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0
 
 
-def read_energy(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_energy(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetTotalEnergyConsumption: energy since driver load, mJ -> J (~3 ms)."""
-    return {"energy_joules_total": ctx.nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0}
+    out["energy_joules_total"] = ctx.nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0
 
 
 READERS = (

@@ -28,7 +28,7 @@ PROCESS_UTILIZATION_SECONDS = 5.0
 _FATAL_CODES = LOST_CODES | NVML_GONE_CODES
 
 
-def read_processes(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_processes(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetComputeRunningProcesses (pid, used_memory bytes) plus per-process SM share.
 
     The SM share comes from nvmlDeviceGetProcessUtilization (samples newer than the last
@@ -38,15 +38,16 @@ def read_processes(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     """
     procs = ctx.nv.nvmlDeviceGetComputeRunningProcesses(h)
     if not procs:
-        return {"processes": ()}
+        out["processes"] = ()
+        return
     sm_share = _shares_now(ctx, g, h, frozenset(int(p.pid) for p in procs))
-    out = []
+    snapshots = []
     for p in procs:
         pid = int(p.pid)
         used = p.usedGpuMemory
         used_bytes = None if used is None or int(used) >= VALUE_NOT_AVAILABLE else int(used)
-        out.append(ProcessSnapshot(pid=pid, used_memory_bytes=used_bytes, sm_utilization_ratio=sm_share.get(pid)))
-    return {"processes": tuple(out)}
+        snapshots.append(ProcessSnapshot(pid=pid, used_memory_bytes=used_bytes, sm_utilization_ratio=sm_share.get(pid)))
+    out["processes"] = tuple(snapshots)
 
 
 def _shares_now(ctx: Context, g: GpuState, h: Any, pids: frozenset[int]) -> Mapping[int, float]:

@@ -8,9 +8,9 @@ from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec
 from gpumon.snapshot import Tier
 
 
-def read_gpm(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_gpm(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """NVML GPM (Hopper+): SM/tensor/DRAM/FP activity and NVLink/PCIe throughput."""
-    return ctx.gpm.read(g.index, h)
+    out.update(ctx.gpm.read(g.index, h))
 
 
 # GPM (~64 µs a sample + metrics on H200) measured too costly for every second: the metrics

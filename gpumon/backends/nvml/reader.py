@@ -1,10 +1,19 @@
 """What every NVML reader shares: the per-GPU state, the context, the registry entry and the reader body.
 
-A *reader* is a plain function ``read(ctx, g, h) -> dict`` that makes one group of NVML calls
-for GPU ``g`` through its handle ``h`` and returns GpuSnapshot fields in base units. It raises
-``Unsupported`` when the GPU has none of its fields, and lets any NVML error through: the
-backend core sorts errors (see the package docstring). Each subsystem module lists its
-readers with their tier in one ``READERS`` tuple; the core collects them.
+A *reader* is a plain function ``read(ctx, g, h, out) -> None`` that makes one group of NVML
+calls for GPU ``g`` through its handle ``h`` and adds GpuSnapshot fields in base units to the
+read's ``out`` dict (``out["power_watts"] = ...``): no dict of its own to build and merge, as the
+FAST readers run every second for every GPU. It raises ``Unsupported`` when the GPU has none of
+its fields, and lets any NVML error through: the backend core sorts errors (see the package
+docstring). Each subsystem module lists its readers with their tier in one ``READERS`` tuple;
+the core collects them.
+
+A reader that raises has written nothing to ``out``: it makes all its calls first and writes its
+fields after the last one (a reader of several calls keeps their answers in locals, or in a dict
+of its own such as ``gather``'s, until then). So a reader's fields are all there or all left out,
+as the package docstring says of a reader's error: e.g. video with the encoder answering and the
+decoder failing with UNKNOWN leaves out both ratios, counted as the reader ``video``'s error.
+A call NVML says the GPU lacks is not a failure: it only leaves its own field out.
 """
 
 from __future__ import annotations
@@ -99,8 +108,9 @@ class Context:
     """Seconds, for readers that space out a costly call (process utilization)."""
 
 
-Reader = Callable[[Context, GpuState, Any], dict[str, Any]]
-"""``read(ctx, g, h)``: one group of NVML calls for one GPU -> GpuSnapshot fields in base units."""
+Reader = Callable[[Context, GpuState, Any, dict[str, Any]], None]
+"""``read(ctx, g, h, out)``: one group of NVML calls for one GPU, its GpuSnapshot fields in base units
+written into ``out`` (nothing written when it raises; see the module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)

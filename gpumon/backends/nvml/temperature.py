@@ -18,24 +18,25 @@ THRESHOLDS = {  # NVML_TEMPERATURE_THRESHOLD_*
 }
 
 
-def read_temperature(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_temperature(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetTemperature(GPU): temperature.gpu, °C."""
-    return {"temperature_celsius": float(ctx.nv.nvmlDeviceGetTemperature(h, TEMPERATURE_GPU))}
+    out["temperature_celsius"] = float(ctx.nv.nvmlDeviceGetTemperature(h, TEMPERATURE_GPU))
 
 
-def read_memory_temperature(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_memory_temperature(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP): temperature.memory, °C; 0 means absent."""
     celsius = field_value_of(ctx.nv, h, ctx.memory_temp_field)
     if celsius is None:
         raise Unsupported
-    return {"memory_temperature_celsius": float(celsius)} if celsius else {}
+    if celsius:
+        out["memory_temperature_celsius"] = float(celsius)
 
 
-def read_thresholds(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_thresholds(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetTemperatureThreshold: slowdown, shutdown, GPU max, memory max, °C (0 = not reported)."""
     fn = ctx.nv.nvmlDeviceGetTemperatureThreshold
     calls = ((name, f"threshold.{name}", fn, (h, threshold)) for name, threshold in THRESHOLDS.items())
-    return gather(g, calls, float, zero_is_absent=True)
+    out.update(gather(g, calls, float, zero_is_absent=True))
 
 
 READERS = (

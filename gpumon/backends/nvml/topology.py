@@ -52,21 +52,22 @@ def p2p_ok(nv: Any, h: Any, peer_handle: Any, capability: int) -> bool | None:
         return None
 
 
-def read_p2p(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_p2p(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetP2PStatus per peer and capability read|write|nvlink|atomics (topo -p2p)."""
     peers = ctx.peers(g)
     if not peers:
-        return {}
+        return
     statuses = []
     for peer in peers:
         for name, capability in P2P_CAPABILITIES.items():
             ok = p2p_ok(ctx.nv, h, peer.handle, capability)
             if ok is not None:
                 statuses.append(P2pStatus(peer_index=peer.index, capability=name, ok=ok))
-    return {"p2p_status": tuple(statuses)} if statuses else {}
+    if statuses:
+        out["p2p_status"] = tuple(statuses)
 
 
-def read_topology(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_topology(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetTopologyCommonAncestor per peer (nvidia-smi topo -m), "nvlink" when linked.
 
     A peer counts as reached through NVLink when one of this GPU's links ends at the
@@ -76,7 +77,7 @@ def read_topology(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
     nv = ctx.nv
     peers = ctx.peers(g)
     if not peers:
-        return {}
+        return
     remote_bus_ids = set()
     for link in range(nvlink_count(ctx, g)):
         try:
@@ -105,7 +106,8 @@ def read_topology(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
             log.debug("GPU %d peer %d: topology failed: %s", g.index, peer.index, exc)
             continue
         levels[str(peer.index)] = TOPOLOGY_LEVELS.get(level, f"level_{level}")
-    return {"topology_level": levels} if levels else {}
+    if levels:
+        out["topology_level"] = levels
 
 
 READERS = (

@@ -11,13 +11,14 @@ from gpumon.snapshot import Tier
 _MEMORY_V2_FALLBACK_CODES = UNSUPPORTED_CODES | {NVML_ERROR_ARGUMENT_VERSION_MISMATCH}
 
 
-def read_utilization(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_utilization(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetUtilizationRates: utilization.gpu / utilization.memory (%) -> 0-1."""
     u = ctx.nv.nvmlDeviceGetUtilizationRates(h)
-    return {"utilization_ratio": u.gpu / 100.0, "memory_bandwidth_utilization_ratio": u.memory / 100.0}
+    out["utilization_ratio"] = u.gpu / 100.0
+    out["memory_bandwidth_utilization_ratio"] = u.memory / 100.0
 
 
-def read_memory(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_memory(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetMemoryInfo (v2 for reserved, else v1): memory.used/free/total/reserved, bytes."""
     nv = ctx.nv
     if not g.memory_v1:
@@ -25,48 +26,54 @@ def read_memory(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
         if version is not None:
             try:
                 m = nv.nvmlDeviceGetMemoryInfo(h, version=version)
-                return {
-                    "memory_used_bytes": int(m.used),
-                    "memory_free_bytes": int(m.free),
-                    "memory_total_bytes": int(m.total),
-                    "memory_reserved_bytes": int(m.reserved),
-                }
+                used, free, total, reserved = int(m.used), int(m.free), int(m.total), int(m.reserved)
             except TypeError:  # a binding without the version argument
                 pass
             except Exception as exc:
                 if code_of(exc) not in _MEMORY_V2_FALLBACK_CODES:
                     raise
+            else:
+                out["memory_used_bytes"] = used
+                out["memory_free_bytes"] = free
+                out["memory_total_bytes"] = total
+                out["memory_reserved_bytes"] = reserved
+                return
         g.memory_v1 = True
     m = nv.nvmlDeviceGetMemoryInfo(h)
-    return {"memory_used_bytes": int(m.used), "memory_free_bytes": int(m.free), "memory_total_bytes": int(m.total)}
+    out["memory_used_bytes"] = int(m.used)
+    out["memory_free_bytes"] = int(m.free)
+    out["memory_total_bytes"] = int(m.total)
 
 
-def read_video(ctx: Context, g: GpuState, h: Any) -> dict[str, Any]:
+def read_video(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetEncoderUtilization / ...DecoderUtilization: utilization.encoder / .decoder (%) -> 0-1.
 
-    Each answer is [percent, sampling period µs]; a call the GPU lacks is remembered and left out."""
+    Each answer is [percent, sampling period µs]; a call the GPU lacks is remembered and left out.
+    Both calls are made before either ratio is written (a reader that raises writes nothing)."""
     # gather's rule, written out: this runs every second for every GPU
     nv = ctx.nv
     unsupported = g.unsupported
-    out = {}
-    for name, key, fn in (
-        ("encoder_utilization_ratio", "video.encoder", nv.nvmlDeviceGetEncoderUtilization),
-        ("decoder_utilization_ratio", "video.decoder", nv.nvmlDeviceGetDecoderUtilization),
-    ):
-        if key in unsupported:
-            continue
+    encoder = decoder = None
+    if "video.encoder" not in unsupported:
         try:
-            answer = fn(h)
+            encoder = nv.nvmlDeviceGetEncoderUtilization(h)
         except Exception as exc:
             if code_of(exc) not in UNSUPPORTED_CODES:
                 raise
-            unsupported.add(key)
-            continue
-        if answer is not None:
-            out[name] = answer[0] / 100.0
-    if not out:
+            unsupported.add("video.encoder")
+    if "video.decoder" not in unsupported:
+        try:
+            decoder = nv.nvmlDeviceGetDecoderUtilization(h)
+        except Exception as exc:
+            if code_of(exc) not in UNSUPPORTED_CODES:
+                raise
+            unsupported.add("video.decoder")
+    if encoder is None and decoder is None:
         raise Unsupported
-    return out
+    if encoder is not None:
+        out["encoder_utilization_ratio"] = encoder[0] / 100.0
+    if decoder is not None:
+        out["decoder_utilization_ratio"] = decoder[0] / 100.0
 
 
 READERS = (
