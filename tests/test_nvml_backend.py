@@ -467,6 +467,25 @@ def test_unknown_on_one_field_is_that_fields_error_not_a_lost_gpu(
     assert backend.read(1, Tier.FAST).keys() == first.keys()
 
 
+@pytest.mark.parametrize(
+    ("function", "reader", "tier"),
+    [
+        ("nvmlDeviceGetDecoderUtilization", "video", Tier.FAST),  # after the encoder answered
+        ("nvmlDeviceGetSerial", "identity", Tier.STATIC),  # after the name and the PCI info answered
+    ],
+)
+def test_a_reader_failing_after_some_of_its_calls_answered_leaves_all_its_fields_out(
+    fake: FakeNvml, backend: NvmlBackend, function: str, reader: str, tier: Tier
+) -> None:
+    first = backend.read(1, tier)
+    reader_fields = set(backend.read_group(1, reader))
+    assert reader_fields and reader_fields <= first.keys()
+    fake.fail(function, pynvml.NVML_ERROR_UNKNOWN, gpu=1)
+    got = backend.read(1, tier)
+    assert got.keys() == first.keys() - reader_fields, "a reader that raised wrote none of its fields"
+    assert backend.read_errors() == {(1, fake.gpus[1].uuid, reader): 1}
+
+
 def test_liveness_reads_failing_three_times_in_a_row_make_the_gpu_lost(fake: FakeNvml, backend: NvmlBackend) -> None:
     backend.read(1, Tier.FAST)
     for function in ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetUtilizationRates"):
