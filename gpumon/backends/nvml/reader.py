@@ -147,7 +147,8 @@ def gather(
 
     A call NVML says this GPU lacks is remembered (``opt``) and left out, as is an answer of
     None (or 0 with ``zero_is_absent``). Any other error goes up to the core. Raises
-    Unsupported when no call answered, so the whole reader is not asked again.
+    Unsupported when no call answered, so the whole reader is not asked again. The reader
+    writes the dict returned into its ``out`` (``out.update(...)`` or under one key).
     """
     out: dict[str, Any] = {}
     for name, key, fn, args in calls:
