@@ -1,20 +1,20 @@
 """The per-GPU families of a snapshot, built once and kept: gpumon_gpu_info, gpumon_gpu_up, every
 metric row of gpumon/exporter/metrics.py, and the per-process families when enabled.
 
-Every scrape of one snapshot reuses its families; a fast-tier family whose samples are the
-previous snapshot's keeps its text; slow and static rows are rendered when those tiers are read
-(GPU by GPU, since slow reads are spread over polls) and reused until the next read.
-"""
+Every scrape of one snapshot reuses its families. A row's text is put together GPU by GPU, and a
+GPU's part (its samples and lines) is made again only when the row's field values of that GPU
+changed: most do not from one poll to the next, and slow reads are spread over polls, a few GPUs
+a poll. Slow and static rows are put together when those tiers are read and kept until the next read."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from gpumon.exporter.metrics import MetricRow, gpu_rows
-from gpumon.exporter.text import Family, render, render_samples
+from gpumon.exporter.text import Family, header, render, sample_lines, sample_template
 from gpumon.poller import PollIntervals
-from gpumon.snapshot import GpuSnapshot, Snapshot, Tier, fields_of_tier
+from gpumon.snapshot import GpuSnapshot, Snapshot, Tier
 
 GPU_LABELS = ("gpu", "uuid")
 INFO_LABELS = (
@@ -36,6 +36,12 @@ def refreshed(tier: Tier, intervals: PollIntervals) -> str:
     return f" Refreshed every {intervals.of(tier):g}s."
 
 
+SampleRow = list[tuple[tuple[str, ...], float]]
+GpuRowText = tuple[tuple[object, ...], SampleRow, str]
+"""A row's part for one GPU: the row's field values it was made from, its samples (with the
+``gpu`` and ``uuid`` labels) and their lines."""
+
+
 class GpuFamilies:
     """The per-GPU families of snapshots, with the text of what did not change kept."""
 
@@ -44,16 +50,22 @@ class GpuFamilies:
         self._processes = processes
         self._rows = gpu_rows()
         self._row_cache: dict[str, tuple[tuple[object, ...], Family]] = {}
+        """Slow and static rows' families by row name, with the key they are valid for (the tier's
+        last read, the GPUs, the intervals)."""
         self._gpu_cache: tuple[Snapshot, tuple[PollIntervals, bool], list[Family]] | None = None
         self._fresh_families: dict[str, Family] = {}
-        """The per-GPU families of the last snapshot rendered, by name: one whose samples did not change is reused."""
-        self._slower_fields = tuple(sorted(fields_of_tier(Tier.SLOW) | fields_of_tier(Tier.STATIC)))
-        self._slower_by_gpu: dict[
-            tuple[int, str],
-            tuple[GpuSnapshot, tuple[object, ...], dict[str, tuple[list[tuple[tuple[str, ...], float]], str]]],
-        ] = {}
-        """Per GPU: its last snapshot, its slow and static values then, and the samples and sample
-        lines they give by row."""
+        """The families of the last snapshot rendered that are made whole (info, up, processes), by
+        name: one whose samples did not change is reused."""
+        self._by_gpu: dict[tuple[int, str], dict[str, GpuRowText]] = {}
+        """Per GPU (index, UUID), per row name: the GPU's part of the row, reused while the row's
+        field values of the GPU are equal to those it was made from."""
+        self._gpu_set: tuple[tuple[int, str], ...] = ()
+        """The live GPUs ``_by_gpu`` was last trimmed to."""
+        self._row_last: dict[str, tuple[list[GpuRowText], Family]] = {}
+        """Per row: the parts its last family was made of, and that family (reused while they are the same)."""
+        self._row_heads: dict[str, tuple[PollIntervals, Family, Callable[..., str]]] = {}
+        """Per row: the intervals its HELP was written for, its family without samples (``rendered``:
+        its HELP and TYPE lines) and its sample template."""
         self._build_lock = threading.Lock()
         """Held while the per-GPU families of a snapshot are built: a scrape that needs the ones
         the polling thread is building waits for them instead of building them too."""
@@ -65,15 +77,16 @@ class GpuFamilies:
 
     def prepare_slower(self, snapshot: Snapshot) -> None:
         """Render the slow and static rows of ``snapshot`` now (the polling thread, right after a read)."""
-        live = [g for g in snapshot.gpus if g.up]
+        live = self._live(snapshot)
+        formatted: dict[float, str] = {}
         for row, key in self._row_keys(snapshot) if live else ():
             if key is not None:
-                self._cached_row_family(row, live, key)
+                self._cached_row_family(row, live, key, formatted)
 
     def of(self, snapshot: Snapshot) -> list[Family]:
         """The per-GPU families of ``snapshot``, rendered once: every scrape of one snapshot
-        (concurrent ones, or several scrapers) reuses the text, and a family whose samples are the
-        previous snapshot's (values that did not move since the last poll) keeps its text."""
+        (concurrent ones, or several scrapers) reuses the text, and a GPU's part of a family whose
+        values did not move since the last poll keeps its text."""
         cached = self._gpu_cache
         if cached is not None and cached[0] is snapshot and cached[1] == (self._intervals, self._processes):
             return cached[2]
@@ -86,14 +99,16 @@ class GpuFamilies:
     def _new_gpu_metrics(self, snapshot: Snapshot) -> list[Family]:
         previous = self._fresh_families
         families = self._build_gpu_metrics(snapshot)
+        fresh = {}
         for i, family in enumerate(families):
             if family.rendered is None:
                 same = previous.get(family.name)
                 if same is not None and same.samples == family.samples and same.help == family.help:
-                    families[i] = same  # fast values as the previous poll read them (an idle GPU): same text
+                    families[i] = same  # as the previous poll read them (an idle GPU): same text
                 else:
                     family.rendered = render([family])
-        self._fresh_families = {f.name: f for f in families}
+                fresh[family.name] = families[i]
+        self._fresh_families = fresh
         self._gpu_cache = (snapshot, (self._intervals, self._processes), families)
         return families
 
@@ -127,93 +142,116 @@ class GpuFamilies:
             )
             up.add([str(gpu.index), gpu.uuid], 1.0 if gpu.up else 0.0)
         out = [info, up]
-        live = [g for g in snapshot.gpus if g.up]
+        live = self._live(snapshot)
+        formatted: dict[float, str] = {}
         for row, key in self._row_keys(snapshot):
-            family = self._row_family(row, live) if key is None else self._cached_row_family(row, live, key)
+            if key is None:
+                family = self._row_family(row, live, formatted)
+            else:
+                family = self._cached_row_family(row, live, key, formatted)
             if family.samples:
                 out.append(family)
         if self._processes:
             out += self._process_metrics(live)
         return out
 
+    def _live(self, snapshot: Snapshot) -> list[GpuSnapshot]:
+        """The GPUs of ``snapshot`` that answer; the parts kept of GPUs no longer among them are dropped."""
+        live = [g for g in snapshot.gpus if g.up]
+        gpu_set = tuple((g.index, g.uuid) for g in live)
+        if gpu_set != self._gpu_set:
+            keep = set(gpu_set)
+            self._by_gpu = {where: parts for where, parts in self._by_gpu.items() if where in keep}
+            self._gpu_set = gpu_set
+        return live
+
     def _row_keys(self, snapshot: Snapshot) -> Iterator[tuple[MetricRow, tuple[object, ...] | None]]:
-        """Each row with the key its cached text is valid for (slow and static tiers), or None (fast)."""
+        """Each row with the key its cached family is valid for (slow and static tiers), or None (fast)."""
         gpu_set = tuple((g.index, g.uuid, g.up) for g in snapshot.gpus)
         for row in self._rows:
             stats = snapshot.tiers.get(row.tier.value) if row.tier in (Tier.SLOW, Tier.STATIC) else None
             yield row, None if stats is None else (stats.last_timestamp_seconds, gpu_set)
 
-    def _cached_row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot], key: tuple[object, ...]) -> Family:
-        """Slow and static tiers change only when read: reuse their rendered text until then."""
+    def _cached_row_family(
+        self, row: MetricRow, gpus: Sequence[GpuSnapshot], key: tuple[object, ...], formatted: dict[float, str]
+    ) -> Family:
+        """Slow and static tiers change only when read: their family is kept until then."""
         key = (*key, self._intervals)
         cached = self._row_cache.get(row.name)
         if cached is not None and cached[0] == key:
             return cached[1]
-        family, texts = self._slower_row_family(row, gpus)
-        if cached is not None and cached[1].samples == family.samples and cached[1].help == family.help:
-            family = cached[1]  # read again, same values (error counters, topology): same text
-        else:
-            header = render([Family(family.name, family.kind, family.help, family.label_names)])
-            family.rendered = header + "".join(texts)  # what render([family]) gives, GPU by GPU
+        family = self._row_family(row, gpus, formatted)
         self._row_cache[row.name] = (key, family)
         return family
 
-    def _slower_row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot]) -> tuple[Family, list[str]]:
-        """``_row_family`` of a slow or static row and its sample lines GPU by GPU, reusing the samples
-        and lines of each GPU not read since: slow reads are spread over polls (a few GPUs a poll),
-        so most GPUs' are as before."""
-        family = self._empty_row_family(row)
+    def _row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot], formatted: dict[float, str]) -> Family:
+        """The family of ``row`` over ``gpus``, its text (``rendered``) put together GPU by GPU; the
+        family made last time when every GPU's part is the one it was made of."""
+        empty, template = self._row_head(row)
+        parts = self._parts(row, gpus, template, formatted)
+        last = self._row_last.get(row.name)
+        if (
+            last is not None
+            and last[1].help == empty.help
+            and len(last[0]) == len(parts)
+            and all(a is b for a, b in zip(last[0], parts, strict=True))
+        ):
+            return last[1]
+        family = Family(row.name, row.kind, empty.help, empty.label_names, plain_labels=row.plain_labels)
         samples = family.samples
-        texts = []
+        for part in parts:
+            samples.extend(part[1])
+        family.rendered = (empty.rendered or "") + "".join([part[2] for part in parts])
+        self._row_last[row.name] = (parts, family)
+        return family
+
+    def _parts(
+        self,
+        row: MetricRow,
+        gpus: Sequence[GpuSnapshot],
+        template: Callable[..., str],
+        formatted: dict[float, str],
+    ) -> list[GpuRowText]:
+        """Each GPU's part of ``row``: made again only when the row's field values of that GPU are no
+        longer equal to those it was made from (most are not at every poll, and slow reads are spread
+        over polls, a few GPUs a poll)."""
+        name, fields, plain = row.name, row.fields, row.plain_labels
+        by_gpu = self._by_gpu
+        out = []
         for gpu in gpus:
-            by_row = self._slower_samples(gpu)
-            done = by_row.get(row.name)
-            if done is None:
+            where = (gpu.index, gpu.uuid)
+            kept = by_gpu.get(where)
+            if kept is None:
+                kept = by_gpu[where] = {}
+            values = gpu.__dict__
+            now = tuple([values[f] for f in fields])
+            part = kept.get(name)
+            if part is None or part[0] != now:
                 index, uuid = str(gpu.index), gpu.uuid
-                one = Family(family.name, family.kind, "", family.label_names, plain_labels=family.plain_labels)
-                one.samples.extend(((index, uuid, *labels), value) for labels, value in row.samples(gpu))
+                mine = [((index, uuid, *labels), value) for labels, value in row.samples(gpu)]
                 lines: list[str] = []
-                render_samples(one, lines, {})
-                done = by_row[row.name] = (one.samples, "".join(lines))
-            samples.extend(done[0])
-            texts.append(done[1])
-        return family, texts
+                sample_lines(mine, template, plain, lines, formatted)
+                part = kept[name] = (now, mine, "".join(lines))
+            out.append(part)
+        return out
 
-    def _slower_samples(self, gpu: GpuSnapshot) -> dict[str, tuple[list[tuple[tuple[str, ...], float]], str]]:
-        """This GPU's slow and static samples by row name, kept while its slow and static field
-        values are the very objects they were (the poller keeps them until it reads that GPU's
-        slower tier again); compared once per snapshot of the GPU."""
-        where = (gpu.index, gpu.uuid)
-        cached = self._slower_by_gpu.get(where)
-        if cached is not None and cached[0] is gpu:
-            return cached[2]
-        values = gpu.__dict__
-        key = tuple(values[name] for name in self._slower_fields)
-        if cached is not None and all(a is b for a, b in zip(cached[1], key, strict=True)):
-            self._slower_by_gpu[where] = (gpu, key, cached[2])
-            return cached[2]
-        fresh: dict[str, tuple[list[tuple[tuple[str, ...], float]], str]] = {}
-        self._slower_by_gpu[where] = (gpu, key, fresh)
-        return fresh
-
-    def _empty_row_family(self, row: MetricRow) -> Family:
-        """The family of a metric row, its HELP saying how often it refreshes, with no sample yet."""
-        return Family(
+    def _row_head(self, row: MetricRow) -> tuple[Family, Callable[..., str]]:
+        """``row``'s family without samples, its HELP saying how often it refreshes (``rendered``: its
+        HELP and TYPE lines), and its sample template; made once per set of intervals."""
+        kept = self._row_heads.get(row.name)
+        if kept is not None and kept[0] == self._intervals:
+            return kept[1], kept[2]
+        empty = Family(
             row.name,
             row.kind,
             row.help + refreshed(row.tier, self._intervals),
             (*GPU_LABELS, *row.labels),
             plain_labels=row.plain_labels,
         )
-
-    def _row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot]) -> Family:
-        family = self._empty_row_family(row)
-        samples = family.samples
-        for gpu in gpus:
-            index, uuid = str(gpu.index), gpu.uuid
-            for labels, value in row.samples(gpu):
-                samples.append(((index, uuid, *labels), value))
-        return family
+        empty.rendered = header(empty)
+        template = sample_template(empty)
+        self._row_heads[row.name] = (self._intervals, empty, template)
+        return empty, template
 
     def _process_metrics(self, gpus: Sequence[GpuSnapshot]) -> list[Family]:
         memory = Family(

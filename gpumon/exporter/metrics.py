@@ -30,6 +30,8 @@ class MetricRow:
     labels: tuple[str, ...] = ()
     plain_labels: bool = True
     """Label values come from fixed vocabularies (no escaping needed when rendering)."""
+    fields: tuple[str, ...] = ()
+    """The GpuSnapshot fields ``samples`` reads: a GPU's samples change only when these values do."""
 
 
 def scalar(field: str) -> Callable[[GpuSnapshot], Iterable[Sample]]:
@@ -117,6 +119,9 @@ def gpu_rows() -> tuple[MetricRow, ...]:
     rows = []
     specs = dict(field_specs())
     for metric, tier, field in families.values():
-        samples = by_label(parts[metric.name]) if metric.name in parts else _sampler(field, specs[field], metric)
-        rows.append(MetricRow(metric.name, metric.kind, metric.help, tier, samples, metric.labels))
+        if metric.name in parts:
+            samples, fields = by_label(parts[metric.name]), tuple(parts[metric.name].values())
+        else:
+            samples, fields = _sampler(field, specs[field], metric), (field,)
+        rows.append(MetricRow(metric.name, metric.kind, metric.help, tier, samples, metric.labels, fields=fields))
     return tuple(rows)

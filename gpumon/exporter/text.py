@@ -11,7 +11,7 @@ gpumon.exporter.openmetrics renders the same families as OpenMetrics.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -149,18 +149,38 @@ def _zero(value: float) -> str:
     return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
 
 
-def render_samples(fam: Family, out: list[str], formatted: dict[float, str]) -> None:
+def sample_template(fam: Family) -> Callable[..., str]:
+    """The function that writes one sample line of ``fam``: ``template(*label_values, value_text)``
+    (for ``render_samples``, which makes it each call unless given one made before)."""
+    return _template(fam).format
+
+
+def render_samples(
+    fam: Family, out: list[str], formatted: dict[float, str], template: Callable[..., str] | None = None
+) -> None:
     """Append one line per sample of ``fam`` to ``out`` (the same in text 0.0.4 and OpenMetrics);
-    ``formatted`` caches value texts (zeros aside) across families."""
+    ``formatted`` caches value texts (zeros aside) across families; ``template``: ``fam``'s
+    ``sample_template``, when the caller keeps it."""
     if fam.optional_labels:
         _render_sparse_samples(fam, out, formatted)
         return
-    template = _template(fam).format
-    for labels, value in fam.samples:
+    sample_lines(fam.samples, template or _template(fam).format, fam.plain_labels, out, formatted)
+
+
+def sample_lines(
+    samples: Iterable[tuple[tuple[str, ...], float]],
+    template: Callable[..., str],
+    plain_labels: bool,
+    out: list[str],
+    formatted: dict[float, str],
+) -> None:
+    """Append the line of each of ``samples`` (label values, value) to ``out``, written by
+    ``template`` (a family's ``sample_template``); labels are escaped unless ``plain_labels``."""
+    for labels, value in samples:
         text = formatted.get(value) if value else _zero(value)
         if text is None:
             text = formatted[value] = floatToGoString(value)  # type: ignore[no-untyped-call]
-        if not fam.plain_labels:
+        if not plain_labels:
             labels = tuple(_escape_label(v) for v in labels)
         out.append(template(*labels, text))
 
