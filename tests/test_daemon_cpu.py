@@ -27,21 +27,35 @@ def _family(collector: GpumonCollector, name: str) -> Family:
     return family
 
 
-def test_a_fast_family_whose_samples_did_not_change_keeps_its_text_and_a_changed_one_is_rendered() -> None:
+def test_a_gpus_fast_samples_whose_values_did_not_change_keep_their_text_and_changed_ones_are_rendered() -> None:
     clock = [1000.0]
     store = SnapshotStore()
-    backend = FakeBackend.from_mapping({"gpus": [{"values": {"temperature_celsius": [40.0, 40.0, 41.0]}}]})
+    backend = FakeBackend.from_mapping(
+        {"gpus": [{"values": {"temperature_celsius": [40.0, 40.0, 41.0]}}, {"values": {"temperature_celsius": 50.0}}]}
+    )
     poller = Poller(backend, store, monotonic=lambda: clock[0], wall_clock=lambda: clock[0], host_figures=dict)
     collector = GpumonCollector(store, PollIntervals(), monotonic=lambda: clock[0])
-    seen, families = [], []
+    built: list[int] = []
+    for row in collector._gpu._rows:
+        if row.name == "gpumon_temperature_celsius":
+            original = row.samples
+            object.__setattr__(row, "samples", lambda gpu, f=original: built.append(gpu.index) or f(gpu))
+    seen, made = [], []
     for _ in range(3):
+        del built[:]
         poller.poll()
-        families.append(_family(collector, "gpumon_temperature_celsius"))
-        seen.append(samples(collector.render().decode(), "gpumon_temperature_celsius")[0][1])
+        text = collector.render().decode()
+        seen.append([v for labels, v in samples(text, "gpumon_temperature_celsius") if labels["sensor"] == "gpu"])
+        made.append(sorted(built))
         clock[0] += 1
-    assert seen == [40.0, 40.0, 41.0]
-    assert families[1] is families[0], "same values as the previous poll: the rendered family is reused"
-    assert families[2] is not families[1]
+    assert seen == [[40.0, 50.0], [40.0, 50.0], [41.0, 50.0]]
+    assert made == [[0, 1], [], [0]], "a GPU's samples are made again only when its values changed"
+    latest = store.latest()
+    assert latest is not None
+    for family in collector._gpu.of(latest):  # the text put together GPU by GPU = the family rendered whole
+        whole = Family(family.name, family.kind, family.help, family.label_names, list(family.samples))
+        whole.plain_labels = family.plain_labels
+        assert family.rendered == render([whole])
     collector.set_options(PollIntervals(fast_seconds=2.0), processes=False)
     poller.poll()  # same value (41, the script's last), new HELP text
     text = collector.render().decode()
@@ -229,3 +243,38 @@ def test_a_threshold_rule_observes_nothing_below_its_threshold_until_an_alert_of
     assert [a.gpu for a in e.alerts()] == ["1"]
     assert e.evaluate(snap(T0 + 2, *cool), T0 + 2)[0].alert.state == "resolved"
     assert e.alerts() == []
+
+
+def test_health_signal_families_are_built_again_only_when_the_engines_results_change() -> None:
+    """The straggler and trend engines keep their results while nothing changed; the exported
+    deviation and increase families are kept with them, and new results show at once."""
+    from gpumon.findings.model import verdict
+    from gpumon.findings.service import HealthCollector
+    from gpumon.findings.stragglers import Deviation
+    from gpumon.findings.trends import Increase
+
+    slow = Deviation(index=1, uuid="GPU-b", signal="sm_clock", ratio=-0.12)
+    rise = Increase(0, "GPU-a", "ecc_corrected", "", 3.0, 3600.0)
+
+    class Service:
+        report = verdict([], [(0, "GPU-a"), (1, "GPU-b")], T0, "daemon")
+        results: tuple[list[Deviation], list[Increase]] = ([slow], [rise])
+
+        def current_report(self) -> Any:
+            return self.report
+
+        def signals(self) -> tuple[list[Deviation], list[Increase]]:
+            return list(self.results[0]), list(self.results[1])  # copies, as the engines hand them out
+
+    service = Service()
+    collector = HealthCollector(service)  # type: ignore[arg-type]
+
+    def deviation_family() -> Family:
+        [family] = [f for f in collector.families() if f.name == "gpumon_straggler_deviation_ratio"]
+        return family
+
+    first = deviation_family()
+    assert first.samples == [(("1", "GPU-b", "sm_clock"), -0.12)]
+    assert deviation_family() is first, "same results: the family (and its text) is kept"
+    service.results = ([Deviation(index=1, uuid="GPU-b", signal="sm_clock", ratio=-0.2)], [rise])
+    assert deviation_family().samples == [(("1", "GPU-b", "sm_clock"), -0.2)]

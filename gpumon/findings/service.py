@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from gpumon.alerts.burn_marker import BurnMarkerReader
 from gpumon.events.catalog import XidCatalog
@@ -311,13 +312,19 @@ class HealthCollector:
     def __init__(self, service: HealthService) -> None:
         self._service = service
         self._built: tuple[HealthReport, list[Family]] | None = None
+        self._signals_built: tuple[list[Deviation], list[Increase], list[Family]] | None = None
+        """The deviations and increases the signal families were last built of, and those families."""
 
     def families(self) -> Iterator[Family]:
         report = self._service.current_report()
         if self._built is None or self._built[0] is not report:
             self._built = (report, list(self._report_families(report)))
         yield from self._built[1]
-        yield from self._signal_families()
+        deviations, increases = self._service.signals()
+        built = self._signals_built
+        if built is None or not (_same_items(built[0], deviations) and _same_items(built[1], increases)):
+            built = self._signals_built = (deviations, increases, list(self._signal_families(deviations, increases)))
+        yield from built[2]  # the engines keep their results while nothing changed: so are these families
 
     @staticmethod
     def _report_families(report: HealthReport) -> Iterator[Family]:
@@ -352,8 +359,8 @@ class HealthCollector:
             findings.add([kind, severity], n)
         yield findings
 
-    def _signal_families(self) -> Iterator[Family]:
-        deviations, increases = self._service.signals()
+    @staticmethod
+    def _signal_families(deviations: list[Deviation], increases: list[Increase]) -> Iterator[Family]:
         deviation = Family(
             "gpumon_straggler_deviation_ratio",
             "gauge",
@@ -375,3 +382,8 @@ class HealthCollector:
         for i in increases:
             increase.add([str(i.index), i.uuid, i.counter, i.label, f"{i.window_seconds:g}"], i.increase)
         yield increase
+
+
+def _same_items(a: list[Any], b: list[Any]) -> bool:
+    """Whether ``a`` and ``b`` hold the very same objects, in the same order."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
