@@ -94,7 +94,6 @@ def poll_cost(backend_spec: str, fake_gpus: int, rounds: int) -> None:
             f"{b * 1e6 / count:>9.1f}\n"
         )
     reference.close()
-    backend.shutdown()
     r, p = statistics.median(reads), statistics.median(polls)
     print(f"## poll, {count} GPU(s), backend {backend_spec}, {rounds} rounds")
     print(f"{'what':<40}{'p50 µs':>10}{'p99 µs':>10}{'µs/GPU':>9}")
@@ -106,7 +105,8 @@ def poll_cost(backend_spec: str, fake_gpus: int, rounds: int) -> None:
         f"{'gpumon Poller.poll() (fast tier)':<40}{p * 1e6:>10.1f}{pct(polls, 0.99) * 1e6:>10.1f}{p * 1e6 / count:>9.1f}"
     )
     print(f"ratio poll / backend reads: {p / r:.2f}")
-    alert_cost(poller, p)
+    alert_cost(poller, p)  # on this backend's snapshots: before it shuts down
+    backend.shutdown()
     if bare_line:
         print(
             f"ratio poll / bare pynvml loop: {p / b:.2f} (goal <= 1.5), {p * 1e6 / count:.1f} µs per GPU (goal <= 100)"
