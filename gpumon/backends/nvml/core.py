@@ -188,10 +188,24 @@ class NvmlBackend:
             plan = self._plan(g, tier)
         liveness, others = plan
         out: dict[str, Any] = {}
-        if liveness:
-            self._run_liveness(g, liveness, out)
         ctx = self._ctx
         h = g.handle  # one handle for the whole read: if the GPU is lost meanwhile, NVML says so
+        failed = skipped = 0
+        error = ""
+        for name, reader in liveness:  # FAST reads only: every GPU answers these (counted below)
+            try:
+                reader(ctx, g, h, out)
+            except Exception as exc:
+                self._reader_failed(g, tier, name, exc)
+                if name in g.unsupported:  # an unsupported reader proves nothing either way
+                    skipped += 1
+                else:
+                    failed += 1
+                    error = error or f"{name}: {exc}"
+        if failed or skipped:
+            self._count_liveness(g, len(liveness) - failed - skipped, failed, error)
+        elif g.liveness_failures and liveness:
+            g.liveness_failures = 0
         for name, reader in others:  # _run, written out: this runs every second for every GPU
             try:
                 reader(ctx, g, h, out)
@@ -346,27 +360,13 @@ class NvmlBackend:
             except Exception as exc:
                 self._reader_failed(g, tier, name, exc)
 
-    def _run_liveness(self, g: GpuState, readers: Iterable[tuple[str, Reader]], out: dict[str, Any]) -> None:
-        """The FAST tier's liveness readers, writing into ``out``, counted: when every one that ran failed,
-        LIVENESS_FAILURES_LOST such reads in a row (or one, while the GPU is not yet confirmed after a
-        loss) make the GPU lost."""
-        ctx = self._ctx
-        h = g.handle
-        ran = failed = 0
-        error = ""
-        for name, reader in readers:
-            try:
-                reader(ctx, g, h, out)
-                ran += 1
-            except Exception as exc:
-                self._reader_failed(g, Tier.FAST, name, exc)
-                if name not in g.unsupported:  # an unsupported reader proves nothing either way
-                    ran += 1
-                    failed += 1
-                    error = error or f"{name}: {exc}"
-        if failed and failed == ran:
+    def _count_liveness(self, g: GpuState, answered: int, failed: int, error: str) -> None:
+        """After a FAST read's liveness readers, some of which failed or are unsupported: when none
+        answered and one failed, LIVENESS_FAILURES_LOST such reads in a row (or one, while the GPU is
+        not yet confirmed after a loss) make the GPU lost; when one answered, the count starts again."""
+        if failed and not answered:
             self._liveness_failed(g, error)
-        elif ran and g.liveness_failures:
+        elif answered and g.liveness_failures:
             g.liveness_failures = 0
 
     def _liveness_failed(self, g: GpuState, error: str) -> None:
