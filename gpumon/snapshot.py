@@ -142,9 +142,11 @@ class TierStats:
         ``object.__setattr__`` per field: the poller makes one every poll."""
         return _built(
             cls,
-            duration_seconds=duration_seconds,
-            errors_total=errors_total,
-            last_timestamp_seconds=last_timestamp_seconds,
+            {
+                "duration_seconds": duration_seconds,
+                "errors_total": errors_total,
+                "last_timestamp_seconds": last_timestamp_seconds,
+            },
         )
 
 
@@ -175,24 +177,27 @@ class Snapshot:
         without the frozen ``__init__``'s one ``object.__setattr__`` per field (every poll)."""
         return _built(
             cls,
-            timestamp_seconds=timestamp_seconds,
-            monotonic_seconds=monotonic_seconds,
-            nvml_up=True,
-            nvml_error=None,
-            host=host,
-            gpus=gpus,
-            tiers=tiers,
+            {
+                "timestamp_seconds": timestamp_seconds,
+                "monotonic_seconds": monotonic_seconds,
+                "nvml_up": True,
+                "nvml_error": None,
+                "host": host,
+                "gpus": gpus,
+                "tiers": tiers,
+            },
         )
 
 
 _Frozen = TypeVar("_Frozen")
 
 
-def _built(cls: type[_Frozen], **values: Any) -> _Frozen:
-    """A ``cls`` (a frozen dataclass without slots) holding ``values``, one for each of its fields,
-    made without the generated ``__init__`` and its ``object.__setattr__`` per field."""
+def _built(cls: type[_Frozen], values: dict[str, Any]) -> _Frozen:
+    """A ``cls`` (a frozen dataclass without slots) whose ``__dict__`` is ``values`` (a new dict, one
+    entry for each of its fields), made without the generated ``__init__`` and its
+    ``object.__setattr__`` per field."""
     made = object.__new__(cls)
-    made.__dict__.update(values)
+    object.__setattr__(made, "__dict__", values)
     return made
 
 
