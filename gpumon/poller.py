@@ -41,7 +41,10 @@ _FAST = Tier.FAST
 """Tier.FAST, read once: each ``Tier.X`` is a descriptor call (~0.1 µs), and the fast path names it per GPU."""
 _TIER_NAMES: Mapping[Tier, str] = {tier: tier.value for tier in Tier}
 """Each tier's name, the key of Snapshot.tiers (``tier.value`` is a property call too)."""
-_SETTABLE_FIELDS = frozenset(f.name for f in dataclasses.fields(GpuSnapshot)) - {"index", "uuid", "up", "lost_reason"}
+_FIELD_COUNT = len(dataclasses.fields(GpuSnapshot))
+_KEY_FIELDS = frozenset({"index", "uuid", "up", "lost_reason"})
+"""GpuKey's fields: gpumon sets them, a backend's read may not."""
+_SETTABLE_FIELDS = frozenset(f.name for f in dataclasses.fields(GpuSnapshot)) - _KEY_FIELDS
 
 ProcessEnricher = Callable[[tuple[ProcessSnapshot, ...]], tuple[ProcessSnapshot, ...]]
 XidCounts = Callable[[int], tuple[Mapping[str, int], Mapping[str, float]]]
@@ -432,7 +435,7 @@ class Poller:
             for tier in (Tier.STATIC, Tier.SLOW):
                 slower.update(self._settable(state.cache.get(tier, {})))
             state.base = GpuSnapshot.base_fields(slower)
-        values = self._settable(state.cache.get(_FAST, {}))
+        values = state.cache.get(_FAST, {})
         extra: dict[str, Any] = {}
         processes = values.get("processes")
         if processes and self._enrich is not None:
@@ -450,7 +453,12 @@ class Poller:
         if self._xid_counts is not None:
             extra["xid_errors_total"], extra["xid_last_timestamp_seconds"] = self._xid_counts(index)
         # the cached read stays as the backend returned it: what gpumon adds is laid over it
-        return GpuSnapshot.assemble(index, state.uuid, values, state.base, extra)
+        snapshot = GpuSnapshot.assemble(index, state.uuid, values, state.base, extra)
+        if len(snapshot.__dict__) != _FIELD_COUNT or not values.keys().isdisjoint(_KEY_FIELDS):
+            # a key that is no field (base holds every field but the key ones once: one more key
+            # is one that is no field), or a key field: left out (logged, counted) or raised (strict)
+            snapshot = GpuSnapshot.assemble(index, state.uuid, self._settable(values), state.base, extra)
+        return snapshot
 
     def _with_host_figures(self, now: float) -> HostSnapshot:
         """Driver facts plus psutil figures, re-read every slow interval (~50 µs a read); ``now``: monotonic s."""

@@ -58,6 +58,23 @@ def test_outside_tests_the_key_is_logged_once_counted_and_the_rest_kept(caplog: 
     ]
 
 
+@pytest.mark.parametrize("key", ["up", "lost_reason", "index", "uuid"])
+def test_a_key_field_in_a_read_is_no_field_the_backend_may_set(key: str) -> None:
+    class KeyBackend(FakeBackend):
+        def read(self, index: int, tier: Tier) -> Mapping[str, Any]:
+            values = dict(super().read(index, tier))
+            if tier is Tier.FAST:
+                values[key] = {"up": False, "lost_reason": "x", "index": 7, "uuid": "GPU-x"}[key]
+            return values
+
+    with pytest.raises(UnknownFieldError, match=key):
+        Poller(KeyBackend.from_mapping({"count": 1}), SnapshotStore(), host_figures=dict, strict_fields=True).poll()
+    poller = Poller(KeyBackend.from_mapping({"count": 1}), SnapshotStore(), host_figures=dict, strict_fields=False)
+    gpu = poller.poll().gpus[0]
+    assert (gpu.index, gpu.up, gpu.lost_reason) == (0, True, None)
+    assert poller.unknown_fields() == {key: 1}
+
+
 def test_every_field_but_the_key_is_declared() -> None:
     key = {"index", "uuid", "up", "lost_reason"}
     for f in dataclasses.fields(GpuSnapshot):
