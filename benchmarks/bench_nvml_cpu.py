@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """What single NVML calls cost the calling thread's CPU, against their wall time, on a real GPU host.
 
-    python3 benchmarks/bench_nvml_cpu.py [--gpu 0] [--repeat 100] [--load]
+    python3 benchmarks/bench_nvml_cpu.py [--gpu 0] [--repeat 100] [--load] [--readers]
 
 Times each call ``--repeat`` times (median wall µs and median CPU µs of this thread, user +
 system, so time the driver spends on the CPU counts): the per-process calls of gpumon's fast
 tier and the costliest slow-tier counters. With ``--load`` it times everything again while a
 torch matmul process (a child of its own) keeps the GPU busy, since some calls cost more with a
 process on the GPU. The reference is the wall time of the same call: CPU ≈ wall means the driver
-spins on the CPU for the whole call. Nothing is asserted.
+spins on the CPU for the whole call. With ``--readers`` it times every reader group of gpumon's
+NVML backend instead (``NvmlBackend.read_group``, all tiers) and gives what each costs one GPU per
+second at the default intervals (CPU per read / the tier's interval): where a daemon's CPU goes on
+this host. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -18,9 +21,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench_nvml_calls import timed_us
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 LOAD = """
 import sys, time, torch
@@ -75,12 +81,48 @@ def table(nv: Any, h: Any, repeat: int, label: str) -> None:
             print(f"{name:46} {wall:10.1f} {cpu:10.1f} {cpu / wall if wall else 0:9.2f}")
 
 
+def readers_table(gpu: int, repeat: int) -> None:
+    """Every reader group of the NVML backend on GPU ``gpu``: wall and CPU per read, and its CPU share
+    of one core per GPU at the default intervals."""
+    from gpumon.backends.nvml import NvmlBackend
+    from gpumon.poller import PollIntervals
+    from gpumon.snapshot import Tier
+
+    intervals = PollIntervals()
+    backend = NvmlBackend.from_system()
+    backend.init()
+    try:
+        for tier in (Tier.STATIC, Tier.SLOW, Tier.FAST):  # a first read of each tier (support probes)
+            backend.read(gpu, tier)
+        print(f"## gpumon's reader groups on GPU {gpu} (read_group, median of {repeat})")
+        print(f"{'reader':24} {'tier':7} {'wall µs':>10} {'CPU µs':>10} {'CPU/wall':>9} {'% core/GPU':>11}")
+        total = 0.0
+        for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC):
+            for name in backend.reader_names(tier):
+                wall, cpu = timed_us(lambda name=name: backend.read_group(gpu, name), repeat, warmup=1)
+                share = cpu / 1e6 / intervals.of(tier) * 100
+                total += share
+                print(
+                    f"{name:24} {tier.value:7} {wall:10.1f} {cpu:10.1f} {cpu / wall if wall else 0:9.2f} {share:11.4f}"
+                )
+        print(
+            f"all readers: {total:.3f} % of a core per GPU at the default intervals "
+            f"({intervals.fast_seconds:g} / {intervals.slow_seconds:g} / {intervals.static_seconds:g} s)"
+        )
+    finally:
+        backend.shutdown()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--gpu", type=int, default=0)
     p.add_argument("--repeat", type=int, default=100)
     p.add_argument("--load", action="store_true", help="also time the calls with a matmul process on the GPU")
+    p.add_argument("--readers", action="store_true", help="time gpumon's reader groups instead")
     a = p.parse_args()
+    if a.readers:
+        readers_table(a.gpu, a.repeat)
+        return 0
     import pynvml as nv
 
     nv.nvmlInit()
