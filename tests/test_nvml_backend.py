@@ -20,6 +20,7 @@ import pytest
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError
 from gpumon.backends.nvml import NvmlBackend
 from gpumon.backends.nvml.processes import PROCESS_UTILIZATION_SECONDS
+from gpumon.fields.nvlink import NVLINK_ERRORS_SECONDS
 from gpumon.snapshot import P2pStatus, ProcessSnapshot, Tier, fields_of_tier
 from tests.fake_pynvml import MIB, FakeGpu, FakeNvml
 
@@ -250,8 +251,9 @@ def test_not_supported_is_omitted_and_never_asked_again(fake: FakeNvml, backend:
     assert fake.calls["nvmlDeviceGetPowerUsage"] == 1 + 4
     assert "pcie_bytes_total" not in slow0
     # memory temperature and PCIe bytes asked once on GPU 0; memory temperature on every read of GPU 1;
-    # GPU 0's NVLink error fields and recovery action (supported) on each of its 4 slow reads
-    assert fake.calls["nvmlDeviceGetFieldValues"] == 2 + 4 + 4 + 4
+    # GPU 0's recovery action (supported) on each of its 4 slow reads, its NVLink error fields once
+    # (at most every NVLINK_ERRORS_SECONDS)
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 2 + 4 + 4 + 1
     assert fake.calls["nvmlDeviceGetNumFans"] == 2  # no fans on SXM: once per GPU
     assert fake.calls["nvmlDeviceGetRetiredPages"] == 2  # both causes, once
     assert backend.take_errors() == {}
@@ -284,6 +286,31 @@ def test_nvlink_errors_are_nvidia_smis_three_from_field_values_per_link(fake: Fa
     assert got == {str(link): {"replay": 1, "recovery": 2, "crc": 3} for link in range(18)}
     assert fake.calls["nvmlDeviceGetNvLinkErrorCounter"] == 0
     assert fake.calls["nvmlDeviceGetFieldValues"] >= 1
+
+
+def test_nvlink_errors_are_asked_at_most_every_thirty_seconds_and_kept_between(fake: FakeNvml) -> None:
+    # one field-values call for 18 links x 3 types costs ~40 ms of CPU per GPU on an H200
+    now = [0.0]
+    backend = NvmlBackend(fake, clock=lambda: now[0])
+    backend.init()
+    asked: list[float] = []
+    original = fake.nvmlDeviceGetFieldValues
+
+    def counted(h: object, ids: list[object]) -> object:
+        if any(isinstance(i, tuple) for i in ids):  # (field, link): the NVLink error counters
+            asked.append(now[0])
+        return original(h, ids)  # type: ignore[arg-type]
+
+    fake.nvmlDeviceGetFieldValues = counted  # type: ignore[method-assign]
+    fake.gpus[0].nvlink_error_fields = {161: 0, 162: 0, 163: 0}
+    seen = []
+    for _ in range(7):  # a slow read every 10 s
+        fake.gpus[0].nvlink_error_fields[161] += 1  # a replay on every link every 10 s
+        seen.append(backend.read(0, Tier.SLOW)["nvlink_errors_total"]["0"]["replay"])
+        now[0] += 10.0
+    assert asked == [0.0, 30.0, 60.0]
+    assert seen == [1, 1, 1, 4, 4, 4, 7], "between calls, the counters of the last call"
+    assert NVLINK_ERRORS_SECONDS == 30.0
 
 
 def test_nvlink_errors_fall_back_to_the_error_counter_api_without_the_fields(fake: FakeNvml) -> None:

@@ -29,11 +29,12 @@ INFO_LABELS = (
 PROCESS_LABELS = ("pid", "name", "user", "systemd_unit", "container_id", "pod_uid", "slurm_job_id")
 
 
-def refreshed(tier: Tier, intervals: PollIntervals) -> str:
-    """The end of a HELP text: how often the family's values are read."""
+def refreshed(tier: Tier, intervals: PollIntervals, read_every_seconds: float | None = None) -> str:
+    """The end of a HELP text: how often the family's values are read (its tier's interval, or the
+    field's own ``read_every_seconds`` when that is longer)."""
     if tier is Tier.DAEMON:
         return " Updated as events arrive."
-    return f" Refreshed every {intervals.of(tier):g}s."
+    return f" Refreshed every {max(intervals.of(tier), read_every_seconds or 0.0):g}s."
 
 
 SampleRow = list[tuple[tuple[str, ...], float]]
@@ -244,7 +245,7 @@ class GpuFamilies:
         empty = Family(
             row.name,
             row.kind,
-            row.help + refreshed(row.tier, self._intervals),
+            row.help + refreshed(row.tier, self._intervals, row.read_every_seconds),
             (*GPU_LABELS, *row.labels),
             plain_labels=row.plain_labels,
         )

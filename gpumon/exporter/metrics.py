@@ -32,6 +32,8 @@ class MetricRow:
     """Label values come from fixed vocabularies (no escaping needed when rendering)."""
     fields: tuple[str, ...] = ()
     """The GpuSnapshot fields ``samples`` reads: a GPU's samples change only when these values do."""
+    read_every_seconds: float | None = None
+    """Read at most this often though its tier is read more often (``Metric.read_every_seconds``)."""
 
 
 def scalar(field: str) -> Callable[[GpuSnapshot], Iterable[Sample]]:
@@ -123,5 +125,16 @@ def gpu_rows() -> tuple[MetricRow, ...]:
             samples, fields = by_label(parts[metric.name]), tuple(parts[metric.name].values())
         else:
             samples, fields = _sampler(field, specs[field], metric), (field,)
-        rows.append(MetricRow(metric.name, metric.kind, metric.help, tier, samples, metric.labels, fields=fields))
+        rows.append(
+            MetricRow(
+                metric.name,
+                metric.kind,
+                metric.help,
+                tier,
+                samples,
+                metric.labels,
+                fields=fields,
+                read_every_seconds=metric.read_every_seconds,
+            )
+        )
     return tuple(rows)

@@ -12,6 +12,11 @@ if TYPE_CHECKING:
     from gpumon.snapshot import GpuSnapshot
 
 LINKS_H200 = 18
+NVLINK_ERRORS_SECONDS = 30.0
+"""The NVLink error counters are read at most this often: one nvmlDeviceGetFieldValues call for
+every link and type costs about 40 ms of CPU per GPU on an H200 (the driver spins), 0.4 % of a core
+per GPU at the slow tier's 10 s (docs/benchmarks.md). They are cumulative: a longer interval makes
+an increase show later, it loses none. dcgm-exporter collects every field every 30 s by default."""
 
 
 def _error_samples(errors: Mapping[str, Mapping[str, int]]) -> Iterable[Sample]:
@@ -55,7 +60,7 @@ class NvlinkFields:
         nvml="one nvmlDeviceGetFieldValues call: NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY / _RECOVERY / _CRC (161–163)"
         " with scopeId = link; a type whose field the driver does not support falls back to"
         " nvmlDeviceGetNvLinkErrorCounter(link, DL_REPLAY / DL_RECOVERY / DL_CRC_FLIT)."
-        " DL_CRC_DATA and DL_ECC_DATA are not read (below)",
+        " DL_CRC_DATA and DL_ECC_DATA are not read (below); at most every NVLINK_ERRORS_SECONDS (30 s)",
         smi="`nvlink -e`: Replay Errors, Recovery Errors, CRC Errors",
         metric=Metric(
             "gpumon_nvlink_errors_total",
@@ -63,6 +68,7 @@ class NvlinkFields:
             "NVLink errors by link and type replay|recovery|crc, as nvidia-smi nvlink -e shows them.",
             labels=("link", "type"),
             samples=_error_samples,
+            read_every_seconds=NVLINK_ERRORS_SECONDS,
         ),
         dcgm=(
             Dcgm(

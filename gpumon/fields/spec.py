@@ -56,6 +56,9 @@ class Metric:
     label: str | None = None
     keys: Callable[[str], tuple[str, ...]] | None = None
     samples: Sampler | None = None
+    read_every_seconds: float | None = None
+    """The NVML backend reads the field at most this often (a costly call), though its tier is read
+    more often: HELP then says the longer interval."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from gpumon.backends.nvml.codes import (
     nvml_error,
 )
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_value, handle_of, opt
+from gpumon.fields.nvlink import NVLINK_ERRORS_SECONDS
 from gpumon.snapshot import Tier
 
 NVLINK_ERROR_FIELDS = {"replay": 161, "recovery": 162, "crc": 163}
@@ -69,10 +70,18 @@ def read_nvlink_errors(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -
     nvmlDeviceGetNvLinkErrorCounter(DL_REPLAY / DL_RECOVERY / DL_CRC_FLIT) instead. Both agree
     with nvidia-smi on H200 (driver 580). DL_CRC_DATA / DL_ECC_DATA are left out (see
     NVLINK_ERROR_COUNTERS).
+
+    NVML is asked at most every NVLINK_ERRORS_SECONDS (the call costs ~40 ms of CPU per GPU); the
+    reads between give the counters of the last call.
     """
     count = nvlink_count(ctx, g)
     if count == 0:
         raise Unsupported
+    now = ctx.clock()
+    last = g.nvlink_errors_last
+    if last is not None and now - last[0] < NVLINK_ERRORS_SECONDS:
+        out["nvlink_errors_total"] = last[1]
+        return
     nv = ctx.nv
     links: dict[str, dict[str, int]] = {str(link): {} for link in range(count)}
     by_field = [name for name in NVLINK_ERROR_FIELDS if f"nvlink_field.{name}" not in g.unsupported]
@@ -88,6 +97,7 @@ def read_nvlink_errors(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -
     links = {link: counters for link, counters in links.items() if counters}
     if not links:
         raise Unsupported
+    g.nvlink_errors_last = (now, links)
     out["nvlink_errors_total"] = links
 
 

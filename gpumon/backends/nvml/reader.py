@@ -72,6 +72,8 @@ class GpuState:
     """The compute pids when process utilization was last read."""
     process_shares: Mapping[int, float] = field(default_factory=dict)
     """SM share per pid from that read, reused until the next."""
+    nvlink_errors_last: tuple[float, Mapping[str, Mapping[str, int]]] | None = None
+    """When the NVLink error counters were last asked of NVML (the context's clock) and what it said."""
     liveness_failures: int = 0
     """FAST reads in a row in which every liveness reader failed (kept across a re-acquired handle)."""
 
@@ -89,6 +91,7 @@ class GpuState:
         self.process_util_read_at = None
         self.process_util_pids = frozenset()
         self.process_shares = {}
+        self.nvlink_errors_last = None
 
 
 @dataclass(frozen=True, slots=True)
