@@ -82,14 +82,25 @@ def table(nv: Any, h: Any, repeat: int, label: str) -> None:
 
 
 def readers_table(gpu: int, repeat: int) -> None:
-    """Every reader group of the NVML backend on GPU ``gpu``: wall and CPU per read, and its CPU share
-    of one core per GPU at the default intervals."""
+    """Every reader group of the NVML backend on GPU ``gpu``: wall and CPU per read (each read asking
+    NVML), and its CPU share of one core per GPU at the default intervals (a reader that asks NVML
+    less often than its tier is read, at that interval)."""
+    import pynvml
+
     from gpumon.backends.nvml import NvmlBackend
+    from gpumon.fields.nvlink import NVLINK_ERRORS_SECONDS
     from gpumon.poller import PollIntervals
     from gpumon.snapshot import Tier
 
     intervals = PollIntervals()
-    backend = NvmlBackend.from_system()
+    every = {"nvlink_errors": NVLINK_ERRORS_SECONDS}  # readers that ask NVML less often than their tier
+    ticks = [0.0]
+
+    def clock() -> float:  # a day a call: every read asks NVML (none serves what it asked before)
+        ticks[0] += 86400.0
+        return ticks[0]
+
+    backend = NvmlBackend(pynvml, clock=clock)
     backend.init()
     try:
         for tier in (Tier.STATIC, Tier.SLOW, Tier.FAST):  # a first read of each tier (support probes)
@@ -100,7 +111,7 @@ def readers_table(gpu: int, repeat: int) -> None:
         for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC):
             for name in backend.reader_names(tier):
                 wall, cpu = timed_us(lambda name=name: backend.read_group(gpu, name), repeat, warmup=1)
-                share = cpu / 1e6 / intervals.of(tier) * 100
+                share = cpu / 1e6 / max(intervals.of(tier), every.get(name, 0.0)) * 100
                 total += share
                 print(
                     f"{name:24} {tier.value:7} {wall:10.1f} {cpu:10.1f} {cpu / wall if wall else 0:9.2f} {share:11.4f}"
