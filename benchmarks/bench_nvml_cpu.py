@@ -85,22 +85,14 @@ def readers_table(gpu: int, repeat: int) -> None:
     """Every reader group of the NVML backend on GPU ``gpu``: wall and CPU per read (each read asking
     NVML), and its CPU share of one core per GPU at the default intervals (a reader that asks NVML
     less often than its tier is read, at that interval)."""
-    import pynvml
-
     from gpumon.backends.nvml import NvmlBackend
     from gpumon.fields.nvlink import NVLINK_ERRORS_SECONDS
     from gpumon.poller import PollIntervals
     from gpumon.snapshot import Tier
 
     intervals = PollIntervals()
-    every = {"nvlink_errors": NVLINK_ERRORS_SECONDS}  # readers that ask NVML less often than their tier
-    ticks = [0.0]
-
-    def clock() -> float:  # a day a call: every read asks NVML (none serves what it asked before)
-        ticks[0] += 86400.0
-        return ticks[0]
-
-    backend = NvmlBackend(pynvml, clock=clock)
+    every = {"nvlink_errors": NVLINK_ERRORS_SECONDS}  # the daemon asks NVML for these less often than their tier
+    backend = NvmlBackend.from_system()  # (not the daemon's: every read asks NVML)
     backend.init()
     try:
         for tier in (Tier.STATIC, Tier.SLOW, Tier.FAST):  # a first read of each tier (support probes)

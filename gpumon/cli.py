@@ -151,7 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_FAULT
     config = dataclasses.replace(config, state_dir=state_dir)
     try:
-        backend = make_backend(config.backend, config.fake_gpus)
+        backend = make_backend(config.backend, config.fake_gpus, daemon=True)
     except ScenarioError as exc:
         print(f"gpumon: bad scenario:\n{exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -251,9 +251,8 @@ def test_not_supported_is_omitted_and_never_asked_again(fake: FakeNvml, backend:
     assert fake.calls["nvmlDeviceGetPowerUsage"] == 1 + 4
     assert "pcie_bytes_total" not in slow0
     # memory temperature and PCIe bytes asked once on GPU 0; memory temperature on every read of GPU 1;
-    # GPU 0's recovery action (supported) on each of its 4 slow reads, its NVLink error fields once
-    # (at most every NVLINK_ERRORS_SECONDS)
-    assert fake.calls["nvmlDeviceGetFieldValues"] == 2 + 4 + 4 + 1
+    # GPU 0's NVLink error fields and recovery action (supported) on each of its 4 slow reads
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 2 + 4 + 4 + 4
     assert fake.calls["nvmlDeviceGetNumFans"] == 2  # no fans on SXM: once per GPU
     assert fake.calls["nvmlDeviceGetRetiredPages"] == 2  # both causes, once
     assert backend.take_errors() == {}
@@ -288,10 +287,10 @@ def test_nvlink_errors_are_nvidia_smis_three_from_field_values_per_link(fake: Fa
     assert fake.calls["nvmlDeviceGetFieldValues"] >= 1
 
 
-def test_nvlink_errors_are_asked_at_most_every_thirty_seconds_and_kept_between(fake: FakeNvml) -> None:
+def test_the_daemons_backend_asks_for_nvlink_errors_at_most_every_thirty_seconds(fake: FakeNvml) -> None:
     # one field-values call for 18 links x 3 types costs ~40 ms of CPU per GPU on an H200
     now = [0.0]
-    backend = NvmlBackend(fake, clock=lambda: now[0])
+    backend = NvmlBackend(fake, clock=lambda: now[0], nvlink_errors_seconds=NVLINK_ERRORS_SECONDS)
     backend.init()
     asked: list[float] = []
     original = fake.nvmlDeviceGetFieldValues
@@ -311,6 +310,20 @@ def test_nvlink_errors_are_asked_at_most_every_thirty_seconds_and_kept_between(f
     assert asked == [0.0, 30.0, 60.0]
     assert seen == [1, 1, 1, 4, 4, 4, 7], "between calls, the counters of the last call"
     assert NVLINK_ERRORS_SECONDS == 30.0
+    fresh = NvmlBackend(fake, clock=lambda: now[0])  # gpumon burn, once, health: every read asks
+    fresh.init()
+    fake.gpus[0].nvlink_error_fields[161] = 10
+    first = fresh.read(0, Tier.SLOW)["nvlink_errors_total"]["0"]["replay"]
+    fake.gpus[0].nvlink_error_fields[161] = 12
+    assert (first, fresh.read(0, Tier.SLOW)["nvlink_errors_total"]["0"]["replay"]) == (10, 12)
+
+
+def test_only_gpumon_run_spaces_the_nvlink_error_counters() -> None:
+    from gpumon.backends.factory import make_backend
+
+    daemon, other = make_backend("nvml", daemon=True), make_backend("nvml")
+    assert isinstance(daemon, NvmlBackend) and isinstance(other, NvmlBackend)
+    assert (daemon._ctx.nvlink_errors_seconds, other._ctx.nvlink_errors_seconds) == (NVLINK_ERRORS_SECONDS, 0.0)
 
 
 def test_nvlink_errors_fall_back_to_the_error_counter_api_without_the_fields(fake: FakeNvml) -> None:

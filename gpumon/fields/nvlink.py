@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 LINKS_H200 = 18
 NVLINK_ERRORS_SECONDS = 30.0
-"""The NVLink error counters are read at most this often: one nvmlDeviceGetFieldValues call for
+"""The daemon (``gpumon run``) asks NVML for the NVLink error counters at most this often: one nvmlDeviceGetFieldValues call for
 every link and type costs about 40 ms of CPU per GPU on an H200 (the driver spins), 0.4 % of a core
 per GPU at the slow tier's 10 s (docs/benchmarks.md). They are cumulative: a longer interval makes
 an increase show later, it loses none. dcgm-exporter collects every field every 30 s by default."""
@@ -60,7 +60,7 @@ class NvlinkFields:
         nvml="one nvmlDeviceGetFieldValues call: NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY / _RECOVERY / _CRC (161–163)"
         " with scopeId = link; a type whose field the driver does not support falls back to"
         " nvmlDeviceGetNvLinkErrorCounter(link, DL_REPLAY / DL_RECOVERY / DL_CRC_FLIT)."
-        " DL_CRC_DATA and DL_ECC_DATA are not read (below); at most every NVLINK_ERRORS_SECONDS (30 s)",
+        " DL_CRC_DATA and DL_ECC_DATA are not read (below); gpumon run asks at most every 30 s",
         smi="`nvlink -e`: Replay Errors, Recovery Errors, CRC Errors",
         metric=Metric(
             "gpumon_nvlink_errors_total",

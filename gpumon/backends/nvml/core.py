@@ -53,10 +53,18 @@ class NvmlBackend:
     per_reader_errors = True
 
     def __init__(
-        self, pynvml: Any, *, import_error: str | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        pynvml: Any,
+        *,
+        import_error: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        nvlink_errors_seconds: float = 0.0,
     ) -> None:
+        """``nvlink_errors_seconds``: ask NVML for the NVLink error counters at most this often (the
+        daemon's backend; one-shot readers such as ``gpumon burn`` want them fresh on every read)."""
         self._nv = pynvml
         self._clock = clock
+        self._nvlink_errors_seconds = nvlink_errors_seconds
         self._import_error = import_error
         self._lock = threading.Lock()
         self._inited = False
@@ -69,17 +77,19 @@ class NvmlBackend:
         self._events = EventWatcher(pynvml, lambda: self._gpus, self._lock, self._mark_lost_from_events, self._stop)
 
     @classmethod
-    def from_system(cls) -> NvmlBackend:
+    def from_system(cls, *, nvlink_errors_seconds: float = 0.0) -> NvmlBackend:
         """The backend over the installed nvidia-ml-py. A missing module fails at ``init()``."""
         try:
             import pynvml
         except ImportError as exc:
-            return cls(None, import_error=str(exc))
-        return cls(pynvml)
+            return cls(None, import_error=str(exc), nvlink_errors_seconds=nvlink_errors_seconds)
+        return cls(pynvml, nvlink_errors_seconds=nvlink_errors_seconds)
 
     def _context(self, gpm: GpmSampler) -> Context:
         field = getattr(self._nv, "NVML_FI_DEV_MEMORY_TEMP", temperature.FI_DEV_MEMORY_TEMP)
-        return Context(self._nv, gpm, self._peers, self._record_error, int(field), self._clock)
+        return Context(
+            self._nv, gpm, self._peers, self._record_error, int(field), self._clock, self._nvlink_errors_seconds
+        )
 
     @property
     def _gpm(self) -> GpmSampler:

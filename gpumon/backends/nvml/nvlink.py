@@ -21,7 +21,6 @@ from gpumon.backends.nvml.codes import (
     nvml_error,
 )
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_value, handle_of, opt
-from gpumon.fields.nvlink import NVLINK_ERRORS_SECONDS
 from gpumon.snapshot import Tier
 
 NVLINK_ERROR_FIELDS = {"replay": 161, "recovery": 162, "crc": 163}
@@ -71,15 +70,15 @@ def read_nvlink_errors(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -
     with nvidia-smi on H200 (driver 580). DL_CRC_DATA / DL_ECC_DATA are left out (see
     NVLINK_ERROR_COUNTERS).
 
-    NVML is asked at most every NVLINK_ERRORS_SECONDS (the call costs ~40 ms of CPU per GPU); the
-    reads between give the counters of the last call.
+    With ``ctx.nvlink_errors_seconds`` (the daemon: NVLINK_ERRORS_SECONDS; the call costs ~40 ms of
+    CPU per GPU) NVML is asked at most that often, and the reads between give the counters of the last call.
     """
     count = nvlink_count(ctx, g)
     if count == 0:
         raise Unsupported
     now = ctx.clock()
     last = g.nvlink_errors_last
-    if last is not None and now - last[0] < NVLINK_ERRORS_SECONDS:
+    if last is not None and now - last[0] < ctx.nvlink_errors_seconds:
         out["nvlink_errors_total"] = last[1]
         return
     nv = ctx.nv

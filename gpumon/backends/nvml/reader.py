@@ -109,6 +109,9 @@ class Context:
     """NVML_FI_DEV_MEMORY_TEMP."""
     clock: Callable[[], float] = time.monotonic
     """Seconds, for readers that space out a costly call (process utilization)."""
+    nvlink_errors_seconds: float = 0.0
+    """Ask NVML for the NVLink error counters at most this often (0: every read); the daemon's
+    backend spaces them (gpumon.fields.nvlink.NVLINK_ERRORS_SECONDS)."""
 
 
 Reader = Callable[[Context, GpuState, Any, dict[str, Any]], None]
