@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from gpumon.exporter.metrics import MetricRow, gpu_rows
 from gpumon.exporter.text import Family, header, render, sample_lines, sample_template
 from gpumon.poller import PollIntervals
+from gpumon.same import same_objects
 from gpumon.snapshot import GpuSnapshot, Snapshot, Tier
 
 GPU_LABELS = ("gpu", "uuid")
@@ -191,12 +192,7 @@ class GpuFamilies:
         empty, template = self._row_head(row)
         parts = self._parts(row, gpus, template, formatted)
         last = self._row_last.get(row.name)
-        if (
-            last is not None
-            and last[1].help == empty.help
-            and len(last[0]) == len(parts)
-            and all(a is b for a, b in zip(last[0], parts, strict=True))
-        ):
+        if last is not None and last[1].help == empty.help and same_objects(last[0], parts):
             return last[1]
         family = Family(row.name, row.kind, empty.help, empty.label_names, plain_labels=row.plain_labels)
         samples = family.samples

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from gpumon.exporter import gzip_parts, openmetrics
 from gpumon.exporter.text import Family, render
+from gpumon.same import same_objects
 from gpumon.snapshot import Snapshot
 
 TEXT = "text"
@@ -39,7 +40,7 @@ class Rendered:
 
     def holds(self, families: Sequence[Family]) -> bool:
         """Whether ``families`` are these very family objects, in this order."""
-        return len(families) == len(self.families) and all(a is b for a, b in zip(families, self.families, strict=True))
+        return same_objects(families, self.families)
 
     def block(self, fmt: str) -> bytes:
         """The families in format ``fmt``, encoded."""

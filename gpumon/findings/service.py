@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from gpumon.alerts.burn_marker import BurnMarkerReader
 from gpumon.events.catalog import XidCatalog
@@ -27,6 +26,7 @@ from gpumon.findings.model import Finding, HealthReport, verdict
 from gpumon.findings.stragglers import Deviation, StragglerDetector
 from gpumon.findings.trends import Increase, TrendTracker
 from gpumon.findings.xid_lifecycle import Clear, XidLifecycle, XidPolicy
+from gpumon.same import same_objects
 from gpumon.snapshot import Snapshot
 from gpumon.state.burn_files import LAST_NAME, burn_dir
 from gpumon.state.files import health_dir, read_json, write_json
@@ -322,7 +322,7 @@ class HealthCollector:
         yield from self._built[1]
         deviations, increases = self._service.signals()
         built = self._signals_built
-        if built is None or not (_same_items(built[0], deviations) and _same_items(built[1], increases)):
+        if built is None or not (same_objects(built[0], deviations) and same_objects(built[1], increases)):
             built = self._signals_built = (deviations, increases, list(self._signal_families(deviations, increases)))
         yield from built[2]  # the engines keep their results while nothing changed: so are these families
 
@@ -382,8 +382,3 @@ class HealthCollector:
         for i in increases:
             increase.add([str(i.index), i.uuid, i.counter, i.label, f"{i.window_seconds:g}"], i.increase)
         yield increase
-
-
-def _same_items(a: list[Any], b: list[Any]) -> bool:
-    """Whether ``a`` and ``b`` hold the very same objects, in the same order."""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
