@@ -28,6 +28,8 @@ MIB = 1024 * 1024
 
 NVMLError = _real.NVMLError
 NOT_SUPPORTED = _real.NVML_ERROR_NOT_SUPPORTED
+_POLICY_OF_FIELD = dict(zip(range(74, 82), (0, 1, 2, 3, 4, 5, 10, 11), strict=True))
+"""NVML_FI_DEV_PERF_POLICY_POWER .. _TOTAL_BASE_CLOCKS (74-81) -> NVML_PERF_POLICY_*."""
 GPU_IS_LOST = _real.NVML_ERROR_GPU_IS_LOST
 
 
@@ -75,6 +77,10 @@ class FakeGpu:
     clock_events_supported: int = 0x1FF
     clock_events_current: int = 0x1 | 0x4
     violations_ns: dict[int, int] = field(default_factory=lambda: {0: 2_500_000_000, 1: 0})
+    """NVML_PERF_POLICY_* -> violation time, ns; a missing policy reports NOT_SUPPORTED (API and field alike)."""
+    violation_fields: bool = True
+    """The driver has the NVML_FI_DEV_PERF_POLICY_* fields (74-81) for those counters; False: every one of
+    them reports NOT_SUPPORTED (an older driver: nvmlDeviceGetViolationStatus only)."""
     fans_percent: list[int] = field(default_factory=list)
     """Empty -> nvmlDeviceGetNumFans returns 0 (SXM boards have no fan)."""
     pcie_gen: int = 5
@@ -305,6 +311,15 @@ class FakeNvml:
                         nvmlReturn=0,
                         valueType=_real.NVML_VALUE_TYPE_UNSIGNED_INT,
                         value=SimpleNamespace(uiVal=g.memory_temperature),
+                    )
+                )
+            elif g.violation_fields and _POLICY_OF_FIELD.get(field_id, -1) in g.violations_ns:
+                out.append(
+                    SimpleNamespace(
+                        fieldId=field_id,
+                        nvmlReturn=0,
+                        valueType=_real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                        value=SimpleNamespace(ullVal=g.violations_ns[_POLICY_OF_FIELD[field_id]]),
                     )
                 )
             elif field_id in g.pcie_bytes:

@@ -124,8 +124,11 @@ class ClockFields:
     throttle_seconds_total: Mapping[str, float] | None = declare_mapping(
         Tier.SLOW,
         "Time clocks were held below the requested value, by reason, s (violation counters, ns / 1e9)",
-        nvml="nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_*) (~0.7 ms each)",
-        conversion="violationTime ns / 10⁹",
+        nvml=(
+            "nvmlDeviceGetFieldValues(NVML_FI_DEV_PERF_POLICY_*), one call (~0.6 ms); "
+            "nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_*) (~0.7 ms each) where the driver lacks the fields"
+        ),
+        conversion="violation time ns / 10⁹",
         smi="-q Clocks Event Reasons counters",
         metric=Metric(
             "gpumon_throttle_seconds_total",
