@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from gpumon.findings.model import WARNING, Finding
+from gpumon.same import same_objects
 from gpumon.snapshot import GpuSnapshot, Snapshot
 
 
@@ -174,7 +175,7 @@ class TrendTracker:
                 continue
             inputs = _counter_inputs(gpu)
             last = self._last_inputs.get(gpu.uuid)
-            if last is not None and all(a is b for a, b in zip(last, inputs, strict=True)):
+            if last is not None and same_objects(last, inputs):
                 continue  # the very counters of the last snapshot: nothing to add (most polls)
             self._last_inputs[gpu.uuid] = inputs
             for counter, label, raw in counters_of(gpu):
