@@ -31,6 +31,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_ipv6() -> int:
+    """A port free on every IPv6 and IPv4 address, as ``--listen [::]:PORT`` (dual-stack) needs it: a port
+    ``free_port`` finds free on 127.0.0.1 may be in use on an IPv6 address (CI once failed on that)."""
+    with socket.socket(socket.AF_INET6) as s:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        s.bind(("::", 0))
+        return int(s.getsockname()[1])
+
+
 def wait_for(
     condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "condition"
 ) -> Any:

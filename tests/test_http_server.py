@@ -24,7 +24,7 @@ from gpumon.exporter.http_limits import HttpLimits
 from gpumon.exporter.repeat_log import RepeatLog
 from gpumon.exporter.server import MetricsServer, RenderedBytes
 from gpumon.store import SnapshotStore
-from tests.helpers import REPO, DaemonProcess, free_port, wait_for
+from tests.helpers import REPO, DaemonProcess, free_port_ipv6, wait_for
 
 
 def raw_request(port: int, request: bytes, host: str = "127.0.0.1", timeout: float = 5.0) -> bytes:
@@ -113,7 +113,7 @@ def test_keep_alive_serves_several_requests_on_one_connection(daemon: DaemonProc
 
 @pytest.mark.parametrize("host", ["[::1]", "[::]"])
 def test_listen_on_ipv6_serves_metrics(tmp_path: Path, host: str) -> None:
-    port = free_port()
+    port = free_port_ipv6()
     log = tmp_path / "gpumon.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
