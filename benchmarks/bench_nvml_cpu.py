@@ -5,7 +5,8 @@
 
 Times each call ``--repeat`` times (median wall µs and median CPU µs of this thread, user +
 system, so time the driver spends on the CPU counts): the per-process calls of gpumon's fast
-tier and the costliest slow-tier counters. With ``--load`` it times everything again while a
+tier and the costliest slow-tier counters, among them the violation counters both ways (the eight
+``nvmlDeviceGetViolationStatus`` calls, the reference, and the one field-values call gpumon makes). With ``--load`` it times everything again while a
 torch matmul process (a child of its own) keeps the GPU busy, since some calls cost more with a
 process on the GPU. The reference is the wall time of the same call: CPU ≈ wall means the driver
 spins on the CPU for the whole call. With ``--readers`` it times every reader group of gpumon's
@@ -17,6 +18,7 @@ this host. Nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import subprocess
 import sys
 import time
@@ -27,6 +29,12 @@ from typing import Any
 from bench_nvml_calls import timed_us
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gpumon.backends.nvml.clocks import PERF_POLICIES, PERF_POLICY_FIELDS
+
+VIOLATION_CALLS = "nvmlDeviceGetViolationStatus, all 8 policies"
+"""The reference for the violation counters: what gpumon asked before it read them as fields."""
+VIOLATION_FIELDS = "nvmlDeviceGetFieldValues(PERF_POLICY 74-81)"
 
 LOAD = """
 import sys, time, torch
@@ -58,6 +66,11 @@ def calls(nv: Any, h: Any) -> list[tuple[str, Callable[[], Any]]]:
             return
         last_seen[0] = max([last_seen[0], *(int(s.timeStamp) for s in samples)])
 
+    def every_policy() -> None:
+        for policy in PERF_POLICIES.values():
+            with contextlib.suppress(nv.NVMLError):  # a policy this GPU lacks: its field is left out too
+                nv.nvmlDeviceGetViolationStatus(h, policy)
+
     return [
         ("nvmlDeviceGetComputeRunningProcesses", lambda: nv.nvmlDeviceGetComputeRunningProcesses(h)),
         ("nvmlDeviceGetProcessUtilization(last seen)", process_utilization),
@@ -65,6 +78,11 @@ def calls(nv: Any, h: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("nvmlDeviceGetUtilizationRates", lambda: nv.nvmlDeviceGetUtilizationRates(h)),
         ("nvmlDeviceGetTotalEnergyConsumption", lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h)),
         ("nvmlDeviceGetViolationStatus(POWER)", lambda: nv.nvmlDeviceGetViolationStatus(h, 0)),
+        (VIOLATION_CALLS, every_policy),
+        (VIOLATION_FIELDS, lambda: nv.nvmlDeviceGetFieldValues(h, list(PERF_POLICY_FIELDS.values()))),
+        ("  the thermal field (75) alone", lambda: nv.nvmlDeviceGetFieldValues(h, [PERF_POLICY_FIELDS["thermal"]])),
+        ("  the power field (74) alone", lambda: nv.nvmlDeviceGetFieldValues(h, [PERF_POLICY_FIELDS["power"]])),
+        ("nvmlDeviceGetFieldValues(TOTAL_ENERGY 83)", lambda: nv.nvmlDeviceGetFieldValues(h, [83])),
         ("nvmlDeviceGetPcieReplayCounter", lambda: nv.nvmlDeviceGetPcieReplayCounter(h)),
     ]
 
@@ -72,13 +90,18 @@ def calls(nv: Any, h: Any) -> list[tuple[str, Callable[[], Any]]]:
 def table(nv: Any, h: Any, repeat: int, label: str) -> None:
     print(f"## {label}")
     print(f"{'call':46} {'wall µs':>10} {'CPU µs':>10} {'CPU/wall':>9}")
+    cpu_of: dict[str, float] = {}
     for name, fn in calls(nv, h):
         got = timed(fn, repeat)
         if isinstance(got, str):
             print(f"{name:46} {got}")
         else:
             wall, cpu = got
+            cpu_of[name] = cpu
             print(f"{name:46} {wall:10.1f} {cpu:10.1f} {cpu / wall if wall else 0:9.2f}")
+    if cpu_of.get(VIOLATION_CALLS) and VIOLATION_FIELDS in cpu_of:
+        ratio = cpu_of[VIOLATION_FIELDS] / cpu_of[VIOLATION_CALLS]
+        print(f"violation counters: gpumon's one field-values call / the eight per-policy calls, CPU: {ratio:.2f}")
 
 
 def readers_table(gpu: int, repeat: int) -> None:
