@@ -66,6 +66,13 @@ def test_the_daemon_never_loads_torch() -> None:
     assert result.stdout.strip() == "False", result.stderr
 
 
+def test_the_daemon_does_not_load_rich() -> None:
+    """rich draws the tables of the one-shot commands; the daemon has no use for its 2.4 MiB."""
+    code = "import sys, gpumon.cli, gpumon.daemon; gpumon.cli.build_parser(); print('rich' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr
+
+
 # --- one --json convention: --json / --json - print to stdout, --json PATH writes a file -----------
 
 

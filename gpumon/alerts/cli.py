@@ -6,11 +6,12 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
-from rich.console import Console
-from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 from gpumon.jsonout import add_json_option, emit_json, to_stdout
 
@@ -61,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     """Fetch and print the alerts; 0 when fetched, 1 when the daemon cannot be reached."""
     base = (args.url or _default_url(args)).rstrip("/")
     url = base + "/api/alerts"
+    from rich.console import Console  # here, not at the top: every command builds this parser, the daemon too
+
     console = Console()
     try:
         response = requests.get(url, timeout=getattr(args, "timeout", 5.0))
@@ -98,6 +101,8 @@ def _age(seconds: float | None, now: float) -> str:
 
 def print_table(console: Console, data: dict[str, Any], now: float | None = None) -> None:
     """The alerts as a rich table, then one line per receiver with a queue, an error or a sender not up."""
+    from rich.table import Table
+
     now = time.time() if now is None else now
     alerts = data.get("alerts") or []
     host = data.get("host", "")
