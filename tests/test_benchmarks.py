@@ -57,3 +57,9 @@ def test_scale_benchmark_runs_with_the_dcgm_names() -> None:
 def test_daemon_cpu_benchmark_reports_cpu_rss_and_threads() -> None:
     out = _quick("bench_daemon_cpu.py")
     assert "% core/GPU" in out and "RSS MiB" in out and "threads" in out
+
+
+def test_side_by_side_daemon_benchmark_reports_both_checkouts() -> None:
+    this_checkout = str(Path(__file__).resolve().parent.parent)
+    out = _quick("bench_daemon_ab.py", this_checkout)
+    assert "reference: " in out and "other: " in out and "ratio other / reference: CPU" in out

@@ -1,0 +1,107 @@
+"""Two gpumon daemons from two checkouts, started together on simulated GPUs: CPU and RSS of each.
+
+    python benchmarks/bench_daemon_ab.py REFERENCE_CHECKOUT [OTHER_CHECKOUT] [--gpus 8] [--seconds 250] [--quick]
+
+REFERENCE_CHECKOUT is a tree of gpumon (``git worktree add /tmp/before a76c2bb``, or ``git archive
+REV | tar -x -C DIR``); OTHER_CHECKOUT defaults to this one. Each tree runs its own ``gpumon run
+--backend fake --fake-gpus N`` (default intervals, its own state dir, its own modules through
+PYTHONPATH); both start together and are scraped once a second, in turn, for ``--seconds``. Printed:
+each daemon's share of one core over that time, its RSS, and the ratio of the other to the reference.
+
+Why together: the fake backend's simulated load follows wall time (a period of about 251 s), and a
+shared box's speed drifts over minutes and days; two daemons measured one after the other see
+different loads and a different box (docs/benchmarks.md, "Daemon CPU per GPU count").
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from daemon_proc import free_port, get
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def start(tree: Path, gpus: int, port: int, state: Path) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "gpumon", "run", "--backend", "fake", "--fake-gpus", str(gpus)]
+    cmd += ["--listen", f"127.0.0.1:{port}", "--state-dir", str(state), "--log-level", "warning"]
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    return subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if get(port, "/ready")[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"the daemon on port {port} did not become ready")
+
+
+def cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
+    times = psutil.Process(proc.pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("reference", type=Path, help="the checkout measured first in each round (before)")
+    parser.add_argument("other", type=Path, nargs="?", default=HERE, help="the other checkout (default: this one)")
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=250.0)
+    parser.add_argument("--quick", action="store_true", help="2 GPUs for 3 s (checks the script runs)")
+    args = parser.parse_args()
+    gpus, seconds = (2, 3.0) if args.quick else (args.gpus, args.seconds)
+    trees = [args.reference.resolve(), args.other.resolve()]
+    states = [Path(tempfile.mkdtemp(prefix="gpumon-ab-")) for _ in trees]
+    ports = [free_port() for _ in trees]
+    procs = [start(tree, gpus, port, state) for tree, port, state in zip(trees, ports, states, strict=True)]
+    try:
+        for port, proc in zip(ports, procs, strict=True):
+            wait_ready(port, proc)
+        time.sleep(3.0)  # past start-up: the first static and slow reads
+        conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=30) for port in ports]
+        before = [cpu_seconds(proc) for proc in procs]
+        began = time.monotonic()
+        rounds = 0
+        while time.monotonic() - began < seconds:
+            for conn in conns:  # one plain scrape a second each, keep-alive, as Prometheus does
+                conn.request("GET", "/metrics")
+                conn.getresponse().read()
+            rounds += 1
+            time.sleep(max(0.0, began + rounds - time.monotonic()))
+        elapsed = time.monotonic() - began
+        shares = [100.0 * (cpu_seconds(proc) - b) / elapsed for proc, b in zip(procs, before, strict=True)]
+        rss = [psutil.Process(proc.pid).memory_info().rss / 2**20 for proc in procs]
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
+        for state in states:
+            shutil.rmtree(state, ignore_errors=True)
+    print(f"## two daemons started together, {gpus} simulated GPUs, one scrape a second each, {elapsed:.0f} s")
+    print(f"{'checkout':<50}{'% of a core':>12}{'RSS MiB':>9}")
+    for label, tree, share, mib in zip(("reference", "other"), trees, shares, rss, strict=True):
+        print(f"{f'{label}: {tree}':<50}{share:>12.3f}{mib:>9.1f}")
+    if shares[0] > 0:
+        print(f"ratio other / reference: CPU {shares[1] / shares[0]:.2f}, RSS {rss[1] / rss[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
