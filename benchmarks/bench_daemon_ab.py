@@ -16,12 +16,10 @@ different loads and a different box (docs/benchmarks.md, "Daemon CPU per GPU cou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,31 +27,12 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from daemon_proc import free_port, get
+from daemon_proc import daemon
 
 HERE = Path(__file__).resolve().parent.parent
 
 
-def start(tree: Path, gpus: int, port: int, state: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "gpumon", "run", "--backend", "fake", "--fake-gpus", str(gpus)]
-    cmd += ["--listen", f"127.0.0.1:{port}", "--state-dir", str(state), "--log-level", "warning"]
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    return subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if get(port, "/ready")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit(f"the daemon on port {port} did not become ready")
-
-
-def cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
+def cpu_seconds(proc: subprocess.Popen[str]) -> float:
     times = psutil.Process(proc.pid).cpu_times()
     return float(times.user + times.system)
 
@@ -68,12 +47,8 @@ def main() -> int:
     args = parser.parse_args()
     gpus, seconds = (2, 3.0) if args.quick else (args.gpus, args.seconds)
     trees = [args.reference.resolve(), args.other.resolve()]
-    states = [Path(tempfile.mkdtemp(prefix="gpumon-ab-")) for _ in trees]
-    ports = [free_port() for _ in trees]
-    procs = [start(tree, gpus, port, state) for tree, port, state in zip(trees, ports, states, strict=True)]
-    try:
-        for port, proc in zip(ports, procs, strict=True):
-            wait_ready(port, proc)
+    with contextlib.ExitStack() as stack:  # both started, one right after the other, before either is measured
+        procs, ports = zip(*(stack.enter_context(daemon(gpus, tree=tree)) for tree in trees), strict=True)
         time.sleep(3.0)  # past start-up: the first static and slow reads
         conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=30) for port in ports]
         before = [cpu_seconds(proc) for proc in procs]
@@ -88,12 +63,6 @@ def main() -> int:
         elapsed = time.monotonic() - began
         shares = [100.0 * (cpu_seconds(proc) - b) / elapsed for proc, b in zip(procs, before, strict=True)]
         rss = [psutil.Process(proc.pid).memory_info().rss / 2**20 for proc in procs]
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(10)
-        for state in states:
-            shutil.rmtree(state, ignore_errors=True)
     print(f"## two daemons started together, {gpus} simulated GPUs, one scrape a second each, {elapsed:.0f} s")
     print(f"{'checkout':<50}{'% of a core':>12}{'RSS MiB':>9}")
     for label, tree, share, mib in zip(("reference", "other"), trees, shares, rss, strict=True):

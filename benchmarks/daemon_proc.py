@@ -40,18 +40,24 @@ def pct(values: list[float], q: float) -> float:
 
 @contextmanager
 def daemon(
-    fake_gpus: int, backend: str = "fake", prefix: list[str] | None = None, args: list[str] | None = None
+    fake_gpus: int,
+    backend: str = "fake",
+    prefix: list[str] | None = None,
+    args: list[str] | None = None,
+    tree: Path | None = None,
 ) -> Iterator[tuple[subprocess.Popen[str], int]]:
     """A ready ``gpumon run`` on a free port with a scratch state dir (default intervals);
     ``prefix`` replaces ``-m gpumon`` (e.g. the sampling profiler and its output file);
-    ``args`` are appended to the command line (e.g. ``--compat dcgm``)."""
+    ``args`` are appended to the command line (e.g. ``--compat dcgm``); ``tree``: the gpumon
+    checkout whose modules it runs (default: this one)."""
     port = free_port()
     state = Path(tempfile.mkdtemp(prefix="gpumon-bench-"))
     cmd = [sys.executable, *(prefix or ["-m", "gpumon"]), "run", "--backend", backend, "--fake-gpus", str(fake_gpus)]
     cmd += ["--listen", f"127.0.0.1:{port}", "--state-dir", str(state), "--log-level", "warning"]
     cmd += args or []
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    env = dict(os.environ, PYTHONPATH=str(tree or Path(__file__).resolve().parent.parent))
+    # in the tree's own folder too: ``python -m`` puts the working folder ahead of PYTHONPATH
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=tree)
     try:
         deadline = time.monotonic() + 60
         while True:

@@ -28,9 +28,9 @@ MIB = 1024 * 1024
 
 NVMLError = _real.NVMLError
 NOT_SUPPORTED = _real.NVML_ERROR_NOT_SUPPORTED
+GPU_IS_LOST = _real.NVML_ERROR_GPU_IS_LOST
 _POLICY_OF_FIELD = dict(zip(range(74, 82), (0, 1, 2, 3, 4, 5, 10, 11), strict=True))
 """NVML_FI_DEV_PERF_POLICY_POWER .. _TOTAL_BASE_CLOCKS (74-81) -> NVML_PERF_POLICY_*."""
-GPU_IS_LOST = _real.NVML_ERROR_GPU_IS_LOST
 
 
 @dataclass(frozen=True)
