@@ -55,7 +55,9 @@ def daemon(
     cmd = [sys.executable, *(prefix or ["-m", "gpumon"]), "run", "--backend", backend, "--fake-gpus", str(fake_gpus)]
     cmd += ["--listen", f"127.0.0.1:{port}", "--state-dir", str(state), "--log-level", "warning"]
     cmd += args or []
-    env = dict(os.environ, PYTHONPATH=str(tree or Path(__file__).resolve().parent.parent))
+    # the checkout first, then what the caller's PYTHONPATH holds (packages installed with --target)
+    paths = [str(tree or Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
     # in the tree's own folder too: ``python -m`` puts the working folder ahead of PYTHONPATH
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=tree)
     try:

@@ -63,3 +63,17 @@ def test_side_by_side_daemon_benchmark_reports_both_checkouts() -> None:
     this_checkout = str(Path(__file__).resolve().parent.parent)
     out = _quick("bench_daemon_ab.py", this_checkout)
     assert "reference: " in out and "other: " in out and "ratio other / reference: CPU" in out
+
+
+def test_memory_benchmark_sums_the_daemon_and_its_reference_by_what_they_hold() -> None:
+    import subprocess
+
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_memory.py"
+    args = ["--backend", "fake", "--fake-gpus", "2", "--seconds", "1"]
+    done = subprocess.run([sys.executable, str(bench), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = {line[:56].strip(): line[56:].split() for line in done.stdout.splitlines() if not line.startswith("#")}
+    gpumon_rss, _, bare_rss, _ = map(float, rows["total"])
+    assert gpumon_rss > bare_rss > 0
+    assert float(rows["anonymous (Python objects, malloc, thread stacks)"][0]) > 0
+    assert "gpumon over the reference" in done.stdout

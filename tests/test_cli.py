@@ -73,6 +73,15 @@ def test_the_daemon_does_not_load_rich() -> None:
     assert result.stdout.strip() == "False", result.stderr
 
 
+def test_the_daemon_loads_requests_only_to_send_an_alert() -> None:
+    """requests (with urllib3, idna, charset_normalizer: ~110 modules, ~5 MiB) posts alerts; a daemon
+    that has sent none has not loaded it (tests/alerts/test_delivery.py: the sender makes its session
+    for its first batch)."""
+    code = "import sys, gpumon.cli, gpumon.daemon; gpumon.cli.build_parser(); print('requests' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr
+
+
 # --- one --json convention: --json / --json - print to stdout, --json PATH writes a file -----------
 
 

@@ -8,8 +8,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import requests
-
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -62,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
     """Fetch and print the alerts; 0 when fetched, 1 when the daemon cannot be reached."""
     base = (args.url or _default_url(args)).rstrip("/")
     url = base + "/api/alerts"
-    from rich.console import Console  # here, not at the top: every command builds this parser, the daemon too
+    # here, not at the top: every command builds this parser, the daemon too
+    import requests
+    from rich.console import Console
 
     console = Console()
     try:

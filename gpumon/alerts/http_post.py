@@ -10,12 +10,13 @@ import email.utils
 import ssl
 from dataclasses import dataclass
 from datetime import timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-import requests
-
 from gpumon.alerts.config import ReceiverHttp
+
+if TYPE_CHECKING:  # requests is loaded where an alert is first sent, not with the daemon (~5 MiB, 110 modules)
+    import requests
 
 USER_AGENT = "gpumon-alerts/1"
 
@@ -46,6 +47,13 @@ def retry_after_seconds(header: str | None, now: float) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
+def new_session() -> requests.Session:
+    """An HTTP session for one receiver's worker: the first use of requests in a daemon."""
+    import requests
+
+    return requests.Session()
+
+
 def post_json(
     session: requests.Session,
     url: str,
@@ -55,6 +63,8 @@ def post_json(
     http: ReceiverHttp | None = None,
 ) -> SendResult:
     """POST ``body`` as JSON with the receiver's TLS and auth options, and classify the answer."""
+    import requests  # loaded already: ``session`` is one of its sessions
+
     http = http or ReceiverHttp()
     headers = {"User-Agent": USER_AGENT}
     if http.bearer_token_file:

@@ -28,13 +28,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import requests
+from typing import TYPE_CHECKING, Any
 
 from gpumon.alerts.config import ReceiverHttp, RetryConfig
-from gpumon.alerts.http_post import SendResult, post_json, safe_url
+from gpumon.alerts.http_post import SendResult, new_session, post_json, safe_url
 from gpumon.alerts.notification import Notification, alertmanager_body, webhook_body
+
+if TYPE_CHECKING:
+    import requests
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ class Receiver:
         on_change: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.time,
         rng: Callable[[], float] = random.random,
-        session_factory: Callable[[], requests.Session] = requests.Session,
+        session_factory: Callable[[], requests.Session] = new_session,
         http: ReceiverHttp | None = None,
     ) -> None:
         if kind not in ("alertmanager", "webhook"):
@@ -244,19 +245,26 @@ class Receiver:
         }
 
     def _run(self) -> None:
-        session = self._session_factory()
+        # The HTTP session is made for the first batch: a daemon that never alerts never loads requests.
+        session: requests.Session | None = None
         try:
             while True:
                 try:
-                    if not self._run_once(session):
+                    batch = self._wait_for_batch()
+                    if batch is None:
                         return
+                    if session is None:
+                        session = self._session_factory()
+                    self._send(session, batch)
                 except Exception as exc:
                     delay = self._survive(exc)
                     with self._cond:  # whatever failed, never spin: wait out the backoff (or a stop)
                         self._cond.wait_for(lambda: self._stopping, delay)
-                    session = self._fresh_session(session)
+                    if session is not None:
+                        session = self._fresh_session(session)
         finally:
-            session.close()
+            if session is not None:
+                session.close()
 
     def _fresh_session(self, old: requests.Session) -> requests.Session:
         """A new HTTP session after an unexpected error (the old one may be what broke); the old one if none can be made."""
@@ -271,11 +279,8 @@ class Receiver:
             log.debug("closing an HTTP session failed", exc_info=True)
         return new
 
-    def _run_once(self, session: requests.Session) -> bool:
-        """Send one batch when one is due; False when the worker should end."""
-        batch = self._wait_for_batch()
-        if batch is None:
-            return False
+    def _send(self, session: requests.Session, batch: list[_Item]) -> None:
+        """POST one batch to the receiver and settle its alerts by the answer."""
         now = self._clock()
         body: Any
         if self.kind == "alertmanager":
@@ -289,7 +294,6 @@ class Receiver:
         except Exception as exc:
             result = SendResult("retry", f"unexpected error: {exc!r}")
         self._settle(batch, result)
-        return True
 
     def _survive(self, exc: Exception) -> float:
         """An exception escaped one round of the worker: log it once per distinct error, count it; the backoff."""

@@ -90,6 +90,22 @@ def test_alertmanager_gets_the_alert_with_labels_annotations_and_times(
     assert resolved["endsAt"] == "2027-01-15T08:00:05.000Z"
 
 
+def test_a_sender_makes_its_http_session_for_its_first_alert(
+    receiver: TestReceiver, tmp_path: Path, services: list[AlertService]
+) -> None:
+    service = start(services, config(alertmanagers=[receiver.url]), tmp_path)
+    [sender] = service._receivers.values()
+    made: list[requests.Session] = []
+    sender._session_factory = lambda: made.append(requests.Session()) or made[-1]
+    time.sleep(0.3)  # the worker runs and waits for alerts
+    assert made == [], "no session (so no requests import in a daemon) before there is an alert to send"
+    fire(service)
+    wait_for(lambda: receiver.received, 5, what="the alert at the receiver")
+    fire(service, temperature=70)
+    wait_for(lambda: len(receiver.received) == 2, 5, what="the resolution")
+    assert len(made) == 1, "one session for the sender's life"
+
+
 @pytest.mark.parametrize(
     "failure",
     [(500, {}), (503, {}), (429, {}), "close", ("sleep", 1.5)],
