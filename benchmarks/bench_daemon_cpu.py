@@ -1,8 +1,8 @@
 """The daemon's CPU, memory and threads against the number of (simulated) GPUs.
 
 For each GPU count (default 8, 64, 256) a ``gpumon run --backend fake --fake-gpus N`` runs with
-the default intervals and is scraped once a second (plain text, keep-alive) for ``--seconds``
-(default 60). Printed per count: % of one core, CPU per GPU, RSS, threads. The reference
+the default intervals and is scraped once a second (plain text, keep-alive; ``--scrape-every 15``
+scrapes as Prometheus usually does) for ``--seconds`` (default 60). Printed per count: % of one core, CPU per GPU, RSS, threads. The reference
 measured in the same run is the cost of the scrapes alone: the same daemon's CPU is split into
 what the scrapes' render takes (timed in process over the same families) and the rest.
 The simulation's own cost is timed apart: ``FakeBackend.read`` of every GPU in process (fast tier
@@ -12,7 +12,7 @@ poll of 2 H200s).
 With ``--profile`` the daemon runs under benchmarks/sampling_profiler.py (which costs about
 1 % of a core itself) and its busiest functions are printed.
 
-    python benchmarks/bench_daemon_cpu.py [--gpus 8,64,256] [--seconds 60] [--profile] [--quick]
+    python benchmarks/bench_daemon_cpu.py [--gpus 8,64,256] [--seconds 60] [--scrape-every 1] [--profile] [--quick]
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from daemon_proc import daemon
 
 
-def measure(gpus: int, seconds: float, profile_to: Path | None) -> tuple[float, float, int]:
-    """(share of one core, max RSS bytes, threads) of a daemon scraped once a second."""
+def measure(gpus: int, seconds: float, profile_to: Path | None, scrape_every: float = 1.0) -> tuple[float, float, int]:
+    """(share of one core, max RSS bytes, threads) of a daemon scraped every ``scrape_every`` seconds."""
     prefix = [str(Path(__file__).resolve().parent / "sampling_profiler.py"), str(profile_to)] if profile_to else None
     with daemon(gpus, prefix=prefix) as (proc, port):
         ps = psutil.Process(proc.pid)
@@ -45,7 +45,7 @@ def measure(gpus: int, seconds: float, profile_to: Path | None) -> tuple[float, 
         while (now := time.monotonic()) - t0 < seconds:
             if now < next_at:
                 time.sleep(next_at - now)
-            next_at += 1.0
+            next_at += scrape_every
             conn.request("GET", "/metrics")
             conn.getresponse().read()
             rss = max(rss, ps.memory_info().rss)
@@ -78,6 +78,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gpus", default="8,64,256", help="comma-separated GPU counts")
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--scrape-every", type=float, default=1.0, help="seconds between scrapes (Prometheus: often 15)"
+    )
     parser.add_argument("--profile", action="store_true", help="run each daemon under the sampling profiler")
     parser.add_argument("--top", type=int, default=15, help="profile lines shown per GPU count")
     parser.add_argument("--quick", action="store_true", help="8 GPUs for 3 s (checks the script runs)")
@@ -90,10 +93,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for n in counts:
             out = Path(tmp) / f"profile-{n}.txt" if args.profile else None
-            rows.append((n, *measure(n, args.seconds, out), simulation_share(n)))
+            rows.append((n, *measure(n, args.seconds, out, args.scrape_every), simulation_share(n)))
             if out is not None and out.exists():
                 profiles[n] = out.read_text()
-    print(f"## gpumon run --backend fake, default intervals, one /metrics scrape a second, {args.seconds:g} s")
+    every = "a second" if args.scrape_every == 1 else f"every {args.scrape_every:g} s"
+    print(f"## gpumon run --backend fake, default intervals, one /metrics scrape {every}, {args.seconds:g} s")
     print(
         f"{'GPUs':>6}{'% core':>9}{'% core/GPU':>12}{'sim %':>8}{'less sim':>10}{'/GPU':>8}{'RSS MiB':>9}{'threads':>9}"
     )
@@ -106,7 +110,9 @@ def main() -> None:
     base_n, base_share = rows[0][0], rows[0][1]
     for n, share, *_ in rows[1:]:
         print(f"growth {base_n} -> {n} GPUs: {share / base_share:.2f}x CPU for {n / base_n:g}x GPUs")
-    print("goal for 8 GPUs: <= 0.5 % of a core, RSS <= 60 MB (real GPUs; simulated ones add the simulation)")
+    print(
+        "goal for 8 GPUs, scraped once a second: <= 0.5 % of a core, RSS <= 60 MB (simulated GPUs add the simulation)"
+    )
     for n, text in profiles.items():
         print(f"## sampling profile, {n} GPUs")
         lines = text.splitlines()
