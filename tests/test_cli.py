@@ -60,24 +60,18 @@ def test_once_without_nvml_is_one_line_and_exit_1() -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_the_daemon_never_loads_torch() -> None:
-    code = "import sys, gpumon.cli, gpumon.daemon; gpumon.cli.build_parser(); print('torch' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.stdout.strip() == "False", result.stderr
-
-
-def test_the_daemon_does_not_load_rich() -> None:
-    """rich draws the tables of the one-shot commands; the daemon has no use for its 2.4 MiB."""
-    code = "import sys, gpumon.cli, gpumon.daemon; gpumon.cli.build_parser(); print('rich' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.stdout.strip() == "False", result.stderr
-
-
-def test_the_daemon_loads_requests_only_to_send_an_alert() -> None:
-    """requests (with urllib3, idna, charset_normalizer: ~110 modules, ~5 MiB) posts alerts; a daemon
-    that has sent none has not loaded it (tests/alerts/test_delivery.py: the sender makes its session
-    for its first batch)."""
-    code = "import sys, gpumon.cli, gpumon.daemon; gpumon.cli.build_parser(); print('requests' in sys.modules)"
+@pytest.mark.parametrize(
+    "module",
+    [
+        "torch",  # only `gpumon burn` uses it, in gpumon/burn/
+        "rich",  # draws the tables of the one-shot commands (2.4 MiB)
+        # posts alerts: with urllib3, idna, charset_normalizer ~110 modules, ~5 MiB; a daemon that has
+        # sent none has not loaded it (test_delivery.py: a sender makes its session for its first batch)
+        "requests",
+    ],
+)
+def test_the_daemon_does_not_load(module: str) -> None:
+    code = f"import sys, gpumon.cli, gpumon.daemon; gpumon.cli.build_parser(); print({module!r} in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
 
