@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a running daemon's resident memory is, against a bare pynvml process on the same host.
 
-    python3 benchmarks/bench_memory.py [--backend nvml|fake] [--fake-gpus 8] [--seconds 30]
+    python3 benchmarks/bench_memory.py [--backend nvml|fake] [--fake-gpus 8] [--seconds 30] [--libraries 12]
 
 Starts ``gpumon run`` (default intervals, scraped once a second for ``--seconds``) and, as the
 reference, a bare process of the same Python that imports pynvml, initialises NVML and reads every
@@ -9,7 +9,9 @@ GPU's memory and utilization once (with ``--backend fake``: a bare interpreter).
 processes' mappings (``/proc/PID/smaps``, through psutil) and prints resident memory (RSS) and
 proportional memory (PSS: a shared page split between the processes that map it) by what the
 mapping holds: anonymous memory (Python objects, malloc arenas, thread stacks), the interpreter,
-libnvidia-ml, extension modules, other shared libraries, device mappings. Linux only; nothing is asserted.
+libnvidia-ml, extension modules, other shared libraries, device mappings; then, with
+``--libraries N``, the N file mappings of the daemon with the most RSS beside the reference's.
+Linux only; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -75,6 +77,15 @@ def by_category(pid: int) -> dict[str, tuple[float, float]]:
     return {key: (rss, pss) for key, (rss, pss) in totals.items()}
 
 
+def by_file(pid: int) -> dict[str, float]:
+    """RSS MiB of process ``pid`` per mapped file (anonymous mappings left out)."""
+    return {
+        Path(m.path).name: m.rss / 2**20
+        for m in psutil.Process(pid).memory_maps(grouped=True)
+        if m.path and not m.path.startswith("[")
+    }
+
+
 def bare_process(backend: str) -> subprocess.Popen[str]:
     """The reference process, started and ready (it waits on its stdin)."""
     code = BARE_NVML if backend == "nvml" else BARE_PYTHON
@@ -92,6 +103,7 @@ def main() -> int:
     parser.add_argument("--backend", default="nvml", choices=("nvml", "fake"))
     parser.add_argument("--fake-gpus", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--libraries", type=int, default=0, help="list the N files mapped with the most RSS")
     args = parser.parse_args()
 
     bare = bare_process(args.backend)
@@ -102,14 +114,18 @@ def main() -> int:
                 get(port, "/metrics")
                 time.sleep(1)
             ours = by_category(proc.pid)
+            our_files = by_file(proc.pid)
             threads = psutil.Process(proc.pid).num_threads()
         reference = by_category(bare.pid)
+        reference_files = by_file(bare.pid)
     finally:
         bare.kill()
         bare.wait()
     label = "bare pynvml process" if args.backend == "nvml" else "bare python"
     gpus = "" if args.backend == "nvml" else f" {args.fake_gpus} simulated GPUs,"
-    print(f"# gpumon run --backend {args.backend},{gpus} scraped once a second for {args.seconds:.0f} s; {threads} threads")
+    print(
+        f"# gpumon run --backend {args.backend},{gpus} scraped once a second for {args.seconds:.0f} s; {threads} threads"
+    )
     print(f"# python {sys.version.split()[0]}; MiB; reference: a {label} on the same host, read at the same time")
     print(f"{'what the mapping holds':<56}{'gpumon RSS':>11}{'PSS':>8}{'ref RSS':>9}{'PSS':>8}")
     for key in (*CATEGORIES, "total"):
@@ -118,6 +134,11 @@ def main() -> int:
         print(f"{key:<56}{rss:>11.1f}{pss:>8.1f}{ref_rss:>9.1f}{ref_pss:>8.1f}")
     total, ref_total = ours["total"][0], reference["total"][0]
     print(f"gpumon over the reference: {total - ref_total:+.1f} MiB RSS ({total / ref_total:.2f}x)")
+    if args.libraries:
+        print(f"{'file mapped (largest RSS in gpumon)':<56}{'gpumon RSS':>11}{'ref RSS':>17}")
+        for name, rss in sorted(our_files.items(), key=lambda item: -item[1])[: args.libraries]:
+            ref = reference_files.get(name)
+            print(f"{name:<56}{rss:>11.2f}{'-' if ref is None else f'{ref:.2f}':>17}")
     return 0
 
 

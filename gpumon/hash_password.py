@@ -8,11 +8,8 @@ Only the hash is printed. Exit 0 ok, 2 when no usable password was given.
 from __future__ import annotations
 
 import argparse
-import getpass
 import sys
 from typing import Any
-
-import bcrypt
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -38,6 +35,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def hash_password(password: str, cost: int = BCRYPT_COST) -> str:
     """The ``$2b$...`` bcrypt hash of ``password``."""
+    import bcrypt  # here: every command builds this parser, and the daemon needs no bcrypt
+
     return bcrypt.hashpw(password.encode(), bcrypt.gensalt(cost)).decode()
 
 
@@ -48,6 +47,8 @@ def _read_password(from_stdin: bool) -> str:
         if not line:
             raise EOFError
         return line[:-1] if line.endswith("\n") else line
+    import getpass
+
     if not sys.stdin.isatty():
         raise ValueError("stdin is not a terminal: pass the password on stdin with --stdin")
     first = getpass.getpass("Password: ")

@@ -69,10 +69,12 @@ def test_memory_benchmark_sums_the_daemon_and_its_reference_by_what_they_hold() 
     import subprocess
 
     bench = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_memory.py"
-    args = ["--backend", "fake", "--fake-gpus", "2", "--seconds", "1"]
+    args = ["--backend", "fake", "--fake-gpus", "2", "--seconds", "1", "--libraries", "3"]
     done = subprocess.run([sys.executable, str(bench), *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     rows = {line[:56].strip(): line[56:].split() for line in done.stdout.splitlines() if not line.startswith("#")}
+    libraries = done.stdout.split("file mapped (largest RSS in gpumon)")[1].strip().splitlines()[1:]
+    assert len(libraries) == 3 and all(float(line.split()[1]) > 0 for line in libraries), done.stdout
     gpumon_rss, _, bare_rss, _ = map(float, rows["total"])
     assert gpumon_rss > bare_rss > 0
     assert float(rows["anonymous (Python objects, malloc, thread stacks)"][0]) > 0

@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpumon.events.catalog import XidCatalog
 from gpumon.exporter.dcgm import DcgmCompatCollector, clock_events_mask
 from gpumon.exporter.openmetrics import render as render_openmetrics
-from gpumon.exporter.text import MetricsOf, render
+from gpumon.exporter.registry import MetricsOf
+from gpumon.exporter.text import render
 from gpumon.snapshot import GpuSnapshot, HostSnapshot, Snapshot
 from gpumon.store import SnapshotStore
 

@@ -9,13 +9,18 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
 
 from gpumon.backends.fake import FakeBackend
+from gpumon.exporter import openmetrics
 from gpumon.exporter.collector import GpumonCollector
-from gpumon.exporter.text import Family
+from gpumon.exporter.text import Family, go_float
 from gpumon.poller import Poller, PollIntervals
 from gpumon.store import SnapshotStore
 from tests.helpers import DATA
@@ -326,6 +331,23 @@ def test_a_family_is_the_prometheus_client_family_of_the_same_samples() -> None:
         Family("c", "counter", "h")
     with pytest.raises(ValueError, match="kind"):
         Family("h", "histogram", "h")
+
+
+@settings(max_examples=2000)
+@given(st.one_of(st.floats(), st.integers(min_value=-(10**20), max_value=10**20).map(float)))
+def test_a_sample_value_is_written_as_prometheus_client_writes_it(value: float) -> None:
+    """The daemon writes values without prometheus_client (it does not import it); the text is
+    the same for every float: signs, infinities, NaN, and Go's exponent from 1e7 up."""
+    assert go_float(value) == floatToGoString(value)
+
+
+@pytest.mark.parametrize("value", [0.1, 1e7, 12345678.0, 1e15, 123456789012345.0, 1e16, 1e300, 5e-324, -1e7])
+def test_values_at_the_exponent_edges_are_written_as_prometheus_client_writes_them(value: float) -> None:
+    assert go_float(value) == floatToGoString(value)
+
+
+def test_the_openmetrics_content_type_is_prometheus_clients() -> None:
+    assert openmetrics.CONTENT_TYPE == OPENMETRICS_CONTENT_TYPE_LATEST
 
 
 def test_scrapes_of_one_snapshot_share_its_rendered_series() -> None:

@@ -18,8 +18,6 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-import bcrypt
-
 
 class AuthCache:
     """Recent bcrypt verdicts keyed by an HMAC of the credentials (never the password); bounded, with expiry."""
@@ -148,6 +146,8 @@ class BcryptPool:
                     self._pending[job.client] = left
                 else:
                     self._pending.pop(job.client, None)
+            import bcrypt  # here, not with the module: a daemon without basic auth never loads it
+
             try:
                 ok = bcrypt.checkpw(job.password, job.hashed)
             except ValueError:  # longer than bcrypt's 72 bytes, or a malformed hash

@@ -19,8 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-
-from prometheus_client.core import Metric
+from typing import TYPE_CHECKING
 
 from gpumon import __version__
 from gpumon.exporter import gzip_parts
@@ -31,6 +30,9 @@ from gpumon.exporter.text import Family, FamilySource, render
 from gpumon.poller import PollIntervals
 from gpumon.snapshot import Snapshot, Tier
 from gpumon.store import SnapshotStore
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 log = logging.getLogger(__name__)
 

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST
-
 from gpumon.exporter.text import Family, header, render_samples
 
-CONTENT_TYPE = CONTENT_TYPE_LATEST
-"""``application/openmetrics-text; version=1.0.0; charset=utf-8``."""
+CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+"""prometheus_client's ``openmetrics.exposition.CONTENT_TYPE_LATEST`` (tests hold it to that)."""
 
 EOF = "# EOF\n"
 """The line that ends an OpenMetrics exposition."""

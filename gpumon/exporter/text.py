@@ -13,11 +13,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client.core import Metric
-from prometheus_client.samples import Sample
-from prometheus_client.utils import floatToGoString
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -66,6 +65,8 @@ class Family:
     def to_metric(self) -> Metric:
         """The same family as a prometheus_client Metric (for registries, and as the reference
         the tests render with prometheus_client)."""
+        from gpumon.exporter.registry import FamilyMetric  # prometheus_client only for registries
+
         return FamilyMetric(self)
 
 
@@ -73,49 +74,6 @@ class FamilySource(Protocol):
     """A metric source: its families for one scrape (built fresh, or reused while unchanged)."""
 
     def families(self) -> Iterable[Family]: ...
-
-
-class MetricsOf:
-    """prometheus_client's collector interface over a family source:
-    ``registry.register(MetricsOf(source))``."""
-
-    def __init__(self, source: FamilySource) -> None:
-        self._source = source
-
-    def describe(self) -> list[Metric]:
-        return []
-
-    def collect(self) -> list[Metric]:
-        return [family.to_metric() for family in self._source.families()]
-
-
-class FamilyMetric(Metric):
-    """A Family as a prometheus_client Metric, equal to the CounterMetricFamily, GaugeMetricFamily
-    or UnknownMetricFamily holding the same samples. Its ``samples`` are built only when read."""
-
-    def __init__(self, family: Family) -> None:  # no super().__init__(): ``samples`` is built on first use
-        self.family = family
-        self.name = family.family_name
-        self.documentation = family.help
-        self.type = "unknown" if family.kind == "untyped" else family.kind
-        self.unit = ""
-
-    def __getattr__(self, attr: str) -> Any:
-        if attr != "samples":
-            raise AttributeError(attr)
-        fam = self.family
-        name = fam.family_name + "_total" if fam.kind == "counter" else fam.name
-        names, optional = fam.label_names, fam.optional_labels
-        samples = [
-            Sample(
-                name,
-                {k: v for k, v in zip(names, labels, strict=True) if v or k not in optional},
-                value,
-            )
-            for labels, value in fam.samples
-        ]
-        self.__dict__["samples"] = samples
-        return samples
 
 
 def _escape_label(value: str) -> str:
@@ -142,6 +100,26 @@ def _template(fam: Family) -> str:
         return name + " {0}\n"
     value_slot = "{" + str(len(names)) + "}"
     return name + "{{" + ",".join(f'{names[i]}="{{{i}}}"' for i in order) + "}} " + value_slot + "\n"
+
+
+def go_float(value: float) -> str:
+    """A sample value as Prometheus writes it (Go's float formatting): ``+Inf``, ``-Inf``, ``NaN``,
+    Python's shortest repr otherwise, with an exponent from 1e7 up (``12345678.0`` is
+    ``1.2345678e+07``). The same text as ``prometheus_client.utils.floatToGoString``, which the
+    tests hold it to over every float; gpumon writes it here so that the daemon does not import
+    prometheus_client, whose package import loads its HTTP servers and clients (~2 MiB resident)."""
+    if value == math.inf:
+        return "+Inf"
+    if value == -math.inf:
+        return "-Inf"
+    if value != value:
+        return "NaN"
+    text = repr(value)
+    dot = text.find(".")
+    if value > 0 and dot > 6:
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return text
 
 
 def _zero(value: float) -> str:
@@ -179,7 +157,7 @@ def sample_lines(
     for labels, value in samples:
         text = formatted.get(value) if value else _zero(value)
         if text is None:
-            text = formatted[value] = floatToGoString(value)  # type: ignore[no-untyped-call]
+            text = formatted[value] = go_float(value)
         if not plain_labels:
             labels = tuple(_escape_label(v) for v in labels)
         out.append(template(*labels, text))
@@ -190,7 +168,7 @@ def _render_sparse_samples(fam: Family, out: list[str], formatted: dict[float, s
     for labels, value in fam.samples:
         text = formatted.get(value) if value else _zero(value)
         if text is None:
-            text = formatted[value] = floatToGoString(value)  # type: ignore[no-untyped-call]
+            text = formatted[value] = go_float(value)
         pairs = sorted((k, v) for k, v in zip(names, labels, strict=True) if v or k not in optional)
         if pairs:
             label_text = ",".join(f'{k}="{_escape_label(v)}"' for k, v in pairs)

@@ -24,7 +24,7 @@ slowdown, power cap) and extra processes are the evidence the finding gives.
 from __future__ import annotations
 
 import bisect
-import statistics
+import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -133,6 +133,12 @@ def _values(gpu: GpuSnapshot) -> dict[str, float]:
     if gpu.tensor_active_ratio is not None:
         out["tensor_active"] = gpu.tensor_active_ratio
     return out
+
+
+def _mean(values: Sequence[float]) -> float:
+    """``statistics.fmean(values)``, which is this; the daemon does not import statistics, whose
+    fractions and decimal modules hold ~0.6 MiB."""
+    return math.fsum(values) / len(values)
 
 
 def _median_without(ordered: Sequence[float], value: float) -> float:
@@ -266,7 +272,7 @@ class StragglerDetector:
         out = []
         for index, entry in sorted(self._per_gpu(now).items()):
             for signal, points in sorted(entry["signals"].items()):
-                ratio = statistics.fmean(d for d, _ in points)
+                ratio = _mean([d for d, _ in points])
                 out.append(Deviation(index=index, uuid=entry["uuid"], signal=signal, ratio=ratio))
         return out
 
@@ -293,7 +299,7 @@ class StragglerDetector:
                 below = sum(b for _, b in points)
                 if below < cfg.persistence_ratio * len(points):
                     continue
-                mean = statistics.fmean(d for d, _ in points)
+                mean = _mean([d for d, _ in points])
                 if worst is None or mean < worst[0]:
                     worst = (mean, signal, len(points))
             if worst is None:
@@ -321,7 +327,7 @@ class StragglerDetector:
             details.append(f"{entry['processes']} processes on it, {entry['peer_processes']:g} on each peer")
         if details:
             summary += ": " + ", ".join(details)
-        deviations = {s: round(statistics.fmean(d for d, _ in pts), 4) for s, pts in entry["signals"].items()}
+        deviations = {s: round(_mean([d for d, _ in pts]), 4) for s, pts in entry["signals"].items()}
         return Finding(
             kind="straggler",
             severity=WARNING,

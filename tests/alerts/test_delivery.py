@@ -20,7 +20,7 @@ from gpumon.alerts.config import AlertingConfig, RetryConfig
 from gpumon.alerts.notification import Notification
 from gpumon.alerts.notify import Receiver
 from gpumon.alerts.service import AlertService
-from gpumon.exporter.text import MetricsOf
+from gpumon.exporter.registry import MetricsOf
 from tests.alerts.helpers import (
     UUID0,
     FakeClock,

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gpumon.alerts.config import parse
 from gpumon.alerts.service import AlertService
 from gpumon.backends.factory import make_backend
-from gpumon.exporter.text import MetricsOf
+from gpumon.exporter.registry import MetricsOf
 from gpumon.poller import Poller
 from gpumon.store import SnapshotStore
 

@@ -16,7 +16,7 @@ from gpumon.backends.fake import FakeBackend
 from gpumon.burn.orchestration.watcher import Watcher, summarise
 from gpumon.burn.workloads.sw import check_gpu, check_host
 from gpumon.exporter.burn_results import BurnResultsCollector
-from gpumon.exporter.text import MetricsOf
+from gpumon.exporter.registry import MetricsOf
 from gpumon.snapshot import HostSnapshot
 from gpumon.state.burn_files import StateFiles
 

@@ -26,7 +26,7 @@ from gpumon.events.catalog import XidCatalog
 from gpumon.events.kernel_log import normalize_bus_id, read_boot_xids
 from gpumon.events.tracker import XidTracker
 from gpumon.exporter.dcgm import DcgmCompatCollector
-from gpumon.exporter.text import MetricsOf
+from gpumon.exporter.registry import MetricsOf
 from gpumon.poller import Poller
 from gpumon.processes import ProcessEnricher, parse_cgroup_file
 from gpumon.snapshot import Snapshot, Tier
