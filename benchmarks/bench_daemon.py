@@ -29,6 +29,8 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from daemon_proc import bytecode_note
+
 from gpumon.backends.factory import make_backend
 from gpumon.poller import Poller, PollIntervals
 from gpumon.snapshot import Tier
@@ -199,6 +201,9 @@ def daemon_cost(backend_spec: str, fake_gpus: int, seconds: float) -> None:
             f"daemon CPU while idle-scraped for {elapsed:.0f} s: {cpu_share * 100:.2f} % of one core; "
             f"RSS max {max(rss) / 2**20:.1f} MiB"
         )
+        note = bytecode_note()
+        if note:
+            print(note)
     finally:
         proc.terminate()
         proc.wait(10)

@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import psutil
-from daemon_proc import daemon, get
+from daemon_proc import bytecode_note, daemon, get
 
 BARE_NVML = """
 import sys, pynvml
@@ -126,6 +126,9 @@ def main() -> int:
     print(
         f"# gpumon run --backend {args.backend},{gpus} scraped once a second for {args.seconds:.0f} s; {threads} threads"
     )
+    note = bytecode_note()
+    if note:
+        print(note)
     print(f"# python {sys.version.split()[0]}; MiB; reference: a {label} on the same host, read at the same time")
     print(f"{'what the mapping holds':<56}{'gpumon RSS':>11}{'PSS':>8}{'ref RSS':>9}{'PSS':>8}")
     for key in (*CATEGORIES, "total"):

@@ -9,11 +9,13 @@ mkdir -p "$OUT"
 parts=${*:-nvml burn-tests burn-bench allreduce-small daemon}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site:$PWD
 else
   export PYTHONPATH=$PWD
 fi
+# bytecode, as an installed gpumon has it: a daemon that compiles its modules at start has a larger heap
+python3 -m compileall -q gpumon benchmarks > /dev/null
 {
   nvidia-smi
   nvidia-smi topo -m

@@ -79,3 +79,21 @@ def test_memory_benchmark_sums_the_daemon_and_its_reference_by_what_they_hold() 
     assert gpumon_rss > bare_rss > 0
     assert float(rows["anonymous (Python objects, malloc, thread stacks)"][0]) > 0
     assert "gpumon over the reference" in done.stdout
+
+
+def test_the_memory_benchmarks_say_when_gpumon_runs_without_its_bytecode(tmp_path: Path) -> None:
+    """A copy of the tree without bytecode compiles every module at start: its RSS is not an
+    installed daemon's, and the benchmarks that report RSS say so."""
+    import compileall
+
+    import daemon_proc
+
+    package = tmp_path / "gpumon"
+    (package / "exporter").mkdir(parents=True)
+    for module in ("__init__.py", "daemon.py", "exporter/__init__.py"):
+        (package / module).write_text("x = 1\n")
+    note = daemon_proc.bytecode_note(tmp_path)
+    assert note is not None and "3 of gpumon's 3 modules have no compiled bytecode" in note
+    assert f"python3 -m compileall -q {package}" in note
+    assert compileall.compile_dir(str(package), quiet=1)
+    assert daemon_proc.bytecode_note(tmp_path) is None
