@@ -334,7 +334,11 @@ def test_a_family_is_the_prometheus_client_family_of_the_same_samples() -> None:
 
 
 @settings(max_examples=2000)
-@given(st.one_of(st.floats(), st.integers(min_value=-(10**20), max_value=10**20).map(float)))
+@given(
+    st.one_of(
+        st.floats(), st.integers(min_value=-(10**20), max_value=10**20).map(float), st.integers(-(10**20), 10**20)
+    )
+)
 def test_a_sample_value_is_written_as_prometheus_client_writes_it(value: float) -> None:
     """The daemon writes values without prometheus_client (it does not import it); the text is
     the same for every float: signs, infinities, NaN, and Go's exponent from 1e7 up."""

@@ -107,7 +107,9 @@ def go_float(value: float) -> str:
     Python's shortest repr otherwise, with an exponent from 1e7 up (``12345678.0`` is
     ``1.2345678e+07``). The same text as ``prometheus_client.utils.floatToGoString``, which the
     tests hold it to over every float; gpumon writes it here so that the daemon does not import
-    prometheus_client, whose package import loads its HTTP servers and clients (~2 MiB resident)."""
+    prometheus_client, whose package import loads its HTTP servers and clients (~2 MiB resident).
+    An int is written as its float (``5`` as ``5.0``), as there."""
+    value = float(value)
     if value == math.inf:
         return "+Inf"
     if value == -math.inf:
