@@ -16,7 +16,6 @@ any reason keeps the running configuration, is logged in one line and shows in
 from __future__ import annotations
 
 import dataclasses
-import gc
 import logging
 import math
 import signal
@@ -28,6 +27,7 @@ from types import FrameType
 
 from apscheduler.triggers.interval import IntervalTrigger
 
+from gpumon import process_memory
 from gpumon.alerts import config as alerts_config
 from gpumon.alerts.service import AlertService
 from gpumon.backends.base import GpuBackend
@@ -128,13 +128,13 @@ class Daemon:
         monotonic: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         notifier: SystemdNotifier | None = None,
-        freeze_gc: Callable[[], None] = gc.freeze,
+        settle_memory: Callable[[], None] = process_memory.settle,
     ) -> None:
         """Build every part; raises OSError when the port cannot be bound and
         gpumon.exporter.webconfig.WebConfigError for an unusable web config.
-        ``freeze_gc`` runs once, in run_forever after the first poll (a test passes its own)."""
+        ``settle_memory`` runs once, in run_forever after the first poll (a test passes its own)."""
         self.config = config
-        self._freeze_gc = freeze_gc
+        self._settle_memory = settle_memory
         self._reload_config = reload_config
         self._mono = monotonic
         self._wall = wall_clock
@@ -285,8 +285,9 @@ class Daemon:
                     ready_sent = True
                     # What start-up built (modules, config, backend, the first tier caches) lives
                     # as long as the process: out of the collector's reach, its full collections
-                    # stop rescanning it (a 25 ms pause every few scrapes at 256 GPUs, 1.6 ms after).
-                    self._freeze_gc()
+                    # stop rescanning it (a 25 ms pause every few scrapes at 256 GPUs, 1.6 ms after);
+                    # what start-up freed goes back to the kernel (docs/benchmarks.md, memory).
+                    self._settle_memory()
                 if self._reload.is_set():
                     self._reload.clear()
                     if ready_sent:
