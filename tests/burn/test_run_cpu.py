@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.burn.conftest import CPU
 
 
@@ -60,6 +62,23 @@ def test_corrupted_results_are_caught_and_attributed_to_gpu_1(burn):
     assert any("words read back wrong" in f for f in faults)
     assert any("all-reduce result wrong on rank 1" in f for f in faults)
     assert r.report["gpus"][0]["tests"] == {"matmul": True, "memory": True, "allreduce": True, "telemetry": True}
+
+
+def test_an_injected_slow_gpu_runs_well_below_the_two_gpu_straggler_limit(monkeypatch):
+    """With two GPUs one is a straggler below a third of the other's rate (half the median):
+    ``slow:G`` runs GPU G at a tenth, so a noisy CPU run cannot lift it over that limit (at a
+    quarter, CI once saw it pass)."""
+    from types import SimpleNamespace
+
+    from gpumon.burn.workloads import context, inject
+
+    injection, problems = inject.parse("slow:1")
+    assert problems == []
+    slept: list[float] = []
+    monkeypatch.setattr(context.time, "sleep", slept.append)
+    for gpu in (0, 1):
+        context.slow_down(SimpleNamespace(spec=SimpleNamespace(injection=injection, gpu=gpu)), 0.2)
+    assert slept == [pytest.approx(1.8)], "only GPU 1 sleeps, nine times its busy time"
 
 
 def test_a_slow_gpu_is_named_as_the_straggler(burn):

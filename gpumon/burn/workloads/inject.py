@@ -4,8 +4,7 @@ Each entry is ``KIND:GPU`` where GPU is the index as given to ``--gpus``:
 
 * ``corrupt:G`` — flip one bit of GPU G's matmul output (from the second round on)
   and of its all-reduce result, as silent data corruption would.
-* ``slow:G`` — GPU G sleeps between rounds so it runs at a quarter of its peers' rate
-  (a tenth in all-reduce iterations).
+* ``slow:G`` — GPU G sleeps between rounds so it runs at a tenth of its peers' rate.
 * ``hang:G`` — GPU G's worker stops making progress at the start of its first load test.
 * ``oom:G`` — GPU G's first large allocation fails with an out-of-memory error.
 
