@@ -22,6 +22,7 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import psutil
 from daemon_proc import bytecode_note, daemon, get
@@ -67,23 +68,24 @@ def category(path: str) -> str:
     return CATEGORIES[6]
 
 
-def by_category(pid: int) -> dict[str, tuple[float, float]]:
-    """(RSS MiB, PSS MiB) of process ``pid`` per category, and a total."""
+def mappings(pid: int) -> list[Any]:
+    """Process ``pid``'s mappings grouped by path (``/proc/PID/smaps`` through psutil), read once."""
+    return list(psutil.Process(pid).memory_maps(grouped=True))
+
+
+def by_category(maps: list[Any]) -> dict[str, tuple[float, float]]:
+    """(RSS MiB, PSS MiB) of ``maps`` per category, and a total."""
     totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for mapping in psutil.Process(pid).memory_maps(grouped=True):
+    for mapping in maps:
         for key in (category(mapping.path), "total"):
             totals[key][0] += mapping.rss / 2**20
             totals[key][1] += mapping.pss / 2**20
     return {key: (rss, pss) for key, (rss, pss) in totals.items()}
 
 
-def by_file(pid: int) -> dict[str, float]:
-    """RSS MiB of process ``pid`` per mapped file (anonymous mappings left out)."""
-    return {
-        Path(m.path).name: m.rss / 2**20
-        for m in psutil.Process(pid).memory_maps(grouped=True)
-        if m.path and not m.path.startswith("[")
-    }
+def by_file(maps: list[Any]) -> dict[str, float]:
+    """RSS MiB of ``maps`` per mapped file (anonymous mappings left out)."""
+    return {Path(m.path).name: m.rss / 2**20 for m in maps if m.path and not m.path.startswith("[")}
 
 
 def bare_process(backend: str) -> subprocess.Popen[str]:
@@ -113,14 +115,14 @@ def main() -> int:
             while time.monotonic() < end:
                 get(port, "/metrics")
                 time.sleep(1)
-            ours = by_category(proc.pid)
-            our_files = by_file(proc.pid)
+            our_maps = mappings(proc.pid)
             threads = psutil.Process(proc.pid).num_threads()
-        reference = by_category(bare.pid)
-        reference_files = by_file(bare.pid)
+        reference_maps = mappings(bare.pid)
     finally:
         bare.kill()
         bare.wait()
+    ours, reference = by_category(our_maps), by_category(reference_maps)
+    our_files, reference_files = by_file(our_maps), by_file(reference_maps)
     label = "bare pynvml process" if args.backend == "nvml" else "bare python"
     gpus = "" if args.backend == "nvml" else f" {args.fake_gpus} simulated GPUs,"
     print(
