@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,26 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
 
 
-def build_parser() -> argparse.ArgumentParser:
+MODULE_COMMANDS = {
+    "alerts": ("gpumon.alerts.cli", "show the active alerts of a running gpumon daemon"),
+    "burn": ("gpumon.burn.cli", "burn-in and fault triage"),
+    "hash-password": ("gpumon.hash_password", "print a bcrypt hash for basic_auth_users in web-config.yml"),
+    "health": ("gpumon.findings.cli", "node health verdict (OK, WARNING, CRITICAL, UNKNOWN) with the action to take"),
+}
+"""Commands whose module (with a ``configure(parser)``) is imported only to parse that command:
+name -> (module, the line ``gpumon --help`` shows)."""
+
+
+def named_command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option (gpumon's own options,
+    --help and --version, take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(configured: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """gpumon's parser. Of MODULE_COMMANDS, only those in ``configured`` (None: all) get their
+    options, which imports their modules; the others are listed with their help line. main()
+    configures only the command it runs, so ``gpumon run`` loads no other command's code."""
     parser = argparse.ArgumentParser(
         prog="gpumon",
         description="GPU monitoring, alerting and burn-in for Linux GPU servers.",
@@ -67,15 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     scen = sub.add_parser("scenarios", help="list the named fake-backend scenarios (--backend fake:NAME)")
     scen.set_defaults(func=cmd_scenarios)
 
-    from gpumon import hash_password
-    from gpumon.alerts import cli as alerts_cli
-    from gpumon.burn import cli as burn_cli  # registers options only; torch is imported when a burn runs
-    from gpumon.findings import cli as health_cli
-
-    alerts_cli.add_parser(sub)
-    burn_cli.add_parser(sub)
-    hash_password.add_parser(sub)
-    health_cli.add_parser(sub)
+    for name, (module, help_line) in MODULE_COMMANDS.items():
+        command = sub.add_parser(name, help=help_line)
+        if configured is None or name in configured:
+            # gpumon.burn.cli registers options only; torch is imported when a burn runs
+            importlib.import_module(module).configure(command)
     return parser
 
 
@@ -229,11 +245,21 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | None:
+    """The parsed command line; None (after printing the help) when it names no command."""
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(configured={named_command(words) or ""})
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()
+        return None
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # The parser (every command's options) is garbage once parsed: not held while a daemon runs.
+    args = parse_args(argv)
+    if args is None:
         return EXIT_USAGE
     try:
         code: int = args.func(args)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -19,18 +18,16 @@ BCRYPT_MAX_BYTES = 72
 """bcrypt ignores (or, in bcrypt>=5, refuses) anything after 72 bytes."""
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "hash-password",
-        help="print a bcrypt hash for basic_auth_users in web-config.yml",
-        description="Ask for a password twice (never echoed) and print its bcrypt hash, "
-        "for basic_auth_users in the web config (--web-config-file).",
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Give ``gpumon hash-password``'s parser (made by gpumon.cli) its description, options and command."""
+    parser.description = (
+        "Ask for a password twice (never echoed) and print its bcrypt hash, "
+        "for basic_auth_users in the web config (--web-config-file)."
     )
     parser.add_argument(
         "--stdin", action="store_true", help="read the password from the first line of stdin instead of a prompt"
     )
     parser.set_defaults(func=run)
-    return parser
 
 
 def hash_password(password: str, cost: int = BCRYPT_COST) -> str:

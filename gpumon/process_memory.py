@@ -27,8 +27,10 @@ def trim_c_heap() -> bool:
 
 
 def settle() -> None:
-    """After start-up: move what start-up built out of the garbage collector's reach
-    (``gc.freeze``: its full collections stop rescanning the modules, config, backend and first
-    tier caches), then give the C heap's free pages back (``trim_c_heap``)."""
+    """After start-up: free start-up's garbage cycles (``gc.collect``: a frozen cycle would never
+    be freed), move what start-up built out of the garbage collector's reach (``gc.freeze``: its
+    full collections stop rescanning the modules, config, backend and first tier caches), then
+    give the C heap's free pages back (``trim_c_heap``)."""
+    gc.collect()
     gc.freeze()
     trim_c_heap()

@@ -255,3 +255,26 @@ print(before - rss_kib(), gc.get_freeze_count() > 0)
     released_kib, frozen = done.stdout.split()
     assert int(released_kib) > 8 * 1024, "the free pages between the kept blocks went back to the kernel"
     assert frozen == "True"
+
+
+def test_settling_collects_start_up_garbage_instead_of_freezing_it() -> None:
+    """A reference cycle that start-up dropped (an argument parser, a parsed config) is freed when
+    the daemon settles; frozen, it would stay in memory for the daemon's whole life."""
+    code = """
+import gc, weakref
+from gpumon import process_memory
+
+class Node:
+    pass
+
+gc.disable()  # as if no collection had run between the cycle's making and the settling
+cycle = Node()
+cycle.me = cycle
+alive = weakref.ref(cycle)
+del cycle
+process_memory.settle()
+print(alive() is None)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True", "the dropped cycle was collected before the freeze"

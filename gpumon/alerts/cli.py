@@ -18,13 +18,9 @@ _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 _STATE_STYLE = {"firing": "bold", "pending": "dim", "suppressed": "magenta"}
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``gpumon alerts`` on the top-level subparsers."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "alerts",
-        help="show the active alerts of a running gpumon daemon",
-        description="Show pending, firing and suppressed alerts of a running gpumon daemon (GET /api/alerts).",
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Give ``gpumon alerts``'s parser (made by gpumon.cli) its description, options and command."""
+    parser.description = "Show pending, firing and suppressed alerts of a running gpumon daemon (GET /api/alerts)."
     parser.add_argument(
         "--url",
         default=None,
@@ -36,7 +32,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_json_option(parser, "the daemon's answer")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the daemon (default 5)")
     parser.set_defaults(func=run)
-    return parser
 
 
 def _default_url(args: argparse.Namespace) -> str:

@@ -1,6 +1,6 @@
 """``gpumon burn`` command line: options, validation (every problem at once), exit codes.
 
-Importing this module does not import torch. ``gpumon.cli`` calls ``add_parser(sub)``
+Importing this module does not import torch. ``gpumon.cli`` calls ``configure(parser)``
 and then ``args.func(args)``; ``python -m gpumon.burn`` (for torchrun) calls ``main()``.
 """
 
@@ -84,12 +84,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master-port", type=int, default=None, help="free TCP port on node 0 (multi-node)")
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``burn`` on gpumon's subparsers; dispatch with ``args.func(args)``."""
-    p: argparse.ArgumentParser = subparsers.add_parser("burn", help="burn-in and fault triage", description=DESCRIPTION)
-    add_arguments(p)
-    p.set_defaults(func=run)
-    return p
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Give ``gpumon burn``'s parser (made by gpumon.cli) its description, options and command;
+    dispatch with ``args.func(args)``."""
+    parser.description = DESCRIPTION
+    add_arguments(parser)
+    parser.set_defaults(func=run)
 
 
 def _err(line: str) -> None:

@@ -51,7 +51,9 @@ def raise_open_files_limit() -> int:
 def bind_listener(address: tuple[str, int], backlog: int) -> socket.socket:
     """A listening socket for ``(host, port)``: IPv4 or IPv6 literal or name; ``::`` also takes IPv4."""
     host, port = address
-    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    # An ASCII name goes as bytes: for a str, socket loads the IDNA codec (and unicodedata).
+    name = (host.encode() if host.isascii() else host) if host else None
+    infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, _type, _proto, _name, sockaddr = infos[0]
     dual = family == socket.AF_INET6 and host == "::" and socket.has_dualstack_ipv6()
     sock = socket.create_server(sockaddr[:2], family=family, backlog=backlog, dualstack_ipv6=dual)

@@ -14,7 +14,6 @@ renewed certificate applies without a restart, and a plain HTTP request on a TLS
 
 from __future__ import annotations
 
-import hmac
 import logging
 import os
 import ssl
@@ -144,6 +143,8 @@ class WebConfigWatcher:
         if credentials is None:
             done.set_result(False)
             return done
+        import hmac  # here, like bcrypt: hmac loads OpenSSL's digests, which only basic auth needs
+
         user, password = credentials
         known = user in users
         hashed = users[user] if known else DECOY_HASH.decode()

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import getpass
 import logging
 import os
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpumon.backends.base import GpuBackend
 from gpumon.config import Config
@@ -34,6 +32,9 @@ from gpumon.findings.xid_lifecycle import Clear
 from gpumon.jsonout import add_json_option, emit_json, to_stdout
 from gpumon.snapshot import Snapshot
 
+if TYPE_CHECKING:
+    import subprocess
+
 EXIT_USAGE = 2
 NPD_MAX_OUTPUT = 80
 """node-problem-detector's default ``max_output_length`` for custom plugins."""
@@ -42,14 +43,13 @@ NPD_EXIT = {"OK": 0, "WARNING": 0, "CRITICAL": 1, "UNKNOWN": 2}
 log = logging.getLogger("gpumon")
 
 
-def add_parser(sub: Any) -> None:
+def configure(p: argparse.ArgumentParser) -> None:
+    """Give ``gpumon health``'s parser (made by gpumon.cli) its description, options and commands."""
     from gpumon.cli import _add_common
 
-    p = sub.add_parser(
-        "health",
-        help="node health verdict (OK, WARNING, CRITICAL, UNKNOWN) with the action to take",
-        description="The node's health verdict with the findings and recommended actions behind it. "
-        "Asks the running daemon (/api/health), else polls the GPUs itself.",
+    p.description = (
+        "The node's health verdict with the findings and recommended actions behind it. "
+        "Asks the running daemon (/api/health), else polls the GPUs itself."
     )
     _add_common(p)
     add_json_option(p, "the verdict")
@@ -296,15 +296,20 @@ def _epilog_burn(
     config: Config,
     state_dir: Path,
     env: Mapping[str, str],
-    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+    run: Callable[..., subprocess.CompletedProcess[str]] | None = None,
 ) -> int | None:
-    """``gpumon burn --quick`` on the job's GPUs when the job failed and ``epilog_burn`` is on; its exit code."""
+    """``gpumon burn --quick`` on the job's GPUs when the job failed and ``epilog_burn`` is on; its exit code.
+
+    ``run`` defaults to ``subprocess.run``.
+    """
+    import subprocess  # here, like getpass below: the daemon builds this command's parser and needs neither
+
     if not _health_config(config).slurm.epilog_burn or not _job_failed(env):
         return None
     cmd = burn_command(config, state_dir, env.get("SLURM_JOB_GPUS", ""))
     log.warning("job %s failed; running %s", env.get("SLURM_JOB_ID", "?"), " ".join(cmd))
     try:
-        done = run(cmd, capture_output=True, text=True, timeout=300, check=False)
+        done = (run or subprocess.run)(cmd, capture_output=True, text=True, timeout=300, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.error("gpumon burn could not run: %s", exc)
         return None
@@ -322,6 +327,8 @@ def cmd_clear(args: argparse.Namespace) -> int:
     if isinstance(setup, int):
         return setup
     _config, state_dir = setup
+    import getpass
+
     try:
         user = getpass.getuser()
     except (KeyError, OSError):

@@ -22,7 +22,7 @@ T0 = 1_800_000_000.0
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="gpumon")
-    cli.add_parser(parser.add_subparsers(dest="command"))
+    cli.configure(parser.add_subparsers(dest="command").add_parser("alerts"))
     return parser.parse_args(["alerts", *argv])
 
 
