@@ -151,8 +151,8 @@ def _usable_state_dir(config: Config, explicit: bool) -> Path | None:
 def cmd_run(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from gpumon.backends.base import ScenarioError
     from gpumon.backends.factory import make_backend
-    from gpumon.backends.fake import ScenarioError
     from gpumon.config import reloader
     from gpumon.daemon import Daemon, configure_logging
 
@@ -187,8 +187,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_once(args: argparse.Namespace) -> int:
+    from gpumon.backends.base import ScenarioError
     from gpumon.backends.factory import make_backend
-    from gpumon.backends.fake import ScenarioError
     from gpumon.poller import Poller
     from gpumon.snapshot import to_jsonable
     from gpumon.store import SnapshotStore

@@ -238,7 +238,8 @@ def _validate_backend(value: str, problems: list[str], where: str) -> None:
                     f"({', '.join(scenarios.names())}; gpumon scenarios describes them) and the scenario file {problem}"
                 )
                 return
-        from gpumon.backends.scenario import ScenarioError, read_scenario
+        from gpumon.backends.base import ScenarioError
+        from gpumon.backends.scenario import read_scenario
 
         try:
             read_scenario(named or Path(target))

@@ -64,7 +64,10 @@ DAEMON_MODULES = """
 import socket, sys, threading, time, os
 from gpumon import cli
 
-port, state_dir = int(sys.argv[1]), sys.argv[2]
+port, state_dir, backend = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+if backend == "nvml":  # the real backend over two simulated H200s (tests/fake_pynvml.py)
+    from tests.fake_pynvml import h200_pair
+    sys.modules["pynvml"] = h200_pair()
 
 def ask(path):
     with socket.socket() as conn:  # not create_connection: its getaddrinfo would load the IDNA codec
@@ -86,22 +89,27 @@ def report():
     os._exit(3)
 
 threading.Thread(target=report, daemon=True).start()
-cli.main(["run", "--backend", "fake", "--fake-gpus", "1", "--listen", f"127.0.0.1:{port}", "--state-dir", state_dir])
+cli.main(["run", "--backend", backend, "--fake-gpus", "1", "--listen", f"127.0.0.1:{port}", "--state-dir", state_dir])
 """
 
 
-@pytest.fixture(scope="module")
-def daemon_modules(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
-    """The modules a ``gpumon run`` has loaded once it is ready and has served a scrape."""
-    state_dir = tmp_path_factory.mktemp("state")
+def modules_of_a_daemon(backend: str, state_dir: Path) -> set[str]:
+    """The modules a ``gpumon run --backend BACKEND`` has loaded once it is ready and has served a scrape."""
     done = subprocess.run(
-        [sys.executable, "-c", DAEMON_MODULES, str(free_port()), str(state_dir)],
+        [sys.executable, "-c", DAEMON_MODULES, str(free_port()), str(state_dir), backend],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    return set(done.stdout.split())
+    modules = set(done.stdout.split())
+    assert "gpumon.daemon" in modules
+    return modules
+
+
+@pytest.fixture(scope="module")
+def daemon_modules(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    return modules_of_a_daemon("fake", tmp_path_factory.mktemp("state"))
 
 
 @pytest.mark.parametrize(
@@ -130,8 +138,14 @@ def daemon_modules(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     ],
 )
 def test_the_daemon_does_not_load(module: str, daemon_modules: set[str]) -> None:
-    assert "gpumon.daemon" in daemon_modules
     assert module not in daemon_modules
+
+
+def test_a_daemon_on_real_gpus_does_not_load_the_fake_backend(tmp_path: Path) -> None:
+    modules = modules_of_a_daemon("nvml", tmp_path)
+    assert "gpumon.backends.nvml" in modules
+    assert "gpumon.backends.fake" not in modules
+    assert "gpumon.backends.scenario" not in modules
 
 
 # --- one --json convention: --json / --json - print to stdout, --json PATH writes a file -----------

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from gpumon import cli
-from gpumon.backends.fake import FakeBackend, ScenarioError
+from gpumon.backends.base import ScenarioError
+from gpumon.backends.fake import FakeBackend
 from gpumon.burn.cli import build_options
 from tests.helpers import run_cli
 

@@ -29,9 +29,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpumon import cli
-from gpumon.backends.base import GpuLostError, NvmlUnavailableError
+from gpumon.backends.base import GpuLostError, NvmlUnavailableError, ScenarioError
 from gpumon.backends.factory import make_backend
-from gpumon.backends.fake import FakeBackend, ScenarioError
+from gpumon.backends.fake import FakeBackend
 from gpumon.backends.scenario import read_scenario, scenario_problems
 from gpumon.burn.orchestration.options import MAX_GPU_INDEX, parse_gpus
 from gpumon.config import SECONDS_RANGES, Config, ConfigError, reloader

@@ -22,6 +22,16 @@ class NvmlUnavailableError(BackendError):
     """NVML (libnvidia-ml.so) or the driver is missing or failed to initialise."""
 
 
+class ScenarioError(ValueError):
+    """A fake backend's scenario is not valid; ``problems`` lists every reason, one line each.
+    Here, not in gpumon.backends.scenario, so that a command can catch it without importing the
+    fake backend (a real host's daemon never loads it)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
 class GpuLostError(BackendError):
     """The GPU no longer answers: NVML says so (GPU_IS_LOST, RESET_REQUIRED, GPU_NOT_FOUND, fallen off the
     bus) or its liveness reads keep failing. One field answering UNKNOWN is that field's error, not this."""

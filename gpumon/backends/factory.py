@@ -24,7 +24,8 @@ def make_backend(spec: str, fake_gpus: int = 2, *, daemon: bool = False) -> GpuB
         return FakeBackend.plausible(fake_gpus)
     if spec.startswith("fake:"):
         from gpumon.backends import scenarios
-        from gpumon.backends.fake import FakeBackend, ScenarioError
+        from gpumon.backends.base import ScenarioError
+        from gpumon.backends.fake import FakeBackend
 
         target = spec[len("fake:") :]
         named = scenarios.path_of(target)

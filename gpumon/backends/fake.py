@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpumon.backends.base import GpuLostError, NvmlUnavailableError
-from gpumon.backends.scenario import ScenarioError, read_scenario, scenario_problems
+from gpumon.backends.base import GpuLostError, NvmlUnavailableError, ScenarioError
+from gpumon.backends.scenario import read_scenario, scenario_problems
 from gpumon.events.model import XidEvent
 from gpumon.fields.spec import NO_FAKE
 from gpumon.nvml_vocabulary import CLOCK_EVENT_BITS

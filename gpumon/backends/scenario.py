@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpumon.backends.base import ScenarioError
 from gpumon.events.catalog import MAX_XID, MIN_XID, xid_code
 from gpumon.snapshot import GpuSnapshot, P2pStatus, ProcessSnapshot
 from gpumon.yamlfile import YamlFileError, brief, read_yaml
@@ -39,14 +40,6 @@ _NOT_VALUES = ("index", "uuid", "up", "lost_reason")
 """GpuSnapshot fields a scenario cannot set through ``values`` (uuid and lost_reason have their own keys)."""
 _LIST_FIELDS = ("processes", "p2p_status")
 """Fields whose value is itself a list (not a list of values by tick)."""
-
-
-class ScenarioError(ValueError):
-    """The scenario is not valid; ``problems`` lists every reason, one line each."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 def read_scenario(path: str | Path) -> dict[Any, Any]:

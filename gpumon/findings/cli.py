@@ -132,8 +132,8 @@ class BackendProblem(Exception):
 
 def local_report(config: Config, state_dir: Path, *, kernel_log: bool = True) -> HealthReport:
     """Poll the GPUs once here, add what the state directory remembers, and judge."""
+    from gpumon.backends.base import ScenarioError
     from gpumon.backends.factory import make_backend
-    from gpumon.backends.fake import ScenarioError
     from gpumon.events.catalog import XidCatalog
     from gpumon.events.tracker import XidTracker
 
@@ -348,8 +348,8 @@ def cmd_accept_inventory(args: argparse.Namespace) -> int:
     if isinstance(setup, int):
         return setup
     config, state_dir = setup
+    from gpumon.backends.base import ScenarioError
     from gpumon.backends.factory import make_backend
-    from gpumon.backends.fake import ScenarioError
     from gpumon.findings.inventory import inventory_of
     from gpumon.findings.service import save_inventory
     from gpumon.poller import Poller
