@@ -9,11 +9,14 @@ import os
 import sys
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpumon import __version__
 from gpumon.config import DEFAULT_PORT, DEFAULT_STATE_DIR, Config, ConfigError, load
 from gpumon.jsonout import add_json_option, emit_json, to_stdout
+
+if TYPE_CHECKING:
+    from gpumon.exporter.webconfig import WebConfigError
 
 EXIT_OK = 0
 EXIT_FAULT = 1
@@ -171,11 +174,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"gpumon: bad scenario:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
-    from gpumon.exporter.webconfig import WebConfigError
+    # the web config's errors, where one is given (otherwise its modules are not loaded)
+    web_config_errors: tuple[type[WebConfigError], ...] = ()
+    if config.web_config_file:
+        from gpumon.exporter.webconfig import WebConfigError
 
+        web_config_errors = (WebConfigError,)
     try:
         daemon = Daemon(config, backend, reloader(args.config, _flags(args)))
-    except WebConfigError as exc:
+    except web_config_errors as exc:
         print(f"gpumon: web config {config.web_config_file}: {len(exc.problems)} problem(s):", file=sys.stderr)
         for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from apscheduler.triggers.interval import IntervalTrigger
 
@@ -43,7 +44,6 @@ from gpumon.exporter.dcgm import DcgmCompatCollector
 from gpumon.exporter.http_messages import json_response
 from gpumon.exporter.read_errors import ReadErrorsCollector
 from gpumon.exporter.server import MetricsServer
-from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 from gpumon.findings.service import HealthService
 from gpumon.poller import Poller, PollIntervals
 from gpumon.processes import ProcessEnricher
@@ -51,6 +51,9 @@ from gpumon.scheduling import PollJob, interval_trigger
 from gpumon.snapshot import to_jsonable
 from gpumon.store import SnapshotStore
 from gpumon.systemd_notify import SystemdNotifier
+
+if TYPE_CHECKING:
+    from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 
 log = logging.getLogger("gpumon")
 
@@ -198,7 +201,11 @@ class Daemon:
         )
         if self.dcgm is not None:
             self.collector.add("dcgm", self.dcgm, per_snapshot=True)
-        self.web = WebConfigWatcher(config.web_config_file) if config.web_config_file else None
+        self.web: WebConfigWatcher | None = None
+        if config.web_config_file:  # its modules (TLS, basic auth) are loaded only where one is given
+            from gpumon.exporter.webconfig_watcher import WebConfigWatcher
+
+            self.web = WebConfigWatcher(config.web_config_file)
         web = self.web
         self.server = MetricsServer(
             config.listen_address(),

@@ -135,6 +135,11 @@ def daemon_modules(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
         "gpumon.alerts.cli",
         "gpumon.hash_password",
         "getpass",  # gpumon health clear's user name (getpass loads termios)
+        # TLS, basic auth and the web config's reader: only with --web-config-file
+        "gpumon.exporter.webconfig",
+        "gpumon.exporter.tls",
+        "gpumon.exporter.basic_auth",
+        "gzip",  # gzip responses are written with zlib (gpumon.exporter.gzip_parts)
     ],
 )
 def test_the_daemon_does_not_load(module: str, daemon_modules: set[str]) -> None:

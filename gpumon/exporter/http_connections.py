@@ -34,14 +34,15 @@ import ssl
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpumon import __version__
 from gpumon.exporter.http_limits import HttpLimits, bind_listener, raise_open_files_limit
 from gpumon.exporter.http_messages import REASONS, TEXT_PLAIN, BadRequest, Request, parse_head, wants_close
 from gpumon.exporter.repeat_log import RepeatLog
-from gpumon.exporter.tls import HTTP_ON_HTTPS_RESPONSE, looks_like_http, peer_sans
-from gpumon.exporter.webconfig_watcher import WebConfigWatcher
+
+if TYPE_CHECKING:  # the web config's modules are loaded only where a web config is given
+    from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 
 log = logging.getLogger("gpumon.exporter.server")
 """The logger name these log lines have always carried (they lived in server.py)."""
@@ -265,6 +266,8 @@ class HttpConnectionServer:
         context = web.ssl_context() if web is not None else None
         sock = conn.sock
         if context is not None:
+            from gpumon.exporter import tls  # here: a daemon without TLS does not load it
+
             readable: asyncio.Future[None] = loop.create_future()
 
             def wake() -> None:
@@ -279,7 +282,7 @@ class HttpConnectionServer:
             first = sock.recv(5, socket.MSG_PEEK)
             if not first:
                 return None
-            if first[0] != 0x16 and looks_like_http(first):
+            if first[0] != 0x16 and tls.looks_like_http(first):
                 await self._answer_plain_http(sock)
                 return None
         reader = asyncio.StreamReader(limit=self._limits.max_header_bytes)
@@ -293,19 +296,21 @@ class HttpConnectionServer:
         conn.transport = transport
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         if context is not None and web is not None:
-            tls = web.current().tls
-            if tls is not None and tls.client_allowed_sans:
+            tls_config = web.current().tls
+            if tls_config is not None and tls_config.client_allowed_sans:
                 ssl_object = writer.get_extra_info("ssl_object")
-                peer = peer_sans(ssl_object.getpeercert() or {}) if ssl_object is not None else set()
-                if not peer & set(tls.client_allowed_sans):
+                peer = tls.peer_sans(ssl_object.getpeercert() or {}) if ssl_object is not None else set()
+                if not peer & set(tls_config.client_allowed_sans):
                     log.info("client %s rejected: certificate SANs %s not allowed", client, sorted(peer))
                     transport.abort()
                     return None
         return reader, writer
 
     async def _answer_plain_http(self, sock: socket.socket) -> None:
+        from gpumon.exporter import tls
+
         loop = asyncio.get_running_loop()
-        await loop.sock_sendall(sock, HTTP_ON_HTTPS_RESPONSE)
+        await loop.sock_sendall(sock, tls.HTTP_ON_HTTPS_RESPONSE)
         sock.shutdown(socket.SHUT_WR)
         drained = 0
         async with asyncio.timeout(1.0):  # read what the client sent, so closing does not reset first

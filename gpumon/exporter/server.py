@@ -15,17 +15,18 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from gzip import compress as gzip_compress
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from gpumon.exporter import openmetrics
+from gpumon.exporter import gzip_parts, openmetrics
 from gpumon.exporter.http_connections import Body, HttpConnectionServer
 from gpumon.exporter.http_limits import HttpLimits
 from gpumon.exporter.http_messages import TEXT_PLAIN, Request, Response, Route, accepts_gzip, wants_openmetrics
 from gpumon.exporter.openmetrics import render as render_openmetrics
 from gpumon.exporter.text import CONTENT_TYPE, Family
-from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 from gpumon.store import SnapshotStore
+
+if TYPE_CHECKING:  # the web config's modules are loaded only where a web config is given
+    from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 
 INDEX_HTML = b"""<!doctype html><html><head><title>gpumon</title></head><body>
 <h1>gpumon</h1><ul>
@@ -69,7 +70,7 @@ class RenderedBytes:
 
     def body(self, *, openmetrics: bool = False, gzip: bool = False) -> list[bytes]:
         data = render_openmetrics(self.collect()) if openmetrics and self.collect is not None else self.render()
-        return [gzip_compress(data, compresslevel=1) if gzip else data]
+        return gzip_parts.member([gzip_parts.deflate(data)]) if gzip else [data]
 
     def ready_body(self, *, openmetrics: bool = False, gzip: bool = False) -> None:
         return None
