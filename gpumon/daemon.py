@@ -40,7 +40,6 @@ from gpumon.events.tracker import XidTracker
 from gpumon.events.xid_thread import XidEventThread
 from gpumon.exporter.burn_results import BurnResultsCollector
 from gpumon.exporter.collector import GpumonCollector, SelfStats
-from gpumon.exporter.dcgm import DcgmCompatCollector
 from gpumon.exporter.http_messages import json_response
 from gpumon.exporter.read_errors import ReadErrorsCollector
 from gpumon.exporter.server import MetricsServer
@@ -53,6 +52,7 @@ from gpumon.store import SnapshotStore
 from gpumon.systemd_notify import SystemdNotifier
 
 if TYPE_CHECKING:
+    from gpumon.exporter.dcgm import DcgmCompatCollector
     from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 
 log = logging.getLogger("gpumon")
@@ -196,10 +196,11 @@ class Daemon:
         if backend.per_reader_errors:  # per GPU and reader: a field's error, not a lost GPU
             self.collector.add("read_errors", ReadErrorsCollector(backend.read_errors))
         self.collector.add("health", self.health.collector(), per_snapshot=True)
-        self.dcgm = (
-            DcgmCompatCollector(self.store, hostname(), self.catalog) if "dcgm" in config.exporter.compat else None
-        )
-        if self.dcgm is not None:
+        self.dcgm: DcgmCompatCollector | None = None
+        if "dcgm" in config.exporter.compat:  # its module is loaded only with --compat dcgm
+            from gpumon.exporter.dcgm import DcgmCompatCollector
+
+            self.dcgm = DcgmCompatCollector(self.store, hostname(), self.catalog)
             self.collector.add("dcgm", self.dcgm, per_snapshot=True)
         self.web: WebConfigWatcher | None = None
         if config.web_config_file:  # its modules (TLS, basic auth) are loaded only where one is given

@@ -139,6 +139,7 @@ def daemon_modules(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
         "gpumon.exporter.webconfig",
         "gpumon.exporter.tls",
         "gpumon.exporter.basic_auth",
+        "gpumon.exporter.dcgm",  # dcgm-exporter's names: only with --compat dcgm
         "gzip",  # gzip responses are written with zlib (gpumon.exporter.gzip_parts)
     ],
 )
