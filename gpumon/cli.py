@@ -264,7 +264,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # The parser (every command's options) is garbage once parsed: not held while a daemon runs.
+    # The parser is garbage once the command line is parsed: it is not held while a daemon runs.
     args = parse_args(argv)
     if args is None:
         return EXIT_USAGE

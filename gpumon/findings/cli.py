@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import getpass
 import logging
 import os
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gpumon.backends.base import GpuBackend
 from gpumon.config import Config
@@ -31,9 +32,6 @@ from gpumon.findings.service import STATUS_VALUES, HealthService, add_clear, loa
 from gpumon.findings.xid_lifecycle import Clear
 from gpumon.jsonout import add_json_option, emit_json, to_stdout
 from gpumon.snapshot import Snapshot
-
-if TYPE_CHECKING:
-    import subprocess
 
 EXIT_USAGE = 2
 NPD_MAX_OUTPUT = 80
@@ -296,20 +294,15 @@ def _epilog_burn(
     config: Config,
     state_dir: Path,
     env: Mapping[str, str],
-    run: Callable[..., subprocess.CompletedProcess[str]] | None = None,
+    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
 ) -> int | None:
-    """``gpumon burn --quick`` on the job's GPUs when the job failed and ``epilog_burn`` is on; its exit code.
-
-    ``run`` defaults to ``subprocess.run``.
-    """
-    import subprocess  # here, like getpass below: the daemon builds this command's parser and needs neither
-
+    """``gpumon burn --quick`` on the job's GPUs when the job failed and ``epilog_burn`` is on; its exit code."""
     if not _health_config(config).slurm.epilog_burn or not _job_failed(env):
         return None
     cmd = burn_command(config, state_dir, env.get("SLURM_JOB_GPUS", ""))
     log.warning("job %s failed; running %s", env.get("SLURM_JOB_ID", "?"), " ".join(cmd))
     try:
-        done = (run or subprocess.run)(cmd, capture_output=True, text=True, timeout=300, check=False)
+        done = run(cmd, capture_output=True, text=True, timeout=300, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.error("gpumon burn could not run: %s", exc)
         return None
@@ -327,8 +320,6 @@ def cmd_clear(args: argparse.Namespace) -> int:
     if isinstance(setup, int):
         return setup
     _config, state_dir = setup
-    import getpass
-
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
