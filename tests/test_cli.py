@@ -27,6 +27,29 @@ def test_version_and_help() -> None:
         assert command in help_text
 
 
+@pytest.mark.parametrize(
+    ("command", "summary", "option"),
+    [
+        ("run", "run the daemon", "--web-config-file"),
+        ("once", "poll once", "--json"),
+        ("check-config", "validate a config file", "file"),
+        ("scenarios", "list the named fake-backend scenarios", "--help"),
+        ("alerts", "show the active alerts", "--url"),
+        ("burn", "burn-in and fault triage", "--quick"),
+        ("hash-password", "print a bcrypt hash", "--stdin"),
+        ("health", "node health verdict", "--slurm-prolog"),
+    ],
+)
+def test_every_command_is_listed_and_has_its_own_help(command: str, summary: str, option: str) -> None:
+    """``gpumon --help`` lists each command with its line; ``gpumon COMMAND --help`` shows its options
+    (a command's module is imported only when that command is named)."""
+    assert summary in " ".join(run_cli("--help").stdout.split())
+    own = run_cli(command, "--help")
+    assert own.returncode == 0, own.stderr
+    assert own.stdout.startswith(f"usage: gpumon {command}")
+    assert option in own.stdout
+
+
 def test_python_dash_m_gpumon_works() -> None:
     result = subprocess.run([sys.executable, "-m", "gpumon", "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and __version__ in result.stdout
