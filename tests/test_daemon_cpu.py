@@ -194,7 +194,7 @@ def test_a_slow_read_of_one_gpu_rebuilds_that_gpus_slow_samples_only_and_every_s
         fresh = GpumonCollector(store, intervals, monotonic=lambda: clock[0])
         assert ours == samples(fresh.render().decode(), "gpumon_energy_joules_total")
         assert len(built) <= (4 if poll == 0 else 1), f"poll {poll}: samples built for GPUs {built}"
-        for _key, family in collector._gpu._row_cache.values():  # text assembled GPU by GPU = rendered whole
+        for family in filter(None, collector._gpu._families):  # text assembled GPU by GPU = rendered whole
             whole = Family(family.name, family.kind, family.help, family.label_names, list(family.samples))
             whole.plain_labels = family.plain_labels
             assert family.rendered == render([whole])
@@ -278,3 +278,31 @@ def test_health_signal_families_are_built_again_only_when_the_engines_results_ch
     assert deviation_family() is first, "same results: the family (and its text) is kept"
     service.results = ([Deviation(index=1, uuid="GPU-b", signal="sm_clock", ratio=-0.2)], [rise])
     assert deviation_family().samples == [(("1", "GPU-b", "sm_clock"), -0.2)]
+
+
+def test_a_slow_read_of_one_gpu_looks_at_that_gpus_slow_values_only() -> None:
+    """Slow reads are spread, one GPU a poll: the slow rows' values of the GPUs not read are not
+    even taken out of their snapshots again (a whole GPU is passed over when its slow values are
+    those its parts were made from)."""
+    clock = [1000.0]
+    store = SnapshotStore()
+    energy = [float(i) for i in range(1, 40)]
+    backend = FakeBackend.from_mapping({"gpus": [{"values": {"energy_joules_total": energy}} for _ in range(4)]})
+    intervals = PollIntervals(fast_seconds=1.0, slow_seconds=4.0)
+    poller = Poller(
+        backend, store, intervals, monotonic=lambda: clock[0], wall_clock=lambda: clock[0], host_figures=dict
+    )
+    collector = GpumonCollector(store, intervals, monotonic=lambda: clock[0])
+    store.subscribe(collector.prepare)
+    families = collector._gpu
+    taken: list[int] = []
+    [energy_row] = [i for i, row in enumerate(families._rows) if row.name == "gpumon_energy_joules_total"]
+    original = families._values_of[energy_row]
+    families._values_of[energy_row] = lambda values: taken.append(values["index"]) or original(values)
+    for poll in range(9):
+        del taken[:]
+        poller.poll()
+        collector.render()
+        if poll >= 4:  # every GPU read once: from now on one GPU's slow tier a poll
+            assert len(taken) == 1, f"poll {poll}: the energy row's values were taken of GPUs {taken}"
+        clock[0] += 1

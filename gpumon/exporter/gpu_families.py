@@ -4,17 +4,20 @@ metric row of gpumon/exporter/metrics.py, and the per-process families when enab
 Every scrape of one snapshot reuses its families. A row's text is put together GPU by GPU, and a
 GPU's part (its samples and lines) is made again only when the row's field values of that GPU
 changed: most do not from one poll to the next, and slow reads are spread over polls, a few GPUs
-a poll. Slow and static rows are put together when those tiers are read and kept until the next read."""
+a poll. Slow and static rows are put together when those tiers are read and kept until the next read;
+a GPU whose slow (or static) values are all those its parts were made from is passed over whole, so
+a slow read of one GPU looks at that GPU's values only."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
 
-from gpumon.exporter.metrics import MetricRow, gpu_rows
+from gpumon.exporter.metrics import gpu_rows
 from gpumon.exporter.text import Family, header, render, sample_lines, sample_template
 from gpumon.poller import PollIntervals
-from gpumon.same import same_objects
 from gpumon.snapshot import GpuSnapshot, Snapshot, Tier
 
 GPU_LABELS = ("gpu", "uuid")
@@ -39,9 +42,45 @@ def refreshed(tier: Tier, intervals: PollIntervals, read_every_seconds: float | 
 
 
 SampleRow = list[tuple[tuple[str, ...], float]]
-GpuRowText = tuple[tuple[object, ...], SampleRow, str]
-"""A row's part for one GPU: the row's field values it was made from, its samples (with the
-``gpu`` and ``uuid`` labels) and their lines."""
+GpuRowText = tuple[SampleRow, str]
+"""A row's part for one GPU: its samples (with the ``gpu`` and ``uuid`` labels) and their lines."""
+
+_NOT_MADE = object()
+"""What a GPU's part of a row was made from before it was made: equal to no field values."""
+
+
+def _values_of(fields: Sequence[str]) -> Callable[[Mapping[str, object]], object]:
+    """The function that takes ``fields``' values out of a GPU's ``__dict__`` (one C call: it runs
+    for every row and GPU of every poll). With no fields, a constant."""
+    if not fields:
+        return lambda _values: ()
+    return itemgetter(*fields)
+
+
+@dataclass(frozen=True)
+class _Group:
+    """Rows whose families are kept together. The slow and static tiers' rows (``tier``) change
+    only when that tier is read; every other row (``tier`` None) may change with every snapshot."""
+
+    tier: Tier | None
+    positions: tuple[int, ...]
+    """The rows' positions in the metric table."""
+    values_of: Callable[[Mapping[str, object]], object]
+    """Every field the rows read, out of a GPU's ``__dict__``: a GPU whose values are those its
+    parts of the group were made from needs nothing made (kept groups only)."""
+
+
+class _GpuParts:
+    """One live GPU's part of every row, by row position, and what each was made from."""
+
+    __slots__ = ("group_values", "made_from", "parts")
+
+    def __init__(self, rows: int) -> None:
+        self.made_from: list[object] = [_NOT_MADE] * rows
+        """Per row: the row's field values the part was made from."""
+        self.parts: list[GpuRowText] = [([], "")] * rows
+        self.group_values: dict[Tier, object] = {}
+        """Per kept group: the group's field values when every part of it was last made from them."""
 
 
 class GpuFamilies:
@@ -51,23 +90,34 @@ class GpuFamilies:
         self._intervals = intervals
         self._processes = processes
         self._rows = gpu_rows()
-        self._row_cache: dict[str, tuple[tuple[object, ...], Family]] = {}
-        """Slow and static rows' families by row name, with the key they are valid for (the tier's
-        last read, the GPUs, the intervals)."""
+        self._values_of = [_values_of(row.fields) for row in self._rows]
+        kept = {Tier.SLOW, Tier.STATIC}
+        self._groups = tuple(
+            _Group(
+                tier,
+                positions := tuple(
+                    i for i, row in enumerate(self._rows) if (row.tier if row.tier in kept else None) is tier
+                ),
+                _values_of([f for i in positions for f in self._rows[i].fields]),
+            )
+            for tier in (Tier.STATIC, Tier.SLOW, None)
+        )
+        self._families: list[Family | None] = [None] * len(self._rows)
+        """Per row: its family as last made (None: to be made), reused while no GPU's part of it changed."""
+        self._group_keys: dict[Tier, tuple[object, ...]] = {}
+        """Per kept group: what its families were last made for (the tier's last read, the GPUs, the intervals)."""
         self._gpu_cache: tuple[Snapshot, tuple[PollIntervals, bool], list[Family]] | None = None
         self._fresh_families: dict[str, Family] = {}
         """The families of the last snapshot rendered that are made whole (info, up, processes), by
         name: one whose samples did not change is reused."""
-        self._by_gpu: dict[tuple[int, str], dict[str, GpuRowText]] = {}
-        """Per GPU (index, UUID), per row name: the GPU's part of the row, reused while the row's
-        field values of the GPU are equal to those it was made from."""
+        self._by_gpu: dict[tuple[int, str], _GpuParts] = {}
+        """Per live GPU (index, UUID): its parts of the rows, reused while the row's field values
+        of the GPU are equal to those they were made from."""
         self._gpu_set: tuple[tuple[int, str], ...] = ()
-        """The live GPUs ``_by_gpu`` was last trimmed to."""
-        self._row_last: dict[str, tuple[list[GpuRowText], Family]] = {}
-        """Per row: the parts its last family was made of, and that family (reused while they are the same)."""
-        self._row_heads: dict[str, tuple[PollIntervals, Family, Callable[..., str]]] = {}
-        """Per row: the intervals its HELP was written for, its family without samples (``rendered``:
-        its HELP and TYPE lines) and its sample template."""
+        """The live GPUs ``_by_gpu`` and ``_families`` were last made for."""
+        self._heads: tuple[PollIntervals, list[tuple[Family, Callable[..., str]]]] | None = None
+        """The intervals the rows' HELP texts were written for; per row, its family without samples
+        (``rendered``: its HELP and TYPE lines) and its sample template."""
         self._build_lock = threading.Lock()
         """Held while the per-GPU families of a snapshot are built: a scrape that needs the ones
         the polling thread is building waits for them instead of building them too."""
@@ -80,10 +130,11 @@ class GpuFamilies:
     def prepare_slower(self, snapshot: Snapshot) -> None:
         """Render the slow and static rows of ``snapshot`` now (the polling thread, right after a read)."""
         live = self._live(snapshot)
-        formatted: dict[float, str] = {}
-        for row, key in self._row_keys(snapshot) if live else ():
-            if key is not None:
-                self._cached_row_family(row, live, key, formatted)
+        if live:
+            formatted: dict[float, str] = {}
+            for group in self._groups:
+                if group.tier is not None:
+                    self._make_group(group, snapshot, live, formatted)
 
     def of(self, snapshot: Snapshot) -> list[Family]:
         """The per-GPU families of ``snapshot``, rendered once: every scrape of one snapshot
@@ -145,110 +196,115 @@ class GpuFamilies:
             up.add([str(gpu.index), gpu.uuid], 1.0 if gpu.up else 0.0)
         out = [info, up]
         live = self._live(snapshot)
-        formatted: dict[float, str] = {}
-        for row, key in self._row_keys(snapshot):
-            if key is None:
-                family = self._row_family(row, live, formatted)
-            else:
-                family = self._cached_row_family(row, live, key, formatted)
-            if family.samples:
-                out.append(family)
+        if live:
+            formatted: dict[float, str] = {}
+            for group in self._groups:
+                self._make_group(group, snapshot, live, formatted)
+            out += [family for family in self._families if family is not None and family.samples]
         if self._processes:
             out += self._process_metrics(live)
         return out
 
     def _live(self, snapshot: Snapshot) -> list[GpuSnapshot]:
-        """The GPUs of ``snapshot`` that answer; the parts kept of GPUs no longer among them are dropped."""
+        """The GPUs of ``snapshot`` that answer. When they are not those of the last snapshot, the
+        parts kept of GPUs no longer among them are dropped and every row's family is made again."""
         live = [g for g in snapshot.gpus if g.up]
         gpu_set = tuple((g.index, g.uuid) for g in live)
         if gpu_set != self._gpu_set:
             keep = set(gpu_set)
             self._by_gpu = {where: parts for where, parts in self._by_gpu.items() if where in keep}
+            self._families = [None] * len(self._rows)
+            self._group_keys = {}
             self._gpu_set = gpu_set
         return live
 
-    def _row_keys(self, snapshot: Snapshot) -> Iterator[tuple[MetricRow, tuple[object, ...] | None]]:
-        """Each row with the key its cached family is valid for (slow and static tiers), or None (fast)."""
-        gpu_set = tuple((g.index, g.uuid, g.up) for g in snapshot.gpus)
+    def _heads_now(self) -> list[tuple[Family, Callable[..., str]]]:
+        """Per row, its family without samples, its HELP saying how often it refreshes (``rendered``:
+        its HELP and TYPE lines), and its sample template; made once per set of intervals (every
+        family is then made again, with the new HELP)."""
+        heads = self._heads
+        if heads is not None and heads[0] == self._intervals:
+            return heads[1]
+        made = []
         for row in self._rows:
-            stats = snapshot.tiers.get(row.tier.value) if row.tier in (Tier.SLOW, Tier.STATIC) else None
-            yield row, None if stats is None else (stats.last_timestamp_seconds, gpu_set)
+            empty = Family(
+                row.name,
+                row.kind,
+                row.help + refreshed(row.tier, self._intervals, row.read_every_seconds),
+                (*GPU_LABELS, *row.labels),
+                plain_labels=row.plain_labels,
+            )
+            empty.rendered = header(empty)
+            made.append((empty, sample_template(empty)))
+        self._heads = (self._intervals, made)
+        self._families = [None] * len(self._rows)
+        self._group_keys = {}
+        return made
 
-    def _cached_row_family(
-        self, row: MetricRow, gpus: Sequence[GpuSnapshot], key: tuple[object, ...], formatted: dict[float, str]
-    ) -> Family:
-        """Slow and static tiers change only when read: their family is kept until then."""
-        key = (*key, self._intervals)
-        cached = self._row_cache.get(row.name)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        family = self._row_family(row, gpus, formatted)
-        self._row_cache[row.name] = (key, family)
-        return family
+    def _make_group(
+        self, group: _Group, snapshot: Snapshot, gpus: Sequence[GpuSnapshot], formatted: dict[float, str]
+    ) -> None:
+        """Bring the families of ``group``'s rows up to date with ``gpus`` (the live GPUs of ``snapshot``).
 
-    def _row_family(self, row: MetricRow, gpus: Sequence[GpuSnapshot], formatted: dict[float, str]) -> Family:
-        """The family of ``row`` over ``gpus``, its text (``rendered``) put together GPU by GPU; the
-        family made last time when every GPU's part is the one it was made of."""
-        empty, template = self._row_head(row)
-        parts = self._parts(row, gpus, template, formatted)
-        last = self._row_last.get(row.name)
-        if last is not None and last[1].help == empty.help and same_objects(last[0], parts):
-            return last[1]
-        family = Family(row.name, row.kind, empty.help, empty.label_names, plain_labels=row.plain_labels)
-        samples = family.samples
-        for part in parts:
-            samples.extend(part[1])
-        family.rendered = (empty.rendered or "") + "".join([part[2] for part in parts])
-        self._row_last[row.name] = (parts, family)
-        return family
-
-    def _parts(
-        self,
-        row: MetricRow,
-        gpus: Sequence[GpuSnapshot],
-        template: Callable[..., str],
-        formatted: dict[float, str],
-    ) -> list[GpuRowText]:
-        """Each GPU's part of ``row``: made again only when the row's field values of that GPU are no
-        longer equal to those it was made from (most are not at every poll, and slow reads are spread
-        over polls, a few GPUs a poll)."""
-        name, fields, plain = row.name, row.fields, row.plain_labels
-        by_gpu = self._by_gpu
-        out = []
+        A kept group (slow, static) whose tier was not read since its families were made is left
+        as it is. Otherwise each GPU's part of a row is made again only when the row's field values
+        of that GPU are no longer equal to those it was made from (most are not at every poll, and
+        slow reads are spread over polls, a few GPUs a poll: a GPU whose values of the whole group
+        are those of the last time is passed over at once), and a row's family only when one of
+        its parts was made again."""
+        heads = self._heads_now()
+        if group.tier is not None:
+            stats = snapshot.tiers.get(group.tier.value)
+            if stats is not None:
+                key = (stats.last_timestamp_seconds, tuple((g.index, g.uuid, g.up) for g in snapshot.gpus))
+                if self._group_keys.get(group.tier) == key:
+                    return
+                self._group_keys[group.tier] = key
+        rows, values_of, by_gpu, families = self._rows, self._values_of, self._by_gpu, self._families
+        changed: set[int] = set()
         for gpu in gpus:
-            where = (gpu.index, gpu.uuid)
-            kept = by_gpu.get(where)
-            if kept is None:
-                kept = by_gpu[where] = {}
             values = gpu.__dict__
-            now = tuple([values[f] for f in fields])
-            part = kept.get(name)
-            if part is None or part[0] != now:
+            kept = by_gpu.get((gpu.index, gpu.uuid))
+            if kept is None:
+                kept = by_gpu[(gpu.index, gpu.uuid)] = _GpuParts(len(rows))
+            if group.tier is not None:
+                now = group.values_of(values)
+                before = kept.group_values.get(group.tier, _NOT_MADE)
+                if before is now or before == now:
+                    continue
+            made_from, parts = kept.made_from, kept.parts
+            for position in group.positions:
+                row_values = values_of[position](values)
+                was = made_from[position]
+                if was is row_values or was == row_values:
+                    continue
+                row = rows[position]
                 index, uuid = str(gpu.index), gpu.uuid
                 mine = [((index, uuid, *labels), value) for labels, value in row.samples(gpu)]
                 lines: list[str] = []
-                sample_lines(mine, template, plain, lines, formatted)
-                part = kept[name] = (now, mine, "".join(lines))
-            out.append(part)
-        return out
+                sample_lines(mine, heads[position][1], row.plain_labels, lines, formatted)
+                parts[position] = (mine, "".join(lines))
+                made_from[position] = row_values
+                changed.add(position)
+            if group.tier is not None:
+                kept.group_values[group.tier] = now
+        for position in group.positions:
+            if position in changed or families[position] is None:
+                families[position] = self._row_family(position, heads[position][0], gpus)
 
-    def _row_head(self, row: MetricRow) -> tuple[Family, Callable[..., str]]:
-        """``row``'s family without samples, its HELP saying how often it refreshes (``rendered``: its
-        HELP and TYPE lines), and its sample template; made once per set of intervals."""
-        kept = self._row_heads.get(row.name)
-        if kept is not None and kept[0] == self._intervals:
-            return kept[1], kept[2]
-        empty = Family(
-            row.name,
-            row.kind,
-            row.help + refreshed(row.tier, self._intervals, row.read_every_seconds),
-            (*GPU_LABELS, *row.labels),
-            plain_labels=row.plain_labels,
-        )
-        empty.rendered = header(empty)
-        template = sample_template(empty)
-        self._row_heads[row.name] = (self._intervals, empty, template)
-        return empty, template
+    def _row_family(self, position: int, empty: Family, gpus: Sequence[GpuSnapshot]) -> Family:
+        """Row ``position``'s family over ``gpus``, its text (``rendered``) put together from the GPUs' parts."""
+        row = self._rows[position]
+        family = Family(row.name, row.kind, empty.help, empty.label_names, plain_labels=row.plain_labels)
+        samples = family.samples
+        texts = [empty.rendered or ""]
+        by_gpu = self._by_gpu
+        for gpu in gpus:
+            part = by_gpu[(gpu.index, gpu.uuid)].parts[position]
+            samples.extend(part[0])
+            texts.append(part[1])
+        family.rendered = "".join(texts)
+        return family
 
     def _process_metrics(self, gpus: Sequence[GpuSnapshot]) -> list[Family]:
         memory = Family(
