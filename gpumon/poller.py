@@ -25,6 +25,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from gpumon.backends.base import GpuBackend, GpuLostError, NvmlUnavailableError
@@ -86,15 +87,15 @@ and what the backend said of them; the memory and SM share they use come from ea
 again when the list changes, and at least every 30 polls."""
 
 
+_PER_READ_FIGURES = ("used_memory_bytes", "sm_utilization_ratio")
+_ATTRIBUTED = attrgetter(*(f.name for f in dataclasses.fields(ProcessSnapshot) if f.name not in _PER_READ_FIGURES))
+"""A process's fields but the per-read figures (pid first), as one tuple."""
+
+
 def _same_processes(old: tuple[ProcessSnapshot, ...], new: tuple[ProcessSnapshot, ...]) -> bool:
     """The same processes as far as /proc attribution goes: equal but for the per-read figures."""
-    if old == new:
-        return True
-    return len(old) == len(new) and all(
-        a.pid == b.pid
-        and a
-        == dataclasses.replace(b, used_memory_bytes=a.used_memory_bytes, sm_utilization_ratio=a.sm_utilization_ratio)
-        for a, b in zip(old, new, strict=True)
+    return old is new or (
+        len(old) == len(new) and all(_ATTRIBUTED(a) == _ATTRIBUTED(b) for a, b in zip(old, new, strict=True))
     )
 
 

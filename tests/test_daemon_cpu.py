@@ -306,3 +306,37 @@ def test_a_slow_read_of_one_gpu_looks_at_that_gpus_slow_values_only() -> None:
         if poll >= 4:  # every GPU read once: from now on one GPU's slow tier a poll
             assert len(taken) == 1, f"poll {poll}: the energy row's values were taken of GPUs {taken}"
         clock[0] += 1
+
+
+@pytest.mark.parametrize(
+    ("field", "threshold", "cool", "hot"),
+    [
+        ("temperature_celsius", 90.0, {"temperature_celsius": 60.0}, {"temperature_celsius": 95.0}),
+        ("row_remap_pending", 0.5, {"row_remap_pending": False}, {"row_remap_pending": True}),
+        ("memory_used_ratio", 0.5, {"memory_used_bytes": 10}, {"memory_used_bytes": 99}),
+        ("clocks_hertz.sm", 1.5e9, {"clocks_hertz": {"sm": 1e9}}, {"clocks_hertz": {"sm": 2e9}}),
+        (
+            "nvlink_errors_total.3.replay",
+            0.5,
+            {"nvlink_errors_total": {"3": {"replay": 0}}},
+            {"nvlink_errors_total": {"3": {"replay": 7}}},
+        ),
+    ],
+)
+def test_a_threshold_rule_with_nothing_to_keep_fires_on_the_gpu_that_crosses_for_every_kind_of_field(
+    field: str, threshold: float, cool: dict[str, Any], hot: dict[str, Any]
+) -> None:
+    """Plain fields, booleans (1/0), derived fields and one- and two-key mappings are read alike
+    on the fast path that passes over the GPUs below the threshold; a value that is not a finite
+    number is unknown."""
+    e = _engine({"name": "Crossed", "kind": "threshold", "field": field, "op": ">", "threshold": threshold})
+    sizes = {"memory_total_bytes": 100}
+    changes = e.evaluate(snap(T0, gpu(0, **sizes, **cool), gpu(1, **sizes, **cool)), T0)
+    assert changes == [] and e.alerts() == []
+    e.evaluate(snap(T0 + 1, gpu(0, **sizes, **cool), gpu(1, **sizes, **hot)), T0 + 1)
+    assert [(a.state, a.labels["gpu"]) for a in e.alerts()] == [("firing", "1")]
+    e2 = _engine({"name": "Crossed", "kind": "threshold", "field": field, "op": ">", "threshold": threshold})
+    unknown = {k: float("nan") for k, v in hot.items() if isinstance(v, float)}
+    if unknown:
+        e2.evaluate(snap(T0, gpu(0, **sizes, **cool), gpu(1, **sizes, **unknown)), T0)
+        assert e2.alerts() == []

@@ -21,7 +21,7 @@ from typing import Any
 from gpumon.alerts.alert import Alert, AlertChange, AlertCount, BurnHoldBack, Target, fingerprint
 from gpumon.alerts.observation import Observation, finding_observations, gpu_context, gpu_target, xid_matches
 from gpumon.alerts.rule_config import normalize_action
-from gpumon.alerts.rules import FROM_FINDING, OPS, Rule, field_value, format_value, render
+from gpumon.alerts.rules import FROM_FINDING, OPS, Rule, field_reader, format_value, render
 from gpumon.events.model import XidEvent
 from gpumon.findings.model import Finding
 from gpumon.snapshot import GpuSnapshot, Snapshot
@@ -69,6 +69,8 @@ class AlertEngine:
         self._last_snapshot_at: float | None = None
         self._started_at = started_at
         self._burn: BurnHoldBack | None = None
+        self._readers: dict[str, Callable[[GpuSnapshot], float | None]] = {}
+        """Threshold fields' readers by field name (``field_reader``), made on first use."""
         self.revision = 0
         """Bumped whenever durable state changes (what the spool must save)."""
         self.set_rules(rules)
@@ -362,10 +364,23 @@ class AlertEngine:
             return [self._stale_obs(rule, now)]
         out: list[Observation] = []
         if rule.kind == "threshold":
+            assert rule.field is not None and rule.op is not None and rule.threshold is not None
+            if any(key[0] == rule.name for key in self._active):
+                for gpu in snapshot.gpus:
+                    out.extend(self._threshold(rule, gpu))
+                return out
             # most polls: no alert of this rule to keep or resolve, so only a crossing GPU is observed
-            watching = any(key[0] == rule.name for key in self._active)
+            read, compare, threshold, up_rule = (
+                self._reader(rule.field),
+                OPS[rule.op],
+                rule.threshold,
+                rule.field == "up",
+            )
             for gpu in snapshot.gpus:
-                out.extend(self._threshold(rule, gpu, watching))
+                if gpu.up or up_rule:
+                    value = read(gpu)
+                    if value is not None and compare(value, threshold):
+                        out.extend(self._threshold(rule, gpu, watching=False))
             return out
         for gpu in snapshot.gpus:
             if rule.kind == "threshold":
@@ -392,7 +407,7 @@ class AlertEngine:
         assert rule.field is not None and rule.op is not None and rule.threshold is not None
         if not gpu.up and rule.field != "up":
             return []
-        value = field_value(gpu, rule.field)
+        value = self._reader(rule.field)(gpu)
         if value is None:
             return []
         compare = OPS[rule.op]
@@ -409,6 +424,12 @@ class AlertEngine:
         else:
             context["detail"] = f"{rule.field} = {format_value(value, rule.field)}"
         return [Observation(target, value, fire, keep, context)]
+
+    def _reader(self, field_name: str) -> Callable[[GpuSnapshot], float | None]:
+        read = self._readers.get(field_name)
+        if read is None:
+            read = self._readers[field_name] = field_reader(field_name)
+        return read
 
     def _ecc(self, rule: Rule, gpu: GpuSnapshot) -> list[Observation]:
         counts = gpu.ecc_errors_total

@@ -211,32 +211,33 @@ def field_problem(name: str) -> str | None:
     )
 
 
-def field_value(gpu: GpuSnapshot, name: str) -> float | None:
-    """The value of a threshold field on ``gpu`` as a float (booleans 1/0), or None when unknown."""
-    value: object = gpu.__dict__.get(name)  # a plain field: most rules, every poll and GPU
-    if value is None:
-        derived = DERIVED_FIELDS.get(name)
-        if derived is not None:
-            return derived(gpu)
-        value = _mapping_value(gpu, name)
-    if isinstance(value, bool):
-        return 1.0 if value else 0.0
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return float(value)
-    return None
-
-
-def _mapping_value(gpu: GpuSnapshot, name: str) -> object:
-    """``mapping.key`` (``mapping.key.key`` for nested ones) on ``gpu``; None when absent or not such a name."""
+def field_reader(name: str) -> Callable[[GpuSnapshot], float | None]:
+    """The function that reads threshold field ``name`` off a GPU as a float (booleans 1/0), or None
+    when unknown: a plain field, else a derived one, else ``mapping.key`` (``mapping.key.key`` for
+    nested ones). The name is taken apart once: rules read their field on every GPU at every poll."""
+    derived = DERIVED_FIELDS.get(name)
     base, dot, rest = name.partition(".")
-    if not dot:
+    keys = tuple(rest.split(".")) if dot else ()
+
+    def read(gpu: GpuSnapshot) -> float | None:
+        value: object = gpu.__dict__.get(name)  # a plain field: most rules
+        if value is None:
+            if derived is not None:
+                return derived(gpu)
+            if not dot:
+                return None
+            value = getattr(gpu, base, None)
+            for key in keys:
+                if not isinstance(value, Mapping):
+                    return None
+                value = value.get(key)
+        if isinstance(value, bool):
+            return 1.0 if value else 0.0
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            return float(value)
         return None
-    value: object = getattr(gpu, base, None)
-    for key in rest.split("."):
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(key)
-    return value
+
+    return read
 
 
 def default_burn_hold_back(kind: str, field_name: str | None) -> bool:
