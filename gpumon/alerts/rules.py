@@ -228,7 +228,7 @@ def field_reader(name: str) -> Callable[[GpuSnapshot], float | None]:
                 return None
             value = getattr(gpu, base, None)
             for key in keys:
-                if not isinstance(value, Mapping):
+                if type(value) is not dict and not isinstance(value, Mapping):  # a dict: no ABC check
                     return None
                 value = value.get(key)
         if isinstance(value, bool):
