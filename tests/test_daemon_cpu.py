@@ -340,3 +340,28 @@ def test_a_threshold_rule_with_nothing_to_keep_fires_on_the_gpu_that_crosses_for
     if unknown:
         e2.evaluate(snap(T0, gpu(0, **sizes, **cool), gpu(1, **sizes, **unknown)), T0)
         assert e2.alerts() == []
+
+
+def test_the_health_report_of_every_poll_reads_the_clears_and_the_last_burn_again_only_when_their_files_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpumon.findings.xid_lifecycle import Clear
+    from tests.health.test_burn_findings import write_burn
+
+    read: list[str] = []
+    real_clears, real_burn = health_service.read_clears, health_service.burn_findings
+    monkeypatch.setattr(health_service, "read_clears", lambda *a: read.append("clears") or real_clears(*a))
+    monkeypatch.setattr(health_service, "burn_findings", lambda *a: read.append("burn") or real_burn(*a))
+    service = HealthService(tmp_path, XidCatalog.load(), clock=lambda: T0)
+
+    def failed_burn_gpus(at: float) -> list[int | None]:
+        service.on_snapshot(snap(at, gpu(0), gpu(1)))
+        return [f.gpu for f in service.report().findings if f.kind == "burn_failed"]
+
+    assert [failed_burn_gpus(T0 + i) for i in range(3)] == [[], [], []]
+    assert read == ["clears", "burn"], "files that did not change are not read for every poll's report"
+    write_burn(tmp_path, T0 - 10, passed=False)
+    assert failed_burn_gpus(T0 + 3) == [1]
+    health_service.add_clear(tmp_path, Clear(gpu=1, reason="reseated", at_seconds=T0))
+    assert [failed_burn_gpus(T0 + 4), failed_burn_gpus(T0 + 5)] == [[], []]
+    assert read == ["clears", "burn", "burn", "clears", "burn"]

@@ -123,6 +123,10 @@ class HealthService:
         self._generation = 0
         """Bumped by every input (snapshot, XID, accepted inventory): a cached report is then stale."""
         self._report_cache: tuple[tuple[object, ...], float, HealthReport] | None = None
+        self._clears_read: tuple[object, list[Clear]] | None = None
+        """The clears file's stat key when it was last read, and its clears."""
+        self._burn_read: tuple[object, list[Clear], list[Finding]] | None = None
+        """The burn results file's stat key and the clears when it was last read, and its findings."""
 
     @staticmethod
     def _xid_name(catalog: XidCatalog, code: str) -> str:
@@ -178,12 +182,12 @@ class HealthService:
         now = self._clock()
         with self._lock:
             self._reload_baseline()
-            clears = read_clears(self.state_dir)
+            clears = self._clears()
             self.lifecycle.apply_clears(clears)
             snapshot = self._snapshot
             findings = [*extra, *self.lifecycle.findings(now)]  # first: an XID names a fault best
             findings += snapshot_findings(snapshot) if snapshot is not None or not extra else []
-            findings += burn_findings(self.state_dir, clears)
+            findings += self._burn_findings(clears)
             if self._burn.read() is None:  # a burn makes its GPUs unequal on purpose
                 findings += self.stragglers.findings(now)
             findings += self.trends.findings(now)
@@ -273,6 +277,22 @@ class HealthService:
         found = drift(self.baseline, snapshot, pci, self.config.expected_gpu_count)
         self._drift_cache = (key, found)
         return found
+
+    def _clears(self) -> list[Clear]:
+        """The operator clears, read again only when their file changed (a report is made every poll)."""
+        key = _stat_key(self._clears_path)
+        kept = self._clears_read
+        if kept is None or kept[0] != key:
+            kept = self._clears_read = (key, read_clears(self.state_dir))
+        return kept[1]
+
+    def _burn_findings(self, clears: list[Clear]) -> list[Finding]:
+        """The last burn's findings, worked out again only when its results file or the clears changed."""
+        key = _stat_key(self._burn_results_path)
+        kept = self._burn_read
+        if kept is None or kept[0] != key or kept[1] is not clears:
+            kept = self._burn_read = (key, clears, burn_findings(self.state_dir, clears))
+        return kept[2]
 
     def _pci_gpus(self) -> list[str] | None:
         """NVIDIA GPUs on the PCI bus, re-read from sysfs at most every PCI_RESCAN_SECONDS (scrapes are frequent)."""
