@@ -105,3 +105,20 @@ def test_no_builtin_annotation_claims_a_duration() -> None:
     for rule in builtin_rules_raw():
         for key, text in (rule.get("annotations") or {}).items():
             assert not re.search(r"\bfor \d+ (minutes?|seconds?|hours?)\b", text), (rule["name"], key, text)
+
+
+def test_the_values_of_one_simulated_read_come_from_one_moment() -> None:
+    """Used and free memory add up to the card's memory, and the process holds what is used, even
+    when the clock moves while the read is made (each value once asked the clock for itself)."""
+    ticking = [0.0]
+
+    def clock() -> float:
+        ticking[0] += 7.0
+        return ticking[0]
+
+    backend = FakeBackend.plausible(1, clock=clock)
+    backend.init()
+    for _ in range(5):
+        read = backend.read(0, Tier.FAST)
+        assert read["memory_used_bytes"] + read["memory_free_bytes"] == (143771 - 550) * 2**20
+        assert [p.used_memory_bytes for p in read["processes"]] in ([], [read["memory_used_bytes"]])

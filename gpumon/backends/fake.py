@@ -303,52 +303,60 @@ def _plausible_script(i: int, count: int, clock: Callable[[], float] | None) -> 
     total = 143771 * MIB
     reserved = 550 * MIB
 
-    def load() -> float:
-        t = now()
-        return max(0.0, min(1.0, 0.5 + 0.5 * math.sin(t / 40.0 + i * 1.3)))
+    latest: dict[int, float] = {}
 
-    def used() -> int:
-        return int(2 * 1024 * MIB + load() * 100 * 1024 * MIB)
+    def load(tick: int) -> float:
+        """The GPU's load at ``tick``, worked out at the first value of the tick that needs it (so the
+        values of one read agree, and a read works out one sine, not one per field)."""
+        value = latest.get(tick)
+        if value is None:
+            value = max(0.0, min(1.0, 0.5 + 0.5 * math.sin(now() / 40.0 + i * 1.3)))
+            latest.clear()
+            latest[tick] = value
+        return value
+
+    def used(tick: int) -> int:
+        return int(2 * 1024 * MIB + load(tick) * 100 * 1024 * MIB)
 
     values: dict[str, Any] = dict(_static_defaults(i, count))
     values.update(
         {
-            "utilization_ratio": lambda _t: round(load(), 2),
-            "memory_bandwidth_utilization_ratio": lambda _t: round(load() * 0.6, 2),
-            "memory_used_bytes": lambda _t: used(),
-            "memory_free_bytes": lambda _t: total - reserved - used(),
-            "temperature_celsius": lambda _t: round(32 + 38 * load()),
-            "memory_temperature_celsius": lambda _t: round(38 + 30 * load()),
-            "power_watts": lambda _t: round(75 + 600 * load(), 1),
+            "utilization_ratio": lambda t: round(load(t), 2),
+            "memory_bandwidth_utilization_ratio": lambda t: round(load(t) * 0.6, 2),
+            "memory_used_bytes": used,
+            "memory_free_bytes": lambda t: total - reserved - used(t),
+            "temperature_celsius": lambda t: round(32 + 38 * load(t)),
+            "memory_temperature_celsius": lambda t: round(38 + 30 * load(t)),
+            "power_watts": lambda t: round(75 + 600 * load(t), 1),
             "energy_joules_total": lambda _t: round(1_000_000 + (now() - start) * 400.0, 3),
-            "clocks_hertz": lambda _t: {
-                "sm": _whole_mhz(345e6 + load() * (1980e6 - 345e6)),
+            "clocks_hertz": lambda t: {
+                "sm": _whole_mhz(345e6 + load(t) * (1980e6 - 345e6)),
                 "memory": 3201e6,
-                "graphics": _whole_mhz(345e6 + load() * (1980e6 - 345e6)),
+                "graphics": _whole_mhz(345e6 + load(t) * (1980e6 - 345e6)),
             },
-            "clock_events_active": lambda _t: {
-                r: (r == "gpu_idle" and load() < 0.05) or (r == "sw_power_cap" and load() > 0.95)
+            "clock_events_active": lambda t: {
+                r: (r == "gpu_idle" and load(t) < 0.05) or (r == "sw_power_cap" and load(t) > 0.95)
                 for r in CLOCK_EVENT_REASONS
             },
-            "processes": lambda _t: (
-                (ProcessSnapshot(pid=4242 + i, used_memory_bytes=used(), name="python3", user="train"),)
-                if load() > 0.05
+            "processes": lambda t: (
+                (ProcessSnapshot(pid=4242 + i, used_memory_bytes=used(t), name="python3", user="train"),)
+                if load(t) > 0.05
                 else ()
             ),
             # GPM profiling, as a Hopper GPU reports it (so the profiling and DCGM tensor panels show data)
-            "sm_active_ratio": lambda _t: round(0.95 * load(), 3),
-            "sm_occupancy_ratio": lambda _t: round(0.45 * load(), 3),
-            "tensor_active_ratio": lambda _t: round(0.7 * load(), 3),
-            "dram_active_ratio": lambda _t: round(0.55 * load(), 3),
-            "fp16_active_ratio": lambda _t: round(0.6 * load(), 3),
-            "fp32_active_ratio": lambda _t: round(0.08 * load(), 3),
+            "sm_active_ratio": lambda t: round(0.95 * load(t), 3),
+            "sm_occupancy_ratio": lambda t: round(0.45 * load(t), 3),
+            "tensor_active_ratio": lambda t: round(0.7 * load(t), 3),
+            "dram_active_ratio": lambda t: round(0.55 * load(t), 3),
+            "fp16_active_ratio": lambda t: round(0.6 * load(t), 3),
+            "fp32_active_ratio": lambda t: round(0.08 * load(t), 3),
             "fp64_active_ratio": lambda _t: 0.0,
-            "graphics_active_ratio": lambda _t: round(0.97 * load(), 3),
-            "gpm_throughput_bytes_per_second": lambda _t: {
-                "nvlink_tx": round(120e9 * load()),
-                "nvlink_rx": round(118e9 * load()),
-                "pcie_tx": round(2e9 * load()),
-                "pcie_rx": round(6e9 * load()),
+            "graphics_active_ratio": lambda t: round(0.97 * load(t), 3),
+            "gpm_throughput_bytes_per_second": lambda t: {
+                "nvlink_tx": round(120e9 * load(t)),
+                "nvlink_rx": round(118e9 * load(t)),
+                "pcie_tx": round(2e9 * load(t)),
+                "pcie_rx": round(6e9 * load(t)),
             },
         }
     )
