@@ -365,27 +365,14 @@ class AlertEngine:
         out: list[Observation] = []
         if rule.kind == "threshold":
             assert rule.field is not None and rule.op is not None and rule.threshold is not None
-            if any(key[0] == rule.name for key in self._active):
-                for gpu in snapshot.gpus:
+            watching = any(key[0] == rule.name for key in self._active)
+            read, compare, up_rule = self._reader(rule.field), OPS[rule.op], rule.field == "up"
+            for gpu in snapshot.gpus:  # most polls: nothing to keep or resolve, so only a crossing GPU is observed
+                if watching or ((gpu.up or up_rule) and (v := read(gpu)) is not None and compare(v, rule.threshold)):
                     out.extend(self._threshold(rule, gpu))
-                return out
-            # most polls: no alert of this rule to keep or resolve, so only a crossing GPU is observed
-            read, compare, threshold, up_rule = (
-                self._reader(rule.field),
-                OPS[rule.op],
-                rule.threshold,
-                rule.field == "up",
-            )
-            for gpu in snapshot.gpus:
-                if gpu.up or up_rule:
-                    value = read(gpu)
-                    if value is not None and compare(value, threshold):
-                        out.extend(self._threshold(rule, gpu, watching=False))
             return out
         for gpu in snapshot.gpus:
-            if rule.kind == "threshold":
-                out.extend(self._threshold(rule, gpu))
-            elif rule.kind == "ecc_uncorrectable":
+            if rule.kind == "ecc_uncorrectable":
                 out.extend(self._ecc(rule, gpu))
             elif rule.kind == "nvlink_down":
                 out.extend(self._nvlink(rule, gpu))
@@ -402,8 +389,7 @@ class AlertEngine:
         detail = f"last snapshot {format_value(round(age, 1))} s ago" if self._last_snapshot_at else "no snapshot yet"
         return Observation((), round(age, 1), stale, stale, {"detail": detail})
 
-    def _threshold(self, rule: Rule, gpu: GpuSnapshot, watching: bool = True) -> list[Observation]:
-        """``watching``: False when the rule has no pending or firing alert (nothing to keep or resolve)."""
+    def _threshold(self, rule: Rule, gpu: GpuSnapshot) -> list[Observation]:
         assert rule.field is not None and rule.op is not None and rule.threshold is not None
         if not gpu.up and rule.field != "up":
             return []
@@ -412,8 +398,6 @@ class AlertEngine:
             return []
         compare = OPS[rule.op]
         fire = compare(value, rule.threshold)
-        if not fire and not watching:
-            return []
         target = gpu_target(gpu)
         if not fire and (rule.name, target) not in self._active:
             return []  # nothing to start and nothing to keep or resolve: the usual case, every poll
@@ -426,10 +410,7 @@ class AlertEngine:
         return [Observation(target, value, fire, keep, context)]
 
     def _reader(self, field_name: str) -> Callable[[GpuSnapshot], float | None]:
-        read = self._readers.get(field_name)
-        if read is None:
-            read = self._readers[field_name] = field_reader(field_name)
-        return read
+        return self._readers.get(field_name) or self._readers.setdefault(field_name, field_reader(field_name))
 
     def _ecc(self, rule: Rule, gpu: GpuSnapshot) -> list[Observation]:
         counts = gpu.ecc_errors_total
