@@ -141,11 +141,16 @@ def test_dcgm_nvlink_bandwidth_rises_under_all_reduce_traffic(backend: NvmlBacke
 GR_LOAD = r"""
 import time, torch
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-end = time.time() + 8
+a @ a
+torch.cuda.synchronize()
+print("busy", flush=True)
+end = time.time() + 6
 while time.time() < end:
     a @ a
 torch.cuda.synchronize()
 """
+"""A matmul load that says "busy" once its first product is done (torch's import and CUDA's start
+take seconds, more on a machine just started), then keeps the GPU busy for 6 s."""
 
 
 def test_graphics_engine_activity_rises_under_a_matmul(backend: NvmlBackend, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -158,10 +163,11 @@ def test_graphics_engine_activity_rises_under_a_matmul(backend: NvmlBackend, tmp
     script = tmp_path / "load.py"
     script.write_text(GR_LOAD)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
-    proc = subprocess.Popen([sys.executable, str(script)], env=env)
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(4)
-        backend.read(0, Tier.SLOW)
+        assert proc.stdout is not None and proc.stdout.readline() == "busy\n", "the load did not start"
+        time.sleep(1)
+        backend.read(0, Tier.SLOW)  # GPM: the window is from this read to the next
         time.sleep(2)
         busy = backend.read(0, Tier.SLOW).get("graphics_active_ratio")
     finally:
