@@ -65,6 +65,14 @@ def test_side_by_side_daemon_benchmark_reports_both_checkouts() -> None:
     assert "reference: " in out and "other: " in out and "ratio other / reference: CPU" in out
 
 
+def test_poll_parts_benchmark_reports_each_part_against_another_checkout() -> None:
+    this_checkout = str(Path(__file__).resolve().parent.parent)
+    out = _quick("bench_poll_parts.py", "--reference", this_checkout)
+    for part in ("poll (reference)", "scrape body", "backend reads", "listener AlertService.on_snapshot", "prepare:"):
+        assert part in out, out
+    assert "ratio" in out
+
+
 def test_memory_benchmark_sums_the_daemon_and_its_reference_by_what_they_hold() -> None:
     import subprocess
 
