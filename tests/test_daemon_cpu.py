@@ -365,3 +365,42 @@ def test_the_health_report_of_every_poll_reads_the_clears_and_the_last_burn_agai
     health_service.add_clear(tmp_path, Clear(gpu=1, reason="reseated", at_seconds=T0))
     assert [failed_burn_gpus(T0 + 4), failed_burn_gpus(T0 + 5)] == [[], []]
     assert read == ["clears", "burn", "burn", "clears", "burn"]
+
+
+def test_a_scrape_during_the_polling_threads_slow_rows_serves_the_new_slow_values() -> None:
+    """The polling thread makes a slow read's rows while a scrape asks for the same snapshot: the
+    scrape waits for them and shows the values just read, never the rows of the read before."""
+    import threading
+
+    clock = [1000.0]
+    store = SnapshotStore()
+    backend = FakeBackend.from_mapping({"gpus": [{"values": {"energy_joules_total": [1.0, 2.0, 3.0]}}]})
+    intervals = PollIntervals(fast_seconds=1.0, slow_seconds=1.0)
+    poller = Poller(
+        backend, store, intervals, monotonic=lambda: clock[0], wall_clock=lambda: clock[0], host_figures=dict
+    )
+    collector = GpumonCollector(store, intervals, monotonic=lambda: clock[0])
+    families = collector._gpu
+    poller.poll()
+    families.prepare_slower(store.latest())  # type: ignore[arg-type]
+    clock[0] += 1
+    snapshot = poller.poll()  # energy 2.0, its rows not made yet
+    inside, go_on = threading.Event(), threading.Event()
+    [row] = [row for row in families._rows if row.name == "gpumon_energy_joules_total"]
+    original = row.samples
+    object.__setattr__(row, "samples", lambda gpu: (inside.set(), go_on.wait(5), original(gpu))[2])
+    polling = threading.Thread(target=families.prepare_slower, args=(snapshot,))
+    polling.start()
+    assert inside.wait(5)
+    served: list[float] = []
+    scrape = threading.Thread(
+        target=lambda: served.extend(
+            v for f in families.of(snapshot) if f.name == "gpumon_energy_joules_total" for _, v in f.samples
+        )
+    )
+    scrape.start()
+    scrape.join(0.2)
+    go_on.set()
+    polling.join(5)
+    scrape.join(5)
+    assert served == [2.0]

@@ -105,7 +105,8 @@ class GpuFamilies:
         self._families: list[Family | None] = [None] * len(self._rows)
         """Per row: its family as last made (None: to be made), reused while no GPU's part of it changed."""
         self._group_keys: dict[Tier, tuple[object, ...]] = {}
-        """Per kept group: what its families were last made for (the tier's last read, the GPUs, the intervals)."""
+        """Per kept group: what its families were last made for (the tier's last read, the GPUs); cleared
+        when the live GPUs or the intervals change."""
         self._gpu_cache: tuple[Snapshot, tuple[PollIntervals, bool], list[Family]] | None = None
         self._fresh_families: dict[str, Family] = {}
         """The families of the last snapshot rendered that are made whole (info, up, processes), by
@@ -119,8 +120,9 @@ class GpuFamilies:
         """The intervals the rows' HELP texts were written for; per row, its family without samples
         (``rendered``: its HELP and TYPE lines) and its sample template."""
         self._build_lock = threading.Lock()
-        """Held while the per-GPU families of a snapshot are built: a scrape that needs the ones
-        the polling thread is building waits for them instead of building them too."""
+        """Held while the per-GPU families of a snapshot are built or its slow rows made (everything
+        kept above is changed under it): a scrape that needs the ones the polling thread is building
+        waits for them instead of building them too."""
 
     def set_options(self, intervals: PollIntervals, *, processes: bool) -> None:
         """New intervals (for HELP texts) and per-process opt-in after a reload."""
@@ -129,12 +131,13 @@ class GpuFamilies:
 
     def prepare_slower(self, snapshot: Snapshot) -> None:
         """Render the slow and static rows of ``snapshot`` now (the polling thread, right after a read)."""
-        live = self._live(snapshot)
-        if live:
-            formatted: dict[float, str] = {}
-            for group in self._groups:
-                if group.tier is not None:
-                    self._make_group(group, snapshot, live, formatted)
+        with self._build_lock:  # a scrape's ``of`` meanwhile waits, and then finds them made
+            live = self._live(snapshot)
+            if live:
+                formatted: dict[float, str] = {}
+                for group in self._groups:
+                    if group.tier is not None:
+                        self._make_group(group, snapshot, live, formatted)
 
     def of(self, snapshot: Snapshot) -> list[Family]:
         """The per-GPU families of ``snapshot``, rendered once: every scrape of one snapshot
@@ -253,13 +256,13 @@ class GpuFamilies:
         are those of the last time is passed over at once), and a row's family only when one of
         its parts was made again."""
         heads = self._heads_now()
+        key: tuple[object, ...] | None = None
         if group.tier is not None:
             stats = snapshot.tiers.get(group.tier.value)
             if stats is not None:
                 key = (stats.last_timestamp_seconds, tuple((g.index, g.uuid, g.up) for g in snapshot.gpus))
                 if self._group_keys.get(group.tier) == key:
                     return
-                self._group_keys[group.tier] = key
         rows, values_of, by_gpu, families = self._rows, self._values_of, self._by_gpu, self._families
         changed: set[int] = set()
         for gpu in gpus:
@@ -291,6 +294,8 @@ class GpuFamilies:
         for position in group.positions:
             if position in changed or families[position] is None:
                 families[position] = self._row_family(position, heads[position][0], gpus)
+        if group.tier is not None and key is not None:
+            self._group_keys[group.tier] = key
 
     def _row_family(self, position: int, empty: Family, gpus: Sequence[GpuSnapshot]) -> Family:
         """Row ``position``'s family over ``gpus``, its text (``rendered``) put together from the GPUs' parts."""
