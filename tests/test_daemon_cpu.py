@@ -404,3 +404,27 @@ def test_a_scrape_during_the_polling_threads_slow_rows_serves_the_new_slow_value
     polling.join(5)
     scrape.join(5)
     assert served == [2.0]
+
+
+def test_the_scrape_head_families_help_and_templates_are_made_once_not_once_a_scrape(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpumon.exporter import text
+
+    clock = [1000.0]
+    store = SnapshotStore()
+    poller = Poller(
+        FakeBackend.plausible(2), store, monotonic=lambda: clock[0], wall_clock=lambda: clock[0], host_figures=dict
+    )
+    collector = GpumonCollector(store, PollIntervals(), monotonic=lambda: clock[0])
+    made: list[str] = []
+    real = text.header
+    monkeypatch.setattr(text, "header", lambda fam: made.append(fam.name) or real(fam))
+    bodies = []
+    for _ in range(3):
+        poller.poll()
+        bodies.append(b"".join(collector.body()).decode())
+        clock[0] += 1
+    for name in ("gpumon_snapshot_age_seconds", "gpumon_poll_duration_seconds", "gpumon_collector_success"):
+        assert made.count(name) == 1, (name, made.count(name))
+        assert all(f"# HELP {name} " in body for body in bodies)

@@ -31,11 +31,14 @@ class BurnResultsCollector:
 
     def __init__(self, state_dir: str | Path) -> None:
         self.dir = burn_dir(state_dir)
+        self._last_path = self.dir / LAST_NAME
+        self._marker_path = self.dir / MARKER_NAME
+        """Joined once: both are looked at by every scrape."""
         self._mtime: float | None = None
         self._report: dict[str, Any] | None = None
 
     def _load_report(self) -> dict[str, Any] | None:
-        path = self.dir / LAST_NAME
+        path = self._last_path
         try:
             mtime = path.stat().st_mtime
         except OSError:
@@ -52,7 +55,7 @@ class BurnResultsCollector:
 
     def _load_marker(self) -> dict[str, Any] | None:
         try:
-            data = json.loads((self.dir / MARKER_NAME).read_text(encoding="utf-8"))
+            data = json.loads(self._marker_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         return data if isinstance(data, dict) and pid_alive(data.get("pid")) else None

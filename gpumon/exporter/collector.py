@@ -26,7 +26,7 @@ from gpumon.exporter import gzip_parts
 from gpumon.exporter.gpu_families import GpuFamilies
 from gpumon.exporter.openmetrics import EOF as OPENMETRICS_EOF
 from gpumon.exporter.rendered import OPENMETRICS, TEXT, Rendered, RenderedSnapshot, render_text
-from gpumon.exporter.text import Family, FamilySource, render
+from gpumon.exporter.text import Family, FamilySource, Heads, render
 from gpumon.poller import PollIntervals
 from gpumon.snapshot import Snapshot, Tier
 from gpumon.store import SnapshotStore
@@ -99,6 +99,8 @@ class GpumonCollector:
         """The snapshot ``prepare`` renders ahead of the scrapes right now."""
         self._extra_seen: dict[str, Family] = {}
         """The extra sources' families of the last scrape, by name (their text, once rendered, is reused)."""
+        self._text_heads: Heads = {}
+        """The HELP and TYPE lines and templates of the head's and tail's families, made anew every scrape."""
         self._extras_rendered: tuple[Rendered, list[tuple[str, float, float]]] | None = None
         """The extra sources' families of the last scrape and their bytes, and the sources' timings."""
 
@@ -165,8 +167,10 @@ class GpumonCollector:
             extras = last[0] if last is not None and last[0].holds(extra) else Rendered(extra)
             self._extras_rendered = (extras, timings[1:])
         openmetrics = fmt == OPENMETRICS
-        head_bytes = render_text(head, fmt).encode()
-        tail_bytes = (render_text(self._meta(timings), fmt) + (OPENMETRICS_EOF if openmetrics else "")).encode()
+        head_bytes = render_text(head, fmt, self._text_heads).encode()
+        tail_bytes = (
+            render_text(self._meta(timings), fmt, self._text_heads) + (OPENMETRICS_EOF if openmetrics else "")
+        ).encode()
         if rendered is not None:
             rendered.served.add((fmt, gzip))
         blocks = [extras] if rendered is None else [rendered, extras]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpumon.exporter import gzip_parts, openmetrics
-from gpumon.exporter.text import Family, render
+from gpumon.exporter.text import Family, Heads, render
 from gpumon.same import same_objects
 from gpumon.snapshot import Snapshot
 
@@ -21,9 +21,9 @@ OPENMETRICS = "openmetrics"
 """OpenMetrics 1.0 text."""
 
 
-def render_text(families: Sequence[Family], fmt: str) -> str:
-    """``families`` in format ``fmt`` (OpenMetrics without its ``# EOF``)."""
-    return openmetrics.render_text(families) if fmt == OPENMETRICS else render(families)
+def render_text(families: Sequence[Family], fmt: str, heads: Heads | None = None) -> str:
+    """``families`` in format ``fmt`` (OpenMetrics without its ``# EOF``); ``heads``: see ``text.render``."""
+    return openmetrics.render_text(families) if fmt == OPENMETRICS else render(families, heads)
 
 
 class Rendered:

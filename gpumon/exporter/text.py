@@ -184,16 +184,30 @@ def header(fam: Family) -> str:
     return f"# HELP {fam.name} {_escape_help(fam.help)}\n# TYPE {fam.name} {fam.kind}\n"
 
 
-def render(families: Iterable[Family]) -> str:
+Heads = dict[tuple[str, str, str, tuple[str, ...]], tuple[str, Callable[..., str]]]
+"""Families' HELP and TYPE lines and sample templates by (name, kind, help, label names), for a
+caller that renders families made anew for every scrape (the same names and HELP each time)."""
+
+
+def render(families: Iterable[Family], heads: Heads | None = None) -> str:
     """Text exposition of ``families``, each with its HELP and TYPE lines. Each family's text is
-    kept on it (``rendered``): a family reused by later scrapes renders once."""
+    kept on it (``rendered``): a family reused by later scrapes renders once. ``heads``: where the
+    caller keeps the HELP and TYPE lines and templates of families it makes again every time."""
     out: list[str] = []
     formatted: dict[float, str] = {}
     for fam in families:
         text = fam.rendered
         if text is None:
-            lines = [header(fam)]
-            render_samples(fam, lines, formatted)
+            if heads is None or fam.optional_labels:
+                lines = [header(fam)]
+                render_samples(fam, lines, formatted)
+            else:
+                key = (fam.name, fam.kind, fam.help, fam.label_names)
+                kept = heads.get(key)
+                if kept is None:
+                    kept = heads[key] = (header(fam), sample_template(fam))
+                lines = [kept[0]]
+                sample_lines(fam.samples, kept[1], fam.plain_labels, lines, formatted)
             text = fam.rendered = "".join(lines)
         out.append(text)
     return "".join(out)
