@@ -198,16 +198,13 @@ def render(families: Iterable[Family], heads: Heads | None = None) -> str:
     for fam in families:
         text = fam.rendered
         if text is None:
-            if heads is None or fam.optional_labels:
-                lines = [header(fam)]
-                render_samples(fam, lines, formatted)
+            if heads is None:
+                head, template = header(fam), None
             else:
                 key = (fam.name, fam.kind, fam.help, fam.label_names)
-                kept = heads.get(key)
-                if kept is None:
-                    kept = heads[key] = (header(fam), sample_template(fam))
-                lines = [kept[0]]
-                sample_lines(fam.samples, kept[1], fam.plain_labels, lines, formatted)
+                head, template = heads.get(key) or heads.setdefault(key, (header(fam), sample_template(fam)))
+            lines = [head]
+            render_samples(fam, lines, formatted, template)
             text = fam.rendered = "".join(lines)
         out.append(text)
     return "".join(out)
