@@ -42,6 +42,7 @@ _FAST = Tier.FAST
 """Tier.FAST, read once: each ``Tier.X`` is a descriptor call (~0.1 µs), and the fast path names it per GPU."""
 _TIER_NAMES: Mapping[Tier, str] = {tier: tier.value for tier in Tier}
 """Each tier's name, the key of Snapshot.tiers (``tier.value`` is a property call too)."""
+_FAST_NAME = _TIER_NAMES[_FAST]
 _FIELD_COUNT = len(dataclasses.fields(GpuSnapshot))
 _KEY_FIELDS = frozenset({"index", "uuid", "up", "lost_reason"})
 """GpuKey's fields: gpumon sets them, a backend's read may not."""
@@ -229,12 +230,12 @@ class Poller:
         if not self._nvml_up:
             return self._snapshot_without_gpus(False, self._nvml_error)
         try:
+            durations: dict[Tier, float] | None = None
             if start < self._next_slower_due:  # most polls: the fast tier of every GPU, nothing slower
-                gpus, due = self._read_fast_tier(start), _FAST_ONLY
+                gpus = self._read_fast_tier(start)
                 end = self._mono()  # one clock read for the duration and the snapshot (µs each on some VMs)
-                durations = {_FAST: end - start}
             else:
-                gpus, due, durations = self._read_planned_tiers(start)
+                gpus, durations = self._read_planned_tiers(start)
                 end = self._mono()
             self._count_backend_errors()
         except NvmlUnavailableError as exc:
@@ -249,9 +250,13 @@ class Poller:
             self._init_at = start + self._init_backoff
             return self._snapshot_without_gpus(False, self._nvml_error)
         end_wall = self._wall()
-        tier_stats = dict(self._tier_stats)
-        for tier in due:
-            tier_stats[_TIER_NAMES[tier]] = TierStats.of_read(durations[tier], self._tier_errors[tier], end_wall)
+        if durations is None:  # the fast tier alone, timed by the poll's own clock reads
+            fast = TierStats.of_read(end - start, self._tier_errors[_FAST], end_wall)
+            tier_stats = {**self._tier_stats, _FAST_NAME: fast}
+        else:
+            tier_stats = dict(self._tier_stats)
+            for tier, seconds in durations.items():
+                tier_stats[_TIER_NAMES[tier]] = TierStats.of_read(seconds, self._tier_errors[tier], end_wall)
         self._tier_stats = tier_stats
         return Snapshot.of_poll(end_wall, end, self._with_host_figures(start), gpus, tier_stats)
 
@@ -277,8 +282,9 @@ class Poller:
             out.append(self._merge(index, state))
         return tuple(out)
 
-    def _read_planned_tiers(self, start: float) -> tuple[tuple[GpuSnapshot, ...], tuple[Tier, ...], dict[Tier, float]]:
-        """A poll that reads a slower tier of some GPU: (GPU snapshots, the tiers read, each tier's duration)."""
+    def _read_planned_tiers(self, start: float) -> tuple[tuple[GpuSnapshot, ...], dict[Tier, float]]:
+        """A poll that reads a slower tier of some GPU: (GPU snapshots, each tier read and its duration,
+        slowest tier first)."""
         plan, due = self._plan(start)
         durations = dict.fromkeys(due, 0.0)
         # A fast-only poll (a GPU re-probed later, say) is timed as a whole: clock reads cost µs on some VMs.
@@ -286,7 +292,7 @@ class Poller:
         gpus = tuple([self._read_gpu(i, state, plan[i], durations, start, timed) for i, state in enumerate(self._gpus)])
         if not timed:
             durations[Tier.FAST] = self._mono() - start
-        return gpus, due, durations
+        return gpus, durations
 
     def _plan(self, now: float) -> tuple[Sequence[Sequence[Tier]], tuple[Tier, ...]]:
         """The tiers to read for each GPU in this poll, and all the tiers read in it.

@@ -88,7 +88,14 @@ class NvmlBackend:
     def _context(self, gpm: GpmSampler) -> Context:
         field = getattr(self._nv, "NVML_FI_DEV_MEMORY_TEMP", temperature.FI_DEV_MEMORY_TEMP)
         return Context(
-            self._nv, gpm, self._peers, self._record_error, int(field), self._clock, self._nvlink_errors_seconds
+            self._nv,
+            gpm,
+            self._peers,
+            self._record_error,
+            int(field),
+            self._clock,
+            self._nvlink_errors_seconds,
+            getattr(self._nv, "nvmlMemory_v2", None),
         )
 
     @property

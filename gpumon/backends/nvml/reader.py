@@ -112,6 +112,9 @@ class Context:
     nvlink_errors_seconds: float = 0.0
     """Ask NVML for the NVLink error counters at most this often (0: every read); the daemon's
     backend spaces them (gpumon.fields.nvlink.NVLINK_ERRORS_SECONDS)."""
+    memory_v2_version: Any = None
+    """The binding's ``nvmlMemory_v2`` (None in a binding without it), looked up once: memory is read
+    every second."""
 
 
 Reader = Callable[[Context, GpuState, Any, dict[str, Any]], None]

@@ -22,7 +22,7 @@ def read_memory(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetMemoryInfo (v2 for reserved, else v1): memory.used/free/total/reserved, bytes."""
     nv = ctx.nv
     if not g.memory_v1:
-        version = getattr(nv, "nvmlMemory_v2", None)
+        version = ctx.memory_v2_version
         if version is not None:
             try:
                 m = nv.nvmlDeviceGetMemoryInfo(h, version=version)
