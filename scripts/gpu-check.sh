@@ -34,6 +34,8 @@ if has nvml; then
   echo "bench_daemon rc=$?" | tee -a "$OUT/summary.txt"
   timeout 120 python3 benchmarks/bench_memory.py --seconds 20 > "$OUT/bench-memory.log" 2>&1
   echo "bench_memory rc=$?" | tee -a "$OUT/summary.txt"
+  timeout 60 python3 benchmarks/bench_poll_pieces.py > "$OUT/bench-poll-pieces.log" 2>&1
+  echo "bench_poll_pieces rc=$?" | tee -a "$OUT/summary.txt"
   python3 -m gpumon once > "$OUT/once.txt" 2>&1; python3 -m gpumon once --json > "$OUT/once.json" 2>&1
 fi
 if has daemon; then

@@ -34,6 +34,12 @@ def test_nvml_calls_benchmark_runs_on_the_fake() -> None:
     assert "full FAST read, 2 GPU(s)" in out and "ratio gpumon / bare pynvml" in out
 
 
+def test_poll_pieces_benchmark_times_each_piece_and_the_floor_against_the_bare_calls() -> None:
+    out = _quick("bench_poll_pieces.py")
+    assert "Poller.poll() over a constant backend" in out and "SnapshotStore.publish" in out
+    assert "hand-written read of the usual FAST fields" in out and "bare pynvml loop over the same calls" in out
+
+
 def _quick(script: str, *args: str) -> str:
     import subprocess
 
