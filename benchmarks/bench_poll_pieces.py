@@ -24,7 +24,7 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,23 +78,30 @@ def median_us(values: list[float]) -> float:
     return statistics.median(values) * 1e6
 
 
+def rotating(steps: dict[str, Callable[[], Any]], rounds: int) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """Every step once a round, ``rounds`` times, each round starting one step later (so each step
+    follows every other one alike)."""
+    names = list(steps)
+    for n in range(rounds):
+        for k in range(len(names)):
+            name = names[(n + k) % len(names)]
+            yield name, steps[name]
+
+
 def pieces_table(calls: list[Any], pieces: dict[str, Callable[[], Any]], rounds: int) -> None:
     cold: dict[str, list[float]] = {name: [] for name in pieces}
     warm: dict[str, list[float]] = {name: [] for name in pieces}
     names = list(pieces)
     clock = time.perf_counter
-    for n in range(rounds):
-        for k in range(len(names)):
-            name = names[(n + k) % len(names)]
-            fn = pieces[name]
-            replay(calls)
-            t0 = clock()
-            fn()
-            t1 = clock()
-            fn()
-            t2 = clock()
-            cold[name].append(t1 - t0)
-            warm[name].append(t2 - t1)
+    for name, fn in rotating(pieces, rounds):
+        replay(calls)
+        t0 = clock()
+        fn()
+        t1 = clock()
+        fn()
+        t2 = clock()
+        cold[name].append(t1 - t0)
+        warm[name].append(t2 - t1)
     empty_cold, empty_warm = median_us(cold["(empty call)"]), median_us(warm["(empty call)"])
     print(f"## the poll's pieces after the calls, {rounds} rounds, µs less an empty call")
     print(f"{'piece':<44}{'cold':>8}{'warm':>8}")
@@ -106,13 +113,10 @@ def floor_table(steps: dict[str, Callable[[], Any]], rounds: int) -> None:
     timings: dict[str, list[float]] = {name: [] for name in steps}
     names = list(steps)
     clock = time.perf_counter
-    for n in range(rounds):
-        for k in range(len(names)):
-            name = names[(n + k) % len(names)]
-            fn = steps[name]
-            t0 = clock()
-            fn()
-            timings[name].append(clock() - t0)
+    for name, fn in rotating(steps, rounds):
+        t0 = clock()
+        fn()
+        timings[name].append(clock() - t0)
     bare = median_us(timings[names[0]])
     print(f"## one GPU's fast tier against its calls, {rounds} rounds interleaved")
     print(f"{'what':<52}{'p50 µs':>8}{'/ bare':>8}")
