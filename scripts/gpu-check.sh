@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Everything that needs a real GPU, in one go: gpu-marked tests, benchmarks, nvidia-smi for comparison.
-#   OUT=/tmp/out scripts/gpu-check.sh [nvml] [burn-tests] [burn-bench] [allreduce-small] [daemon]   (default: all)
+#   OUT=/tmp/out scripts/gpu-check.sh [nvml] [burn-tests] [burn-bench] [allreduce-small] [daemon] [burn-scale]   (default: all)
+# burn-scale: `gpumon burn --gpus all --quick` as it is, then with the last GPU made slow (GPUMON_BURN_INJECT):
+# the wall time, p2p matrix and all-reduce busbw of every GPU, and the pairwise runs that isolate the slow one.
 # Logs go to $OUT. Wheels for packages the GPU image lacks may be in .whl/ (installed to /tmp/site).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpumon-gpu-check}
 mkdir -p "$OUT"
-parts=${*:-nvml burn-tests burn-bench allreduce-small daemon}
+parts=${*:-nvml burn-tests burn-bench allreduce-small daemon burn-scale}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -53,5 +55,15 @@ fi
 if has allreduce-small; then
   timeout 400 python3 benchmarks/bench_allreduce_small.py > "$OUT/bench-allreduce-small.log" 2>&1
   echo "bench_allreduce_small rc=$?" | tee -a "$OUT/summary.txt"
+fi
+if has burn-scale; then
+  start=$(date +%s)
+  timeout 150 python3 -m gpumon burn --gpus all --quick --json "$OUT/burn-quick.json" --state-dir "$OUT/burn-state" > "$OUT/burn-quick.log" 2>&1
+  echo "burn --quick rc=$? wall $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
+  last=$(( $(nvidia-smi --list-gpus | wc -l) - 1 ))
+  start=$(date +%s)
+  GPUMON_BURN_INJECT=slow:$last timeout 200 python3 -m gpumon burn --gpus all --quick --json "$OUT/burn-slow.json" \
+    --state-dir "$OUT/burn-state" > "$OUT/burn-slow.log" 2>&1
+  echo "burn --quick with GPU $last slow rc=$? (1 expected) wall $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
 fi
 tail -n 3 "$OUT"/*.log
