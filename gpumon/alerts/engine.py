@@ -367,9 +367,12 @@ class AlertEngine:
             assert rule.field is not None and rule.op is not None and rule.threshold is not None
             watching = any(key[0] == rule.name for key in self._active)
             read, compare, up_rule = self._reader(rule.field), OPS[rule.op], rule.field == "up"
-            for gpu in snapshot.gpus:  # most polls: nothing to keep or resolve, so only a crossing GPU is observed
-                if watching or ((gpu.up or up_rule) and (v := read(gpu)) is not None and compare(v, rule.threshold)):
-                    out.extend(self._threshold(rule, gpu))
+            for gpu in snapshot.gpus:
+                if not (gpu.up or up_rule) or (value := read(gpu)) is None:
+                    continue  # a lost GPU (but for the ``up`` rule) or an unknown value: nothing observed
+                fire = compare(value, rule.threshold)
+                if fire or watching:  # most polls: nothing to keep or resolve, so only a crossing GPU is observed
+                    out.extend(self._threshold(rule, gpu, value, fire))
             return out
         for gpu in snapshot.gpus:
             if rule.kind == "ecc_uncorrectable":
@@ -389,19 +392,13 @@ class AlertEngine:
         detail = f"last snapshot {format_value(round(age, 1))} s ago" if self._last_snapshot_at else "no snapshot yet"
         return Observation((), round(age, 1), stale, stale, {"detail": detail})
 
-    def _threshold(self, rule: Rule, gpu: GpuSnapshot) -> list[Observation]:
-        assert rule.field is not None and rule.op is not None and rule.threshold is not None
-        if not gpu.up and rule.field != "up":
-            return []
-        value = self._reader(rule.field)(gpu)
-        if value is None:
-            return []
-        compare = OPS[rule.op]
-        fire = compare(value, rule.threshold)
+    def _threshold(self, rule: Rule, gpu: GpuSnapshot, value: float, fire: bool) -> list[Observation]:
+        """``gpu``'s observation for threshold ``rule``, its field read as ``value`` (``fire``: it crosses)."""
         target = gpu_target(gpu)
         if not fire and (rule.name, target) not in self._active:
-            return []  # nothing to start and nothing to keep or resolve: the usual case, every poll
-        keep = compare(value, rule.clear_threshold) if rule.clear_threshold is not None else fire
+            return []  # nothing to start and nothing to keep or resolve
+        assert rule.op is not None
+        keep = OPS[rule.op](value, rule.clear_threshold) if rule.clear_threshold is not None else fire
         context = gpu_context(gpu)
         if rule.field == "up" and not gpu.up:
             context["detail"] = gpu.lost_reason or "GPU is lost"
