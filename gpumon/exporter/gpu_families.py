@@ -104,9 +104,9 @@ class GpuFamilies:
         )
         self._families: list[Family | None] = [None] * len(self._rows)
         """Per row: its family as last made (None: to be made), reused while no GPU's part of it changed."""
-        self._group_keys: dict[Tier, tuple[object, ...]] = {}
-        """Per kept group: what its families were last made for (the tier's last read, the GPUs); cleared
-        when the live GPUs or the intervals change."""
+        self._group_keys: dict[Tier, float] = {}
+        """Per kept group: the tier's last read (its stats' timestamp) its families were last made for;
+        cleared when the live GPUs or the intervals change."""
         self._gpu_cache: tuple[Snapshot, tuple[PollIntervals, bool], list[Family]] | None = None
         self._fresh_families: dict[str, Family] = {}
         """The families of the last snapshot rendered that are made whole (info, up, processes), by
@@ -256,11 +256,11 @@ class GpuFamilies:
         are those of the last time is passed over at once), and a row's family only when one of
         its parts was made again."""
         heads = self._heads_now()
-        key: tuple[object, ...] | None = None
+        key: float | None = None
         if group.tier is not None:
             stats = snapshot.tiers.get(group.tier.value)
             if stats is not None:
-                key = (stats.last_timestamp_seconds, tuple((g.index, g.uuid, g.up) for g in snapshot.gpus))
+                key = stats.last_timestamp_seconds  # the live GPUs are the same: ``_live`` clears the keys
                 if self._group_keys.get(group.tier) == key:
                     return
         rows, values_of, by_gpu, families = self._rows, self._values_of, self._by_gpu, self._families
