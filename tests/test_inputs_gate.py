@@ -3,6 +3,7 @@ and what ``run`` (or a SIGHUP reload) would reject, check-config rejects first w
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -35,6 +36,13 @@ def rejected_by_every_path(path: Path, capsys: pytest.CaptureFixture[str]) -> li
     return lines
 
 
+def assert_one_positioned_line(line: str, path: Path) -> None:
+    """A problem line names the file and where in it (line and column), whoever found the problem:
+    gpumon's own shape check or the YAML parser's limits (libyaml's nesting limit comes first in
+    PyYAML 6.0.4; its wording is the library's and is not pinned here)."""
+    assert re.match(rf"{re.escape(str(path))}: line \d+, column \d+: \S", line), line
+
+
 def write(tmp_path: Path, content: str | bytes, name: str = "gpumon.yaml") -> Path:
     path = tmp_path / name
     path.write_bytes(content.encode() if isinstance(content, str) else content)
@@ -62,7 +70,7 @@ def test_deep_nesting_is_a_problem_not_a_recursion_error(
 ) -> None:
     path = write(tmp_path, "alerting: " + "[" * depth + "]" * depth + "\n")
     (line,) = rejected_by_every_path(path, capsys)
-    assert line.endswith("nested more than 64 levels deep")
+    assert_one_positioned_line(line, path)
 
 
 def test_an_alias_bomb_is_refused_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -159,7 +167,7 @@ def test_a_broken_web_config_file_is_reported_with_its_position(
     assert line == f"{web}: line 2, column 6: byte 0xE9 is not UTF-8; save the file as UTF-8"
     deep = write(tmp_path, "basic_auth_users: " + "[" * 3000 + "]" * 3000 + "\n", "web-config.yml")
     (line,) = rejected_by_every_path(write(tmp_path, f"web_config_file: {deep}\n"), capsys)
-    assert line.endswith("nested more than 64 levels deep")
+    assert_one_positioned_line(line, deep)
 
 
 def test_check_config_checks_the_scenario_file_it_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
