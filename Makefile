@@ -1,24 +1,32 @@
 # gpumon developer tasks.
-#   make run    set up a venv with the daemon's dependencies only and run it (real GPUs when the NVIDIA
-#               driver is there, simulated otherwise)
-#   make test   add the test extras and torch (pinned CPU build) to that venv, as root install Debian's
-#               prometheus + alertmanager, then run ruff, mypy and the whole suite
+#   make run          set up a venv with the daemon's dependencies only (versions from the lock) and run it
+#                     (real GPUs when the NVIDIA driver is there, simulated otherwise)
+#   make test         add the test extras and torch (pinned CPU build) to that venv, from the lock; as root
+#                     install Debian's prometheus, alertmanager, slurm, munge; then ruff, mypy and the suite
+#   make test-latest  the same suite in .venv-latest with the newest release of every dependency (no lock)
+#   make lock         refresh requirements/lock.txt to the newest releases that pyproject.toml allows
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Every install for `make run` and `make test` takes its versions from this file (pip constraints), so a
+# commit passes or fails the same way on any day; pyproject.toml keeps the loose ranges users install with.
+LOCK := requirements/lock.txt
+TORCH := requirements/torch-cpu.in
+LATEST_VENV := .venv-latest
+PIP_TOOLS := pip-tools==7.6.2
 LISTEN ?= 127.0.0.1:10480
 BACKEND ?= $(shell (ldconfig -p 2>/dev/null | grep -q libnvidia-ml.so) && echo nvml || echo fake)
 
-.PHONY: setup run-setup run test test-faults test-deps lint typecheck check golden docs
+.PHONY: setup run-setup run test test-latest suite lock test-faults test-deps lint typecheck check golden docs
 
 # Two stamps: the daemon's own dependencies (make run), then the test extras and torch (make test).
 # torch stays pinned: an unpinned torch would pull a multi-GB CUDA build.
-$(VENV)/.run-installed: pyproject.toml
+$(VENV)/.run-installed: pyproject.toml $(LOCK)
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -c $(LOCK) -e .
 	touch $@
 
-$(VENV)/.test-installed: $(VENV)/.run-installed
-	$(PY) -m pip install -q -e '.[test]' 'torch==2.13.0'
+$(VENV)/.test-installed: $(VENV)/.run-installed $(TORCH)
+	$(PY) -m pip install -q -c $(LOCK) -e '.[test]' -r $(TORCH)
 	touch $@
 
 run-setup: $(VENV)/.run-installed
@@ -39,8 +47,30 @@ test-deps:
 	else echo "NOTE: missing$$missing and not root: the tests that need them will be skipped (with reasons)"; fi
 
 # The whole suite: ruff, mypy --strict on gpumon/, then pytest (real Prometheus/Alertmanager included).
-test: setup test-deps lint typecheck
-	$(PY) -m pytest -q
+test: setup test-deps
+	$(MAKE) --no-print-directory suite VENV=$(VENV)
+
+# ruff, mypy and pytest with the venv named by VENV, as it is (make test and make test-latest set it up).
+suite:
+	$(VENV)/bin/ruff check gpumon tests benchmarks dashboards
+	$(VENV)/bin/ruff format --check gpumon
+	$(VENV)/bin/mypy gpumon
+	$(VENV)/bin/python -m pytest -q
+
+# The same suite against the newest release of every dependency pyproject.toml allows (torch stays at the
+# pinned CPU build), in a venv of its own; it prints the versions it tested. Upgrades are a choice: when this
+# passes, `make lock` moves the lock to those versions.
+test-latest: test-deps
+	python3 -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e '.[test]' -r $(TORCH)
+	$(LATEST_VENV)/bin/python -m pip freeze --exclude-editable | tee $(LATEST_VENV)/tested-versions.txt
+	$(MAKE) --no-print-directory suite VENV=$(LATEST_VENV)
+
+# Refresh the lock with pip-tools: the newest releases pyproject.toml allows, torch at the pinned CPU build.
+lock: run-setup
+	$(PY) -m pip install -q '$(PIP_TOOLS)'
+	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile -q --upgrade --strip-extras --extra test --allow-unsafe --no-emit-index-url \
+		--no-emit-find-links -o $(LOCK) pyproject.toml $(TORCH)
 
 # The daemon under faults, as one suite (also part of make test): receiver down for thousands of
 # attempts then back, hang + reload + stop in every order, broken files on reload, NVML UNKNOWN, XID sources.
