@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="seconds of matmul load per GPU (default 60, --quick 10; on --device cpu 5 / 2)",
+        help="seconds of matmul load per GPU (default 60, --quick 6; on --device cpu 5 / 2)",
     )
     p.add_argument("--quick", action="store_true", help="a verdict in under a minute: shorter load, smaller sizes")
     p.add_argument(

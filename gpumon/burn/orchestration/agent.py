@@ -45,6 +45,8 @@ class RankState:
     done: bool = False
     exit_code: int | None = None
     model: str | None = None
+    startup_seconds: dict[str, float] = field(default_factory=dict)
+    """How long the worker took to import torch, open its device and join the process group."""
     metrics: dict[str, float] = field(default_factory=dict)
     rates: dict[str, list[float]] = field(default_factory=dict)
     """TFLOP/s of every round reported so far, by test: kept when the run is stopped before the result."""
@@ -178,6 +180,7 @@ class Agent:
             st.ready = True
             st.collective = None
             st.model = msg.get("model")
+            st.startup_seconds = dict(msg.get("startup_seconds") or {})
         elif kind == "result":
             st.results[str(msg["test"])] = msg["data"]
         elif kind == "error":
@@ -410,6 +413,7 @@ class Agent:
                     "gpu": s.gpu,
                     "node": s.node,
                     "model": s.model,
+                    "startup_seconds": s.startup_seconds,
                     "results": s.results,
                     "errors": s.errors,
                     "ready": s.ready,

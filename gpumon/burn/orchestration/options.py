@@ -10,7 +10,7 @@ LOAD_TESTS = ("matmul", "memory", "p2p", "allreduce")
 DTYPES = ("auto", "bf16", "fp16", "tf32", "fp32", "fp64")
 DEVICES = ("cuda", "cpu")
 
-DEFAULT_DURATION_SECONDS = {("cuda", False): 60.0, ("cuda", True): 10.0, ("cpu", False): 5.0, ("cpu", True): 2.0}
+DEFAULT_DURATION_SECONDS = {("cuda", False): 60.0, ("cuda", True): 6.0, ("cpu", False): 5.0, ("cpu", True): 2.0}
 DEFAULT_STATE_DIR = "/var/lib/gpumon"
 DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 20.0
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 180.0

@@ -43,5 +43,7 @@ class WorkerSpec:
     injection: Injection
     allreduce_floor_bytes_per_second: float | None
     link_fraction: float
+    p2p_concurrent: bool = False
+    """Every pair of this node's GPUs is joined by NVLink: the p2p rounds copy on all GPUs at once."""
     dist_timeout_seconds: float = 900.0
     beat_interval_seconds: float = 0.5

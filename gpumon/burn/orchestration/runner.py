@@ -156,6 +156,7 @@ def run_burn(
             injection=injection,
             allreduce_floor_bytes_per_second=thresholds.allreduce_floor_bytes_per_second(models[g], single_node, link),
             link_fraction=thresholds.link_fraction,
+            p2p_concurrent=link.kind == "nvlink",
         )
         for i, g in enumerate(local)
     ]

@@ -90,6 +90,7 @@ def _run(spec: WorkerSpec, hb: Heartbeat) -> int:
     import warnings
 
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    started = time.monotonic()
     try:
         import torch
     except ImportError as exc:
@@ -97,8 +98,10 @@ def _run(spec: WorkerSpec, hb: Heartbeat) -> int:
     from gpumon.burn.workloads import context
     from gpumon.burn.workloads.registry import TESTS
 
+    imported = time.monotonic()
     dev = _device(spec, torch)
     ctx = context.Context(spec=spec, hb=hb, device=dev, dist=None, torch=torch)
+    opened = time.monotonic()
     if spec.world_size > 1:
         ctx.dist = _init_dist(spec, hb, dev, torch)
         if ctx.cuda:
@@ -106,7 +109,12 @@ def _run(spec: WorkerSpec, hb: Heartbeat) -> int:
             # the waiting GPUs, which cut p2p copy bandwidth to 56 GB/s on 2xH200 (a bare copy: 375 GB/s).
             hb.collective("start", "new_group(gloo)")
             ctx.cpu_group = ctx.dist.new_group(backend="gloo")
-    hb.send({"type": "ready", "model": context.model_name(ctx)})
+    startup = {
+        "import_torch": imported - started,
+        "device": opened - imported,
+        "process_group": time.monotonic() - opened,
+    }
+    hb.send({"type": "ready", "model": context.model_name(ctx), "startup_seconds": startup})
     failed = False
     for test in spec.tests:
         if test == "sw":

@@ -35,6 +35,7 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
                 "model": r.get("model") or info.get("name") or "unknown",
                 "hostname": node.get("hostname"),
                 "telemetry": node.get("telemetry", {}).get(str(r["gpu"]), {}),
+                "startup_seconds": r.get("startup_seconds") or {},
                 "tests": {},
             }
             for test, data in r["results"].items():
