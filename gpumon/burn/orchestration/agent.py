@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing import forkserver
 from typing import Any
 
 from gpumon.burn.orchestration import watchdog
@@ -68,6 +69,37 @@ class Abort:
         return {"kind": self.kind, "message": self.message, "ranks": list(self.ranks), "agents": list(self.agents)}
 
 
+TORCH_NUMPY_WARNING = "ignore:Failed to initialize NumPy:UserWarning"
+"""The warning filter (PYTHONWARNINGS syntax) for torch's import-time warning when NumPy is missing."""
+
+
+def start_worker_server() -> Any:
+    """The multiprocessing context the workers start from, its fork server already importing torch.
+
+    Spawned workers each imported torch themselves, all at once (3.4-5.4 s on 4 x H100); the fork
+    server imports it once, while the agent does its own start-up, and forks every worker from there
+    with torch loaded. The server never initialises CUDA, so each worker opens its GPU as before. It
+    starts with SIGINT and SIGTERM blocked, as spawned workers did: each worker unblocks them first.
+    """
+    for key, value in NO_MULTICAST_ENV.items():
+        os.environ[key] = value  # the server's environment is the workers'
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "gpumon.burn.orchestration.worker"])
+    before = os.environ.get("PYTHONWARNINGS")
+    # torch built without NumPy warns at import; the server imports it before any filter of ours runs
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [before, TORCH_NUMPY_WARNING]))
+    try:
+        with signals_deferred():
+            forkserver.ensure_running()
+    finally:
+        if before is None:
+            del os.environ["PYTHONWARNINGS"]
+        else:
+            os.environ["PYTHONWARNINGS"] = before
+    return ctx
+
+
 class Agent:
     """Runs the local workers to the end, or until the watchdog or another agent stops them."""
 
@@ -82,8 +114,11 @@ class Agent:
         startup_timeout_seconds: float,
         on_tick: Callable[[dict[int, RankState]], None] = lambda _s: None,
         on_test: Callable[[int, str], None] = lambda _g, _t: None,
+        mp_context: Any = None,
     ) -> None:
         self.specs = specs
+        self.mp_context = mp_context
+        """Where the workers start from (``start_worker_server()``); None: spawned, each importing torch."""
         self.node = node
         self.agent_index = agent_index
         self.agent_count = agent_count
@@ -107,7 +142,7 @@ class Agent:
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         from gpumon.burn.orchestration import worker
 
-        ctx = multiprocessing.get_context("spawn")
+        ctx = self.mp_context or multiprocessing.get_context("spawn")
         q = ctx.Queue()
         next_beat = 0.0
         self._started = time.monotonic()

@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 
 from gpumon.backends.base import GpuBackend, GpuLostError
-from gpumon.burn.orchestration.agent import Agent
+from gpumon.burn.orchestration.agent import Agent, start_worker_server
 from gpumon.burn.orchestration.live import LiveView
 from gpumon.burn.orchestration.options import BurnOptions
 from gpumon.burn.orchestration.protocol import WorkerSpec
@@ -99,6 +99,7 @@ def run_burn(
     import warnings
 
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    worker_server = start_worker_server()  # imports torch for the workers while this process imports it too
     import torch
 
     launch = opts.launch
@@ -177,6 +178,7 @@ def run_burn(
                 startup_timeout_seconds=opts.startup_timeout_seconds,
                 on_tick=view.update,
                 on_test=watcher.set_test,
+                mp_context=worker_server,
             )
             agent.run()
         watcher.stop()

@@ -1,6 +1,6 @@
 """One worker process per GPU: imports torch, joins the process group, runs the load tests.
 
-Started by the agent with the ``spawn`` method; talks back only through the message queue
+Forked by the agent's fork server (torch already imported there); talks back only through the message queue
 (see ``gpumon.burn.orchestration.protocol``). Never raises out: every failure becomes one message.
 """
 
