@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpumon import __version__
 from gpumon.config import DEFAULT_PORT, DEFAULT_STATE_DIR, Config, ConfigError, load
@@ -55,11 +55,28 @@ def named_command(argv: Sequence[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
+class UsageError(Exception):
+    """A command line argparse rejects; ``main`` decides what the user sees and the exit code."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors raise UsageError instead of exiting 2 (its subparsers too), so a
+    command can answer them its own way: ``gpumon health`` says UNKNOWN (a check that cannot judge)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(self, message)
+
+
 def build_parser(configured: Collection[str] | None = None) -> argparse.ArgumentParser:
     """gpumon's parser. Of MODULE_COMMANDS, only those in ``configured`` (None: all) get their
     options, which imports their modules; the others are listed with their help line. main()
     configures only the command it runs, so ``gpumon run`` loads no other command's code."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gpumon",
         description="GPU monitoring, alerting and burn-in for Linux GPU servers.",
     )
@@ -263,9 +280,27 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | None:
     return args
 
 
+def _usage_error(words: Sequence[str], exc: UsageError) -> int:
+    """The exit code of a command line argparse rejected: the command's own ``usage_error(words,
+    message)`` where its module has one and it answers (``gpumon health``: UNKNOWN), else argparse's
+    usage and error lines and exit 2."""
+    command = named_command(words) or ""
+    if command in MODULE_COMMANDS:
+        handler = getattr(importlib.import_module(MODULE_COMMANDS[command][0]), "usage_error", None)
+        code = handler(words, exc.message) if handler is not None else None
+        if code is not None:
+            return int(code)
+    exc.parser.print_usage(sys.stderr)
+    print(f"{exc.parser.prog}: error: {exc.message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # The parser is garbage once the command line is parsed: it is not held while a daemon runs.
-    args = parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except UsageError as exc:
+        return _usage_error(sys.argv[1:] if argv is None else argv, exc)
     if args is None:
         return EXIT_USAGE
     try:

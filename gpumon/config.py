@@ -102,9 +102,10 @@ class Config:
         return host.strip("[]") or "0.0.0.0", int(port)
 
 
-_NOT_CONFIGURATION = frozenset({"strict_fields"})
+_NOT_CONFIGURATION = frozenset({"strict_fields", "burn_inject", "burn_floors"})
 """GPUMON_* variables that are not configuration: GPUMON_STRICT_FIELDS=1 makes the poller raise on a field
-name no GpuSnapshot declares (the test suite sets it, so a reader's typo fails a test)."""
+name no GpuSnapshot declares (the test suite sets it, so a reader's typo fails a test); GPUMON_BURN_INJECT
+and GPUMON_BURN_FLOORS are gpumon burn's own (a Slurm epilog that starts a burn may carry them)."""
 
 _SCALARS: dict[str, type] = {
     "listen": str,

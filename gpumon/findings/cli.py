@@ -1,13 +1,17 @@
 """``gpumon health``: the node verdict, operator clears, the inventory baseline, Slurm and NPD modes.
 
-Exit codes (docs/health.md):
+Exit codes (one table in docs/health.md):
 
-* default (Nagios / NHC): 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN;
+* default (Nagios / NHC / HealthCheckProgram): 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN;
 * ``--mode npd`` (Kubernetes node-problem-detector custom plugin): 0 OK (also WARNING),
-  1 problem (CRITICAL), 2 UNKNOWN; one line of at most 80 characters;
+  1 problem (CRITICAL), 2 UNKNOWN; one line of at most 80 bytes;
 * ``--slurm-prolog``: 1 when the node is CRITICAL (Slurm requeues the job), else 0;
-* ``--slurm-epilog``: 0;
-* ``clear`` / ``accept-inventory``: 0 done, 1 could not, 2 bad input.
+* ``--slurm-epilog``: 0 (a failed epilog makes slurmd drain the node; gpumon drains it itself);
+* a check that cannot judge (a bad command line or config, a daemon named with ``--daemon-url``
+  that does not answer, GPUs that do not answer within the prolog's budget) is UNKNOWN with the
+  reason in one line, never a drain: 3, npd 2, prolog and epilog 0 (the job goes through, logged
+  and counted in ``gpumon_health_unjudged_total``);
+* ``clear`` / ``accept-inventory`` (admin commands, not checks): 0 done, 1 could not, 2 bad input.
 """
 
 from __future__ import annotations
@@ -17,26 +21,33 @@ import dataclasses
 import getpass
 import logging
 import os
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gpumon.backends.base import GpuBackend
-from gpumon.config import Config
+from gpumon.config import DEFAULT_STATE_DIR, Config
 from gpumon.findings.config import HealthConfig
-from gpumon.findings.model import ACTION_WORDS, CRITICAL, Finding, HealthReport
-from gpumon.findings.service import STATUS_VALUES, HealthService, add_clear, load_inventory
+from gpumon.findings.daemon_client import DAEMON_TIMEOUT_SECONDS, DaemonSilent, ask_daemon, daemon_url, health_url
+from gpumon.findings.local_check import BackendProblem, CannotJudge, local_report, poll_within
+from gpumon.findings.model import ACTION_WORDS, CRITICAL, UNKNOWN, Finding, HealthReport, verdict
+from gpumon.findings.service import STATUS_VALUES, add_clear, load_inventory
+from gpumon.findings.slurm_hooks import burn_outcome, epilog_burn, let_through
 from gpumon.findings.xid_lifecycle import Clear
 from gpumon.jsonout import add_json_option, emit_json, to_stdout
-from gpumon.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from gpumon.integrations.slurm import Decision
 
 EXIT_USAGE = 2
+"""``clear`` / ``accept-inventory``: bad input."""
 NPD_MAX_OUTPUT = 80
-"""node-problem-detector's default ``max_output_length`` for custom plugins."""
+"""node-problem-detector's default ``max_output_length`` for custom plugins, in bytes."""
 NPD_EXIT = {"OK": 0, "WARNING": 0, "CRITICAL": 1, "UNKNOWN": 2}
+HOOKS = ("prolog", "epilog")
+"""Modes whose job goes through when gpumon cannot judge."""
+ADMIN_COMMANDS = ("clear", "accept-inventory")
 
 log = logging.getLogger("gpumon")
 
@@ -56,13 +67,24 @@ def configure(p: argparse.ArgumentParser) -> None:
         choices=["nagios", "npd"],
         default="nagios",
         help="exit codes: nagios (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; also NHC) or npd "
-        "(node-problem-detector: 0 OK, 1 problem, 2 unknown; one short line)",
+        "(node-problem-detector: 0 OK, 1 problem, 2 unknown; one line of at most 80 bytes)",
     )
-    p.add_argument("--local", action="store_true", help="do not ask the daemon; poll the GPUs here")
-    p.add_argument("--daemon-url", dest="daemon_url", help="the daemon's /api/health URL (default from listen)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--local", action="store_true", help="do not ask the daemon; poll the GPUs here")
+    where.add_argument(
+        "--daemon-url",
+        dest="daemon_url",
+        help="the daemon's base URL, e.g. http://127.0.0.1:10480 (like gpumon alerts --url; a URL ending in "
+        "/api/health works too). A daemon named here that does not answer is UNKNOWN, never a local poll",
+    )
     slurm = p.add_mutually_exclusive_group()
     slurm.add_argument("--slurm", action="store_true", help="Slurm HealthCheckProgram: drain / resume this node")
-    slurm.add_argument("--slurm-prolog", dest="slurm_prolog", action="store_true", help="Slurm Prolog (fast)")
+    slurm.add_argument(
+        "--slurm-prolog",
+        dest="slurm_prolog",
+        action="store_true",
+        help="Slurm Prolog: answers within health.slurm.prolog_timeout_seconds; the job goes through unless CRITICAL",
+    )
     slurm.add_argument(
         "--slurm-epilog", dest="slurm_epilog", action="store_true", help="Slurm Epilog (may burn a failed job's GPUs)"
     )
@@ -78,22 +100,113 @@ def configure(p: argparse.ArgumentParser) -> None:
     accept.set_defaults(func=cmd_accept_inventory)
 
 
-# ---- helpers ----------------------------------------------------------------
-def _setup(args: argparse.Namespace) -> tuple[Config, Path] | int:
-    from gpumon.cli import _usable_state_dir, load_or_report
+# ---- cannot judge: UNKNOWN, never a drain --------------------------------------------------------
+def mode_of(args: argparse.Namespace) -> str:
+    """``prolog``, ``epilog``, ``npd`` or ``nagios`` (also NHC and ``--slurm``): what decides the exit code."""
+    if args.slurm_prolog:
+        return "prolog"
+    if args.slurm_epilog:
+        return "epilog"
+    return "npd" if args.mode == "npd" else "nagios"
 
-    config = load_or_report(args)
-    if config is None:
-        return EXIT_USAGE
+
+def _option_value(words: Sequence[str], option: str) -> str | None:
+    for i, word in enumerate(words):
+        if word == option and i + 1 < len(words):
+            return words[i + 1]
+        if word.startswith(option + "="):
+            return word.partition("=")[2]
+    return None
+
+
+def usage_error(words: Sequence[str], message: str) -> int | None:
+    """A command line argparse rejected (called by gpumon.cli): UNKNOWN for the check, with the exit
+    code of its mode as far as the words tell it; None for clear / accept-inventory (argparse's exit 2)."""
+    if any(word in ADMIN_COMMANDS for word in words if not word.startswith("-")):
+        return None
+    if "--slurm-prolog" in words:
+        mode = "prolog"
+    elif "--slurm-epilog" in words:
+        mode = "epilog"
+    else:
+        mode = "npd" if _option_value(words, "--mode") == "npd" else "nagios"
+    given = _option_value(words, "--state-dir")
+    state_dir = Path(given) if given else Path(os.environ.get("GPUMON_STATE_DIR") or DEFAULT_STATE_DIR)
+    return cannot_judge(mode, f"usage: {message}", state_dir, os.environ)
+
+
+def cannot_judge(
+    mode: str, reason: str, state_dir: Path | None, env: Mapping[str, str], json_to: str | None = None
+) -> int:
+    """Say UNKNOWN with ``reason`` the way ``mode`` is read, and return its exit code: prolog and epilog
+    let the job through (0) with a line on stderr and syslog and a count in the state directory."""
+    report = unknown_report(reason)
+    if mode in HOOKS:
+        return let_through(mode, report.reason(), state_dir, env)
+    if mode == "npd":
+        print(npd_line(report))
+        print(f"gpumon health: UNKNOWN - {report.reason()}", file=sys.stderr)  # whole: NPD logs a plugin's stderr
+        return NPD_EXIT[UNKNOWN]
+    if json_to is not None:
+        try:
+            emit_json(report.to_json(), json_to)
+        except OSError as exc:
+            print(f"gpumon: cannot write {json_to}: {exc.strerror or exc}", file=sys.stderr)
+    if not to_stdout(json_to):
+        print(f"gpumon health: UNKNOWN - {report.reason()}")
+    return STATUS_VALUES[UNKNOWN]
+
+
+def unknown_report(reason: str) -> HealthReport:
+    finding = Finding(kind="cannot_judge", severity=UNKNOWN, action="none", summary=f"not judged: {reason}")
+    return verdict([finding], [], time.time(), source="none")
+
+
+# ---- helpers ----------------------------------------------------------------
+def _logging(args: argparse.Namespace) -> None:
     level = getattr(logging, (args.log_level or "warning").upper())
     logging.basicConfig(level=level, format="gpumon: %(message)s", stream=sys.stderr)
     if not args.log_level:  # the verdict says it; the daemon's retry wording would mislead here
         logging.getLogger("gpumon.poller").setLevel(logging.CRITICAL)
+
+
+def _state_dir(config: Config, args: argparse.Namespace) -> Path | None:
+    from gpumon.cli import _usable_state_dir
+
     explicit = args.state_dir is not None or "GPUMON_STATE_DIR" in os.environ
-    state_dir = _usable_state_dir(config, explicit)
+    return _usable_state_dir(config, explicit)
+
+
+def _setup(args: argparse.Namespace) -> tuple[Config, Path] | int:
+    """clear / accept-inventory: the config and state directory, or the exit code (2 bad config, 1 no state dir)."""
+    from gpumon.cli import load_or_report
+
+    config = load_or_report(args)
+    if config is None:
+        return EXIT_USAGE
+    _logging(args)
+    state_dir = _state_dir(config, args)
     if state_dir is None:
         print(f"gpumon: state directory {config.state_dir} cannot be created or written", file=sys.stderr)
         return 1
+    return dataclasses.replace(config, state_dir=state_dir), state_dir
+
+
+def _judge_setup(args: argparse.Namespace) -> tuple[Config, Path]:
+    """The check's config and state directory; CannotJudge (every config problem on stderr) when not usable."""
+    from gpumon.cli import _flags, checked_config
+
+    config = checked_config(args.config, _flags(args), path_must_exist=args.config is not None)
+    if not isinstance(config, Config):
+        print(f"gpumon: {len(config)} problem(s) in the configuration:", file=sys.stderr)
+        for problem in config:
+            print(f"  - {problem}", file=sys.stderr)
+        more = f" (and {len(config) - 1} more)" if len(config) > 1 else ""
+        raise CannotJudge(f"configuration: {config[0]}{more}")
+    _logging(args)
+    state_dir = _state_dir(config, args)
+    if state_dir is None:
+        raise CannotJudge(f"state directory {config.state_dir} cannot be created or written")
     return dataclasses.replace(config, state_dir=state_dir), state_dir
 
 
@@ -101,110 +214,42 @@ def _health_config(config: Config) -> HealthConfig:
     return config.health or HealthConfig()
 
 
-def daemon_url(config: Config) -> str:
-    host, port = config.listen_address()
-    if host in ("0.0.0.0", "", "::"):
-        host = "127.0.0.1"
-    if ":" in host:
-        host = f"[{host}]"
-    return f"http://{host}:{port}/api/health"
-
-
-def ask_daemon(url: str, timeout_seconds: float = 3.0) -> HealthReport | None:
-    """The daemon's verdict, or None when no daemon answers (then gpumon health polls itself)."""
-    import requests
-
-    try:
-        response = requests.get(url, timeout=timeout_seconds)
-        if response.status_code != 200:
-            log.info("the daemon at %s answered %d; polling the GPUs here", url, response.status_code)
-            return None
-        return HealthReport.from_json(response.json(), source="daemon")
-    except (requests.RequestException, ValueError, KeyError, TypeError):
-        return None
-
-
-class BackendProblem(Exception):
-    """The backend cannot be built (a bad scenario file)."""
-
-
-def local_report(config: Config, state_dir: Path, *, kernel_log: bool = True) -> HealthReport:
-    """Poll the GPUs once here, add what the state directory remembers, and judge."""
-    from gpumon.backends.base import ScenarioError
-    from gpumon.backends.factory import make_backend
-    from gpumon.events.catalog import XidCatalog
-    from gpumon.events.tracker import XidTracker
-
-    try:
-        backend = make_backend(config.backend, config.fake_gpus)
-    except ScenarioError as exc:
-        raise BackendProblem(str(exc)) from exc
-    service = HealthService(
-        state_dir, XidCatalog.load(config.xid_catalog), _health_config(config), simulated=backend.name == "fake"
-    )
-    snapshot = _poll_within(backend, _health_config(config).poll_timeout_seconds)
-    if snapshot is None:  # a call into the driver hangs: a GPU fallen off the bus, typically
-        return service.report(source="local", extra=[poll_hung(_health_config(config).poll_timeout_seconds)])
-    service.on_snapshot(snapshot)
-    tracker = XidTracker(live_since_seconds=time.time(), logger=logging.getLogger("gpumon.xid"))
-    tracker.set_gpus_from_snapshot(snapshot)
-    tracker.subscribe(service.on_xid)
-    if snapshot.nvml_up and backend.name == "fake":  # scripted XIDs; real ones come from the kernel log
-        try:
-            for event in backend.wait_events(0.0):
-                tracker.record(event)
-        except Exception:
-            log.debug("no simulated XID events", exc_info=True)
-    if kernel_log and config.kernel_log and backend.name != "fake":
-        from gpumon.events.kernel_log import read_boot_xids
-
-        tracker.record_all(read_boot_xids(logger=logging.getLogger("gpumon.kmsg")).events)
-    try:
-        backend.shutdown()
-    except Exception:
-        log.debug("backend shutdown failed", exc_info=True)
-    return service.report(source="local")
-
-
-def _poll_within(backend: GpuBackend, timeout_seconds: float) -> Snapshot | None:
-    """One poll, or None when it does not finish in time (the stuck thread is left behind, a daemon thread)."""
-    from gpumon.poller import Poller
-    from gpumon.store import SnapshotStore
-
-    result: list[Snapshot] = []
-    thread = threading.Thread(
-        target=lambda: result.append(Poller(backend, SnapshotStore()).poll()), name="gpumon-health-poll", daemon=True
-    )
-    thread.start()
-    thread.join(timeout_seconds)
-    return result[0] if result else None
-
-
-def poll_hung(timeout_seconds: float) -> Finding:
-    return Finding(
-        kind="nvml_hang",
-        severity=CRITICAL,
-        action="reboot_node",
-        summary=f"the NVIDIA driver did not answer within {timeout_seconds:g} s (a GPU may have fallen off the bus)",
-        evidence={"timeout_seconds": timeout_seconds},
-    )
-
-
-def get_report(args: argparse.Namespace, config: Config, state_dir: Path, *, kernel_log: bool = True) -> HealthReport:
+def get_report(
+    args: argparse.Namespace,
+    config: Config,
+    state_dir: Path,
+    *,
+    kernel_log: bool = True,
+    budget: Callable[[], float] | None = None,
+) -> HealthReport:
+    """The daemon's verdict, else a local poll. A daemon named with ``--daemon-url`` that gives none is
+    CannotJudge; the default one (from ``listen``) not answering means no daemon runs: poll here.
+    ``budget`` (the prolog) gives the seconds left."""
     if not args.local:
-        url = args.daemon_url or (None if config.web_config_file else daemon_url(config))
+        explicit = args.daemon_url is not None
+        if explicit and not args.daemon_url.startswith(("http://", "https://")):
+            raise CannotJudge(f"--daemon-url must be an http:// or https:// URL, got {args.daemon_url!r}")
+        url = health_url(args.daemon_url) if explicit else None
+        if url is None and not config.web_config_file:
+            url = health_url(daemon_url(config))
         if url is not None:
-            report = ask_daemon(url)
-            if report is not None:
-                return report
-    return local_report(config, state_dir, kernel_log=kernel_log)
+            timeout = DAEMON_TIMEOUT_SECONDS if budget is None else max(0.1, min(DAEMON_TIMEOUT_SECONDS, budget()))
+            try:
+                return ask_daemon(url, timeout)
+            except DaemonSilent as exc:
+                if explicit:
+                    raise CannotJudge(f"the daemon at {url} {exc}") from exc
+                log.info("no daemon at %s (%s); polling the GPUs here", url, exc)
+    return local_report(config, state_dir, kernel_log=kernel_log, budget_seconds=None if budget is None else budget())
 
 
 def npd_line(report: HealthReport) -> str:
-    """One line for node-problem-detector, at most NPD_MAX_OUTPUT characters."""
+    """One line for node-problem-detector, at most NPD_MAX_OUTPUT bytes of UTF-8 (NPD cuts its plugin's
+    output at ``max_output_length`` bytes); cut on a character boundary, ending in ``...``."""
     line = f"{report.status}: {report.reason()}"
-    if len(line) > NPD_MAX_OUTPUT:
-        line = line[: NPD_MAX_OUTPUT - 3] + "..."
+    data = line.encode()
+    if len(data) > NPD_MAX_OUTPUT:
+        line = data[: NPD_MAX_OUTPUT - 3].decode("utf-8", "ignore") + "..."
     return line
 
 
@@ -224,35 +269,26 @@ def print_report(report: HealthReport) -> None:
         print(f"recommended: {ACTION_WORDS[report.action]}" if report.action in ACTION_WORDS else report.action)
 
 
+def with_finding(report: HealthReport, finding: Finding) -> HealthReport:
+    gpus = [(g.index, g.uuid) for g in report.gpus]
+    return verdict([*report.findings, finding], gpus, report.timestamp_seconds, report.source)
+
+
 # ---- commands -----------------------------------------------------------------
 def cmd_health(args: argparse.Namespace) -> int:
-    setup = _setup(args)
-    if isinstance(setup, int):
-        return setup
-    config, state_dir = setup
-    slurm_mode = args.slurm or args.slurm_prolog or args.slurm_epilog
-    slurm = _health_config(config).slurm
-    if slurm_mode and not slurm.enabled:
-        print(
-            "gpumon: health.slurm.enabled is not true in the configuration; gpumon drains no node unless told to",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    if args.slurm_epilog:
-        _epilog_burn(config, state_dir, os.environ)
+    started = time.monotonic()
+    mode = mode_of(args)
+    given = args.state_dir or os.environ.get("GPUMON_STATE_DIR")
+    state_dir: Path | None = Path(given) if given else DEFAULT_STATE_DIR
     try:
-        report = get_report(args, config, state_dir, kernel_log=not args.slurm_prolog)
-    except BackendProblem as exc:
-        print(f"gpumon: bad scenario file:\n{exc}", file=sys.stderr)
-        return EXIT_USAGE
-    decision = None
-    if slurm_mode:
-        from gpumon.integrations.slurm import act
-
-        decision = act(report, slurm, state_dir)
-    if args.mode == "npd":
+        config, state_dir = _judge_setup(args)
+        report, decision = _judge(args, mode, config, state_dir, started)
+    except (CannotJudge, BackendProblem) as exc:
+        return cannot_judge(mode, str(exc), state_dir, os.environ, args.json)
+    if mode == "npd":
         print(npd_line(report))
         return NPD_EXIT[report.status]
+    json_failed = False
     if args.json is not None:
         data = report.to_json()
         if decision is not None:
@@ -261,52 +297,76 @@ def cmd_health(args: argparse.Namespace) -> int:
             emit_json(data, args.json)
         except OSError as exc:
             print(f"gpumon: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_USAGE
+            json_failed = True
     if not to_stdout(args.json):
         print_report(report)
         if decision is not None:
             print(f"slurm: {decision.step}: {decision.message}")
-    if args.slurm_prolog:
-        return 1 if report.status == "CRITICAL" and decision is not None and decision.step != "refused" else 0
-    if args.slurm_epilog:
+    if mode in HOOKS and report.status == UNKNOWN:
+        return let_through(mode, report.reason(), state_dir, os.environ)
+    if mode == "prolog":
+        return 1 if report.status == CRITICAL and decision is not None and decision.step != "refused" else 0
+    if mode == "epilog":
         return 0
-    return STATUS_VALUES[report.status]
+    return STATUS_VALUES[UNKNOWN] if json_failed else STATUS_VALUES[report.status]
 
 
-def _job_failed(env: Mapping[str, str]) -> bool:
-    for name in ("SLURM_JOB_EXIT_CODE", "SLURM_JOB_DERIVED_EC"):
-        value = env.get(name, "").split(":")[0].strip()
-        if value and value != "0":
-            return True
-    return False
+def _judge(
+    args: argparse.Namespace, mode: str, config: Config, state_dir: Path, started: float
+) -> tuple[HealthReport, Decision | None]:
+    """The verdict and the Slurm step taken on it (None outside the Slurm modes)."""
+    slurm_mode = args.slurm or mode in HOOKS
+    slurm = _health_config(config).slurm
+    if slurm_mode and not slurm.enabled:
+        raise CannotJudge("health.slurm.enabled is not true in the configuration; gpumon drains no node unless told to")
+    budget = _seconds_left(started + slurm.prolog_timeout_seconds) if mode == "prolog" else None
+
+    if slurm.slurm_conf is not None:  # slurmd gives HealthCheckProgram no SLURM_CONF; scontrol reads it
+        os.environ["SLURM_CONF"] = str(slurm.slurm_conf)
+    burned = epilog_burn(config, state_dir, os.environ) if mode == "epilog" else None
+    report = get_report(args, config, state_dir, kernel_log=mode != "prolog", budget=budget)
+    if burned is not None:
+        finding = burn_outcome(burned, report)
+        if finding is not None:
+            report = with_finding(report, finding)
+    decision = None
+    if slurm_mode:
+        from gpumon.integrations.slurm import act
+
+        if budget is not None:  # scontrol too must answer within the prolog's budget
+            slurm = dataclasses.replace(slurm, timeout_seconds=max(1.0, min(slurm.timeout_seconds, budget())))
+        decision = act(report, slurm, state_dir)
+    return report, decision
 
 
-def burn_command(config: Config, state_dir: Path, gpus: str) -> list[str]:
-    cmd = [sys.executable, "-m", "gpumon", "burn", "--quick", "--state-dir", str(state_dir)]
-    if gpus:
-        cmd += ["--gpus", gpus]
-    if config.source:
-        cmd += ["--config", config.source]
-    return cmd
+def _seconds_left(deadline: float) -> Callable[[], float]:
+    """The seconds from now until ``deadline`` (time.monotonic), each time it is called."""
+    return lambda: deadline - time.monotonic()
 
 
-def _epilog_burn(
-    config: Config,
-    state_dir: Path,
-    env: Mapping[str, str],
-    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
-) -> int | None:
-    """``gpumon burn --quick`` on the job's GPUs when the job failed and ``epilog_burn`` is on; its exit code."""
-    if not _health_config(config).slurm.epilog_burn or not _job_failed(env):
-        return None
-    cmd = burn_command(config, state_dir, env.get("SLURM_JOB_GPUS", ""))
-    log.warning("job %s failed; running %s", env.get("SLURM_JOB_ID", "?"), " ".join(cmd))
+def node_gpus(config: Config, state_dir: Path) -> list[int]:
+    """The GPU indices of this node: the inventory baseline's and those a poll sees now (empty when
+    neither can be read)."""
+    from gpumon.backends.base import ScenarioError
+    from gpumon.backends.factory import make_backend
+
+    indices: set[int] = set()
+    inventory = load_inventory(state_dir)
+    if inventory is not None:
+        indices.update(g.index for g in inventory.gpus)
     try:
-        done = run(cmd, capture_output=True, text=True, timeout=300, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        log.error("gpumon burn could not run: %s", exc)
-        return None
-    return int(done.returncode)
+        backend = make_backend(config.backend, config.fake_gpus)
+    except ScenarioError:
+        return sorted(indices)
+    snapshot = poll_within(backend, _health_config(config).poll_timeout_seconds)
+    if snapshot is not None:
+        if snapshot.nvml_up:
+            indices.update(g.index for g in snapshot.gpus)
+        try:
+            backend.shutdown()
+        except Exception:
+            log.debug("backend shutdown failed", exc_info=True)
+    return sorted(indices)
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
@@ -319,7 +379,14 @@ def cmd_clear(args: argparse.Namespace) -> int:
     setup = _setup(args)
     if isinstance(setup, int):
         return setup
-    _config, state_dir = setup
+    config, state_dir = setup
+    gpus = node_gpus(config, state_dir)
+    if gpus and args.gpu not in gpus:
+        listed = ", ".join(str(i) for i in gpus)
+        print(f"gpumon: this node has no GPU {args.gpu} (its GPUs: {listed}); nothing recorded", file=sys.stderr)
+        return EXIT_USAGE
+    if not gpus:
+        log.warning("cannot tell which GPUs this node has (no inventory baseline, NVML unavailable)")
     try:
         user = getpass.getuser()
     except (KeyError, OSError):

@@ -15,6 +15,8 @@ health:
     reason_prefix: "gpumon:"
     timeout_seconds: 10
     epilog_burn: false             # epilog: gpumon burn --quick on the job's GPUs when the job failed
+    prolog_timeout_seconds: 5      # the prolog's own budget; not judged in time: UNKNOWN, the job goes through
+    slurm_conf: /etc/slurm/slurm.conf  # SLURM_CONF for scontrol (slurmd gives HealthCheckProgram none)
   stragglers:                      # passive straggler detection (docs/early-signals.md)
     enabled: true
     window_seconds: 300
@@ -50,6 +52,12 @@ class SlurmConfig:
     sinfo: str = "sinfo"
     timeout_seconds: float = 10.0
     epilog_burn: bool = False
+    prolog_timeout_seconds: float = 5.0
+    """``--slurm-prolog``: gpumon's own work (daemon, poll, scontrol) within this, well inside Slurm's
+    default 10 s MessageTimeout; a node not judged in time is UNKNOWN and the job goes through."""
+    slurm_conf: Path | None = None
+    """Given to scontrol as SLURM_CONF (slurmd gives HealthCheckProgram none); None: the environment's,
+    else scontrol's built-in default (/etc/slurm/slurm.conf)."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +183,8 @@ _SLURM_KEYS = {
     "sinfo",
     "timeout_seconds",
     "epilog_burn",
+    "prolog_timeout_seconds",
+    "slurm_conf",
 }
 
 
@@ -197,8 +207,12 @@ def parse_slurm(raw: Any, where: str = "health.slurm") -> tuple[SlurmConfig, lis
     for key in ("node_name", "partition", "reason_prefix", "scontrol", "sinfo"):
         if key in raw:
             values[key] = _string(raw, key, where, problems)
-    if "timeout_seconds" in raw:
-        values["timeout_seconds"] = _number(raw, "timeout_seconds", where, problems)
+    for key in ("timeout_seconds", "prolog_timeout_seconds"):
+        if key in raw:
+            values[key] = _number(raw, key, where, problems)
+    if "slurm_conf" in raw:
+        text = _string(raw, "slurm_conf", where, problems)
+        values["slurm_conf"] = Path(text) if text else None
     if "max_drained_share" in raw:
         share = _number(raw, "max_drained_share", where, problems)
         if share is not None and share > 1:

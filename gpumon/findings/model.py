@@ -18,7 +18,8 @@ STATUSES = (OK, WARNING, UNKNOWN, CRITICAL)
 """From best to worst: a CRITICAL finding outweighs not knowing something else."""
 
 ACTIONS = ("none", "restart_job", "reset_gpu", "reboot_node", "inspect_hardware", "replace")
-"""The ladder, from least to most invasive. A GPU's action is the highest rung of its findings."""
+"""The ladder, from least to most invasive. A GPU's action (and the node's) is its worst finding's: the one
+its reason names."""
 
 ACTION_WORDS = {
     "none": "no action",
@@ -137,7 +138,9 @@ class HealthReport:
 
     @property
     def action(self) -> str:
-        return top_action([f.action for f in self.findings])
+        """The worst finding's action: the one the headline (``reason()``) names."""
+        worst = self.worst()
+        return "none" if worst is None else worst.action
 
     def worst(self) -> Finding | None:
         """The finding that decides the verdict (highest severity, then highest action)."""
@@ -205,7 +208,7 @@ def verdict(
                 index=index,
                 uuid=known[index],
                 status=worst_status([f.severity for f in mine]),
-                action=top_action([f.action for f in mine]),
+                action=mine[0].action if mine else "none",  # the action its reason names
                 reason=mine[0].reason() if mine else "ok",
             )
         )

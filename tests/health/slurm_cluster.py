@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers import wait_for
+from tests.helpers import REPO, wait_for
 
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "sbatch", "squeue", "scancel", "sinfo")
 NODE = "g1"
@@ -154,11 +154,23 @@ def _start(base: Path) -> SlurmCluster:
         f"""#!/bin/sh
 # Runs for every job; does something only while a test has written {base / "prolog.args"}.
 [ -f {base / "prolog.args"} ] || exit 0
-export SLURM_CONF={conf}
+export SLURM_CONF={conf} PYTHONPATH={REPO}  # slurmd gives a clean environment: the gpumon under test
 exec {sys.executable} -m gpumon health --slurm-prolog $(cat {base / "prolog.args"}) >> {base / "prolog.log"} 2>&1
 """
     )
     prolog.chmod(0o755)
+    epilog = base / "epilog.sh"
+    epilog.write_text(
+        f"""#!/bin/sh
+# Runs after every job; does something only while a test has written {base / "epilog.args"}
+# (and exports what a test wrote to {base / "epilog.env"}).
+[ -f {base / "epilog.args"} ] || exit 0
+[ -f {base / "epilog.env"} ] && . {base / "epilog.env"}
+export SLURM_CONF={conf} PYTHONPATH={REPO}
+exec {sys.executable} -m gpumon health --slurm-epilog $(cat {base / "epilog.args"}) >> {base / "epilog.log"} 2>&1
+"""
+    )
+    epilog.chmod(0o755)
     conf.write_text(
         f"""ClusterName=gpumontest
 SlurmctldHost={host}(127.0.0.1)
@@ -184,6 +196,7 @@ SchedulerType=sched/builtin
 SchedulerParameters=sched_interval=2
 MinJobAge=300
 Prolog={prolog}
+Epilog={epilog}
 PrologFlags=Alloc
 SlurmdTimeout=300
 MessageTimeout=5

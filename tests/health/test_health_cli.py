@@ -144,9 +144,10 @@ health:
     assert "6 problem(s)" in done.stderr
 
 
-def test_bad_scenario_is_a_usage_error(tmp_path: Path) -> None:
+def test_bad_scenario_is_unknown(tmp_path: Path) -> None:
+    """A check that cannot judge is UNKNOWN (3), never CRITICAL (2): test_health_cannot_judge.py."""
     done = health(tmp_path, "gpus: 3\n")
-    assert done.returncode == 2 and "gpus must be a list" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 3 and "gpus must be a list" in done.stdout and "Traceback" not in done.stderr
 
 
 def test_a_poll_that_hangs_is_critical_without_waiting_forever(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gpumon.findings.cli import NPD_MAX_OUTPUT
-from tests.helpers import REPO, free_port, run_cli
+from tests.helpers import REPO, run_cli
 
 NPD_FILE = REPO / "deploy" / "kubernetes" / "npd-gpumon.yaml"
 
@@ -49,16 +49,16 @@ def test_the_daemonset_mounts_the_plugin_config() -> None:
     ],
 )
 def test_the_plugin_command_as_npd_runs_it(tmp_path: Path, scenario: str, code: int, starts: str) -> None:
-    """The rule's own args; the daemon URL answers nothing here, so the plugin polls (simulated) GPUs itself."""
+    """The rule's own args, polling the (simulated) GPUs here instead of asking the gpumon pod
+    (a daemon named with --daemon-url that does not answer is UNKNOWN: test_health_cannot_judge)."""
     path = tmp_path / "scenario.yaml"
     path.write_text(scenario)
-    args = [
-        a if not a.startswith("http://") else f"http://127.0.0.1:{free_port()}/api/health"
-        for a in plugin_config()["rules"][0]["args"]
-    ]
+    rule = plugin_config()["rules"][0]["args"]
+    at = rule.index("--daemon-url")
+    args = [*rule[:at], "--local", *rule[at + 2 :]]
     args = [a if a != "/tmp/gpumon" else str(tmp_path / "state") for a in args]
     done = run_cli(*args, env={"GPUMON_BACKEND": f"fake:{path}"})
     assert done.returncode == code, done.stdout + done.stderr
     assert done.stdout.endswith("\n") and done.stdout.count("\n") == 1
     line = done.stdout.rstrip("\n")
-    assert len(line) <= NPD_MAX_OUTPUT and line.startswith(starts), line
+    assert len(line.encode()) <= NPD_MAX_OUTPUT and line.startswith(starts), line

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from gpumon.config import Config
-from gpumon.findings.cli import _epilog_burn
 from gpumon.findings.config import HealthConfig, SlurmConfig
 from gpumon.findings.model import CRITICAL, Finding, verdict
+from gpumon.findings.slurm_hooks import epilog_burn
 from gpumon.integrations.slurm import NodeState, Scontrol, act, decide, parse_nodes
 
 SHOW = (
@@ -86,8 +86,8 @@ def test_epilog_burns_the_failed_jobs_gpus_only_when_enabled(tmp_path: Path) -> 
     on = Config(health=HealthConfig(slurm=SlurmConfig(enabled=True, epilog_burn=True)))
     off = Config(health=HealthConfig(slurm=SlurmConfig(enabled=True)))
     failed = {"SLURM_JOB_EXIT_CODE": "256", "SLURM_JOB_GPUS": "2,3", "SLURM_JOB_ID": "7"}
-    assert _epilog_burn(off, tmp_path, failed, run) is None
-    assert _epilog_burn(on, tmp_path, {**failed, "SLURM_JOB_EXIT_CODE": "0"}, run) is None
+    assert epilog_burn(off, tmp_path, failed, run) is None
+    assert epilog_burn(on, tmp_path, {**failed, "SLURM_JOB_EXIT_CODE": "0"}, run) is None
     assert calls == []
-    assert _epilog_burn(on, tmp_path, failed, run) == 1
+    assert epilog_burn(on, tmp_path, failed, run) == 1
     assert calls[0][1:] == ["-m", "gpumon", "burn", "--quick", "--state-dir", str(tmp_path), "--gpus", "2,3"]

@@ -1,0 +1,43 @@
+"""Prologs that let a job through unjudged are counted, all of them, even when they run at once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gpumon.exporter.text import render
+from gpumon.findings.unjudged import UnjudgedCollector
+from tests.helpers import REPO
+
+TYPO = "health:\n  slurm: {enabled: true, max_drained_share: 3}\n"
+
+
+def _prolog(config: Path, state: Path, job: int) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUMON_")}
+    env["SLURM_JOB_ID"] = str(job)
+    cmd = [sys.executable, "-m", "gpumon", "health", "--slurm-prolog", "--config", str(config), "--state-dir"]
+    return subprocess.Popen(
+        [*cmd, str(state)],
+        cwd=str(REPO),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def test_five_prologs_at_once_are_five_counted(tmp_path: Path) -> None:
+    config = tmp_path / "gpumon.yaml"
+    config.write_text(TYPO)
+    state = tmp_path / "state"
+    collector = UnjudgedCollector(state)
+    assert 'gpumon_health_unjudged_total{hook="prolog"} 0.0' in render(collector.families())
+    runs = [_prolog(config, state, job) for job in range(5)]
+    assert [run.wait(120) for run in runs] == [0] * 5  # every job goes through
+    text = render(collector.families())
+    assert 'gpumon_health_unjudged_total{hook="prolog"} 5.0' in text
+    assert 'gpumon_health_unjudged_last_timestamp_seconds{hook="prolog"}' in text
+    assert _prolog(config, state, 5).wait(120) == 0  # the next scrape reads on from where the last stopped
+    assert 'gpumon_health_unjudged_total{hook="prolog"} 6.0' in render(collector.families())
