@@ -7,7 +7,10 @@ NVML gives the pid and the memory of each compute process (nvidia-smi
 * ``user``: the real uid in ``/proc/PID/status``, as a user name where the host knows it;
 * where it runs, from ``/proc/PID/cgroup`` (cgroup v1 and v2, systemd and cgroupfs
   drivers): the systemd unit, the container id (docker, containerd, CRI-O, podman),
-  the Kubernetes pod uid and the Slurm job id.
+  the Kubernetes pod uid and the Slurm job id;
+* ``launcher_pid``, from ``/proc/PID/stat`` and its parent's: the process that launched it as
+  part of one job (its parent, or itself when the parent is a session leader or init), which
+  the straggler detector groups GPUs by when no Slurm job, pod or container says more.
 
 Reads are cached by ``(pid, starttime)`` so a long-running process costs one small
 read of ``/proc/PID/stat`` per poll; a reused pid gets a fresh read. A process that
@@ -115,6 +118,7 @@ class ProcessInfo:
     name: str | None
     user: str | None
     place: CgroupPlace
+    launcher_pid: int | None = None
 
 
 def _user_name(uid: int) -> str:
@@ -144,6 +148,35 @@ def start_time_ticks(proc_root: Path, pid: int) -> int | None:
         return None
 
 
+def _stat_fields(proc_root: Path, pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (field 3, the state, first); None when gone."""
+    stat = _read(proc_root / str(pid) / "stat")
+    return None if stat is None else stat.rpartition(")")[2].split()
+
+
+def launcher_pid(proc_root: Path, pid: int) -> int | None:
+    """The process that launched ``pid`` as part of one job: its parent (field 4 of /proc/PID/stat),
+    or ``pid`` itself when the parent is init, gone, or a session leader (its session id, field 6,
+    is its pid: a login shell, tmux's shell, a systemd service's main process), which starts jobs
+    one by one. The ranks of a torchrun (each in a session of its own) or multiprocessing job share
+    their launcher; two jobs started from one shell do not. None when /proc does not say."""
+    fields = _stat_fields(proc_root, pid)
+    try:
+        parent = int(fields[4 - 3]) if fields else None
+    except (IndexError, ValueError):
+        return None
+    if parent is None:
+        return None
+    if parent <= 1:
+        return pid
+    parent_fields = _stat_fields(proc_root, parent)
+    try:
+        session = int(parent_fields[6 - 3]) if parent_fields else parent
+    except (IndexError, ValueError):
+        return pid
+    return pid if session == parent else parent
+
+
 def read_process_info(proc_root: Path, pid: int, user_name: Callable[[int], str] = _user_name) -> ProcessInfo | None:
     """Name, user and cgroup place of ``pid``; None when the process is gone."""
     base = proc_root / str(pid)
@@ -163,6 +196,7 @@ def read_process_info(proc_root: Path, pid: int, user_name: Callable[[int], str]
         name=comm.strip() or None if comm is not None else None,
         user=user,
         place=parse_cgroup_file(cgroup or ""),
+        launcher_pid=launcher_pid(proc_root, pid),
     )
 
 
@@ -185,7 +219,8 @@ class ProcessEnricher:
         self._cache: OrderedDict[tuple[int, int], ProcessInfo] = OrderedDict()
 
     def enrich(self, processes: Iterable[ProcessSnapshot]) -> tuple[ProcessSnapshot, ...]:
-        """The same processes with name, user, systemd_unit, container_id, pod_uid, slurm_job_id filled where known.
+        """The same processes with name, user, systemd_unit, container_id, pod_uid, slurm_job_id and
+        launcher_pid filled where known.
 
         Fields the backend already filled are kept.
         """
@@ -203,6 +238,7 @@ class ProcessEnricher:
             container_id=process.container_id or info.place.container_id,
             pod_uid=process.pod_uid or info.place.pod_uid,
             slurm_job_id=process.slurm_job_id or info.place.slurm_job_id,
+            launcher_pid=process.launcher_pid if process.launcher_pid is not None else info.launcher_pid,
         )
 
     def _info(self, pid: int) -> ProcessInfo | None:
