@@ -19,6 +19,7 @@ from gpumon.poller import Poller, PollIntervals
 from gpumon.store import SnapshotStore
 from tests.helpers import REPO, DaemonProcess, value, wait_for
 
+pytestmark = pytest.mark.faults  # the daemon under faults, as a user meets them: make test-faults
 PROMTOOL = shutil.which("promtool")
 
 
