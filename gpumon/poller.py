@@ -7,8 +7,8 @@ each snapshot, so a snapshot always holds the latest value of every field.
 Faults (README, "Faults"; docs/architecture.md):
 * NVML missing: the snapshot says ``nvml_up=False``; ``init`` is retried with
   exponential backoff (1 s … 60 s); one log line when it goes and one when it returns.
-* A GPU lost: that GPU is reported ``up=False`` with its identity only, the others
-  are unaffected; it is re-probed with backoff (5 s … 60 s).
+* A GPU lost: that GPU is reported ``up=False`` with its identity, counters and XID counts only (DESIGN.md §4),
+  the others are unaffected; it is re-probed with backoff (5 s … 60 s).
 * Any other exception in a read: logged, counted in that tier's errors, the GPU's
   cached values are kept, the next poll runs as usual.
 * A key a backend returns that is no GpuSnapshot field (a reader's typo, a field not declared in
@@ -30,7 +30,7 @@ from typing import Any
 
 from gpumon.backends.base import GpuBackend, GpuLostError, NvmlUnavailableError
 from gpumon.host_figures import HostFigureReader
-from gpumon.snapshot import GpuSnapshot, HostSnapshot, ProcessSnapshot, Snapshot, Tier, TierStats
+from gpumon.snapshot import GpuSnapshot, HostSnapshot, ProcessSnapshot, Snapshot, Tier, TierStats, counter_field_names
 from gpumon.store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -433,8 +433,11 @@ class Poller:
         state.reprobe_at = now + state.reprobe_backoff
 
     def _lost_snapshot(self, index: int, state: _GpuState) -> GpuSnapshot:
-        identity = {k: v for k, v in state.cache.get(Tier.STATIC, {}).items() if k in _IDENTITY_FIELDS}
-        return GpuSnapshot(index=index, uuid=state.uuid, up=False, lost_reason=state.lost_reason, **identity)
+        keep = counter_field_names().union(_IDENTITY_FIELDS)
+        kept = {k: v for tier in _POLLED_TIERS for k, v in state.cache.get(tier, {}).items() if k in keep}
+        if self._xid_counts is not None:
+            kept["xid_errors_total"], kept["xid_last_timestamp_seconds"] = self._xid_counts(index)
+        return GpuSnapshot(index=index, uuid=state.uuid, up=False, lost_reason=state.lost_reason, **kept)
 
     def _merge(self, index: int, state: _GpuState) -> GpuSnapshot:
         if state.base is None:

@@ -7,7 +7,10 @@ NVML gives the pid and the memory of each compute process (nvidia-smi
 * ``user``: the real uid in ``/proc/PID/status``, as a user name where the host knows it;
 * where it runs, from ``/proc/PID/cgroup`` (cgroup v1 and v2, systemd and cgroupfs
   drivers): the systemd unit, the container id (docker, containerd, CRI-O, podman),
-  the Kubernetes pod uid and the Slurm job id.
+  the Kubernetes pod uid and the Slurm job id;
+* ``launcher_pid``, from ``/proc/PID/stat`` and its parent's: the process that launched it as
+  part of one job (its parent, or itself when the parent is a session leader or init), which
+  the straggler detector groups GPUs by when no Slurm job, pod or container says more.
 
 Reads are cached by ``(pid, starttime)`` so a long-running process costs one small
 read of ``/proc/PID/stat`` per poll; a reused pid gets a fresh read. A process that
@@ -36,6 +39,8 @@ _BARE_CONTAINER_RE = re.compile(r"^(?P<id>[0-9a-f]{64})$")
 _POD_SLICE_RE = re.compile(rf"^kubepods(?:-[a-z]+)?-pod(?P<uid>{_POD_UID})\.slice$")
 _POD_DIR_RE = re.compile(rf"^pod(?P<uid>{_POD_UID})$")
 _SLURM_JOB_RE = re.compile(r"^job_(?P<id>\d+)$")
+_SLURM_UID_RE = re.compile(r"^uid_\d+$")
+_DELEGATED_RE = re.compile(r"^user@\d+\.service$")
 _UNIT_RE = re.compile(r"^[^/]+\.(?:service|scope)$")
 _RUNTIME_SCOPE_PREFIXES = ("docker-", "cri-containerd-", "crio-", "libpod-")
 
@@ -52,53 +57,104 @@ class CgroupPlace:
     slurm_job_id: str | None = None
 
 
-def parse_cgroup_path(path: str) -> CgroupPlace:
-    """What one cgroup path (``/system.slice/foo.service``, ``/kubepods/burstable/pod…/…``) says. Never raises."""
+def parse_cgroup_path(path: str, made_by_system: Callable[[str], bool] | None = None) -> CgroupPlace:
+    """What one cgroup path (``/system.slice/foo.service``, ``/kubepods/burstable/pod…/…``) says. Never raises.
+
+    A Slurm job, pod or container is taken only from a cgroup the system made, as a user may
+    create cgroups of their own and name them as they like:
+
+    * nothing at or under a systemd user manager (``user@UID.service``, delegated to the user);
+    * a Slurm job only where slurmstepd puts one (``/slurm[_HOST]/uid_N/job_N``, ``…slurmstepd.scope/job_N``);
+    * the outermost claim counts: nothing under a container (its inside is its tenant's), no pod
+      or container under a Slurm job (slurmstepd delegates a step's ``user`` cgroup to the job's
+      user); a container under a pod is kubelet's;
+    * ``made_by_system(prefix)``, when given: False for a directory the system did not make (a
+      user owns it: a service with ``Delegate=yes``); nothing at or under it counts.
+
+    The systemd unit is the innermost one, wherever it is (not a container runtime's scope).
+    """
     parts = [p for p in path.split("/") if p]
     unit = None
     container = None
     pod = None
     job = None
-    in_slurm = False
-    for part in parts:
+    delegated = False
+    for i, part in enumerate(parts):
+        if _UNIT_RE.match(part) and not part.startswith(_RUNTIME_SCOPE_PREFIXES):
+            unit = part
+        delegated = delegated or bool(_DELEGATED_RE.match(part))
+        if delegated or container is not None:
+            continue
+        if made_by_system is not None and not made_by_system("/" + "/".join(parts[: i + 1])):
+            delegated = True
+            continue
+        if job is None and (m := _SLURM_JOB_RE.match(part)) and pod is None and _slurm_parent(parts, i):
+            job = m.group("id")
+        if job is not None:
+            continue  # (the job's own cgroups below it are slurmstepd's or the job user's)
+        found_pod = None
         if m := _SCOPE_CONTAINER_RE.match(part):
             container = m.group("id")
         elif m := _COLON_CONTAINER_RE.search(part):
             container = m.group("id")
-            head = part[: m.start()]
-            if pm := _POD_SLICE_RE.match(head):
-                pod = pm.group("uid").replace("_", "-")
+            found_pod = _POD_SLICE_RE.match(part[: m.start()])
         elif m := _BARE_CONTAINER_RE.match(part):
             container = m.group("id")
-        pod_match = _POD_SLICE_RE.match(part) or (_POD_DIR_RE.match(part) if "kubepods" in path else None)
-        if pod_match:
-            pod = pod_match.group("uid").replace("_", "-")
-        if "slurm" in part:
-            in_slurm = True
-        if in_slurm and (m := _SLURM_JOB_RE.match(part)):
-            job = m.group("id")
-        if _UNIT_RE.match(part) and not part.startswith(_RUNTIME_SCOPE_PREFIXES):
-            unit = part
+        in_kubepods = any(p.startswith("kubepods") for p in parts[:i])
+        found_pod = found_pod or _POD_SLICE_RE.match(part) or (_POD_DIR_RE.match(part) if in_kubepods else None)
+        if found_pod and pod is None:
+            pod = found_pod.group("uid").replace("_", "-")
     return CgroupPlace(systemd_unit=unit, container_id=container, pod_uid=pod, slurm_job_id=job)
 
 
-def parse_cgroup_file(text: str) -> CgroupPlace:
+def _slurm_parent(parts: list[str], i: int) -> bool:
+    """Whether ``parts[i]`` sits where slurmstepd makes a job's cgroup."""
+    if i >= 1 and parts[i - 1].endswith("slurmstepd.scope"):
+        return True
+    return i == 2 and bool(_SLURM_UID_RE.match(parts[1])) and parts[0].startswith("slurm")
+
+
+def made_by_system_in(bases: list[Path]) -> Callable[[str], bool]:
+    """Whether a cgroup (a path inside a hierarchy mounted at one of ``bases``) was made by the
+    system: its directory is owned by root. True where no base has it (nothing to judge by)."""
+
+    def made_by_system(prefix: str) -> bool:
+        for base in bases:
+            try:
+                return (base / prefix.lstrip("/")).stat().st_uid == 0
+            except OSError:
+                continue
+        return True
+
+    return made_by_system
+
+
+def parse_cgroup_file(text: str, cgroup_root: Path | None = None) -> CgroupPlace:
     """What ``/proc/PID/cgroup`` says (v2 ``0::/path`` and/or v1 ``N:controllers:/path`` lines). Never raises.
 
     Each attribute comes from the first line that has it, v2 and ``name=systemd``
-    lines first, then the v1 controllers in file order.
+    lines first, then the v1 controllers in file order. ``cgroup_root``: where the cgroup file
+    systems are mounted (``/sys/fs/cgroup``): a directory there that root does not own is not
+    the system's (``parse_cgroup_path``); None: the path alone is judged.
     """
-    ranked: list[tuple[int, str]] = []
+    ranked: list[tuple[int, str, str]] = []
     for order, line in enumerate(text.splitlines()):
         fields = line.split(":", 2)
         if len(fields) != 3:
             continue
         _, controllers, path = fields
         rank = 0 if controllers == "" else 1 if controllers == "name=systemd" else 2
-        ranked.append((rank * 10_000 + order, path))
+        ranked.append((rank * 10_000 + order, controllers, path))
     place = CgroupPlace()
-    for _, path in sorted(ranked):
-        found = parse_cgroup_path(path)
+    for _, controllers, path in sorted(ranked):
+        judge = None
+        if cgroup_root is not None:
+            if controllers == "":
+                bases = [cgroup_root, cgroup_root / "unified"]
+            else:
+                bases = [cgroup_root / controllers.removeprefix("name=")]
+            judge = made_by_system_in(bases)
+        found = parse_cgroup_path(path, judge)
         place = CgroupPlace(
             systemd_unit=place.systemd_unit or found.systemd_unit,
             container_id=place.container_id or found.container_id,
@@ -115,6 +171,7 @@ class ProcessInfo:
     name: str | None
     user: str | None
     place: CgroupPlace
+    launcher_pid: int | None = None
 
 
 def _user_name(uid: int) -> str:
@@ -144,8 +201,40 @@ def start_time_ticks(proc_root: Path, pid: int) -> int | None:
         return None
 
 
-def read_process_info(proc_root: Path, pid: int, user_name: Callable[[int], str] = _user_name) -> ProcessInfo | None:
-    """Name, user and cgroup place of ``pid``; None when the process is gone."""
+def _stat_fields(proc_root: Path, pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (field 3, the state, first); None when gone."""
+    stat = _read(proc_root / str(pid) / "stat")
+    return None if stat is None else stat.rpartition(")")[2].split()
+
+
+def launcher_pid(proc_root: Path, pid: int) -> int | None:
+    """The process that launched ``pid`` as part of one job: its parent (field 4 of /proc/PID/stat),
+    or ``pid`` itself when the parent is init, gone, or a session leader (its session id, field 6,
+    is its pid: a login shell, tmux's shell, a systemd service's main process), which starts jobs
+    one by one. The ranks of a torchrun (each in a session of its own) or multiprocessing job share
+    their launcher; two jobs started from one shell do not. None when /proc does not say."""
+    fields = _stat_fields(proc_root, pid)
+    try:
+        parent = int(fields[4 - 3]) if fields else None
+    except (IndexError, ValueError):
+        return None
+    if parent is None:
+        return None
+    if parent <= 1:
+        return pid
+    parent_fields = _stat_fields(proc_root, parent)
+    try:
+        session = int(parent_fields[6 - 3]) if parent_fields else parent
+    except (IndexError, ValueError):
+        return pid
+    return pid if session == parent else parent
+
+
+def read_process_info(
+    proc_root: Path, pid: int, user_name: Callable[[int], str] = _user_name, cgroup_root: Path | None = None
+) -> ProcessInfo | None:
+    """Name, user, cgroup place and launcher of ``pid``; None when the process is gone. ``cgroup_root``:
+    see ``parse_cgroup_file``."""
     base = proc_root / str(pid)
     comm = _read(base / "comm")
     status = _read(base / "status")
@@ -162,7 +251,8 @@ def read_process_info(proc_root: Path, pid: int, user_name: Callable[[int], str]
     return ProcessInfo(
         name=comm.strip() or None if comm is not None else None,
         user=user,
-        place=parse_cgroup_file(cgroup or ""),
+        place=parse_cgroup_file(cgroup or "", cgroup_root),
+        launcher_pid=launcher_pid(proc_root, pid),
     )
 
 
@@ -178,14 +268,19 @@ class ProcessEnricher:
         proc_root: Path = Path("/proc"),
         max_entries: int = 4096,
         user_name: Callable[[int], str] = _user_name,
+        cgroup_root: Path | None = Path("/sys/fs/cgroup"),
     ) -> None:
+        """``cgroup_root``: where the cgroup file systems are mounted; a cgroup directory there that
+        root does not own claims no Slurm job, pod or container (``parse_cgroup_path``)."""
         self._proc_root = proc_root
+        self._cgroup_root = cgroup_root
         self._max = max_entries
         self._user_name = user_name
         self._cache: OrderedDict[tuple[int, int], ProcessInfo] = OrderedDict()
 
     def enrich(self, processes: Iterable[ProcessSnapshot]) -> tuple[ProcessSnapshot, ...]:
-        """The same processes with name, user, systemd_unit, container_id, pod_uid, slurm_job_id filled where known.
+        """The same processes with name, user, systemd_unit, container_id, pod_uid, slurm_job_id and
+        launcher_pid filled where known.
 
         Fields the backend already filled are kept.
         """
@@ -203,6 +298,7 @@ class ProcessEnricher:
             container_id=process.container_id or info.place.container_id,
             pod_uid=process.pod_uid or info.place.pod_uid,
             slurm_job_id=process.slurm_job_id or info.place.slurm_job_id,
+            launcher_pid=process.launcher_pid if process.launcher_pid is not None else info.launcher_pid,
         )
 
     def _info(self, pid: int) -> ProcessInfo | None:
@@ -214,7 +310,7 @@ class ProcessEnricher:
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
-        info = read_process_info(self._proc_root, pid, self._user_name)
+        info = read_process_info(self._proc_root, pid, self._user_name, self._cgroup_root)
         if info is None:
             return None
         self._cache[key] = info

@@ -32,7 +32,7 @@ from gpumon.fields.nvlink import NvlinkFields
 from gpumon.fields.pcie import PcieFields
 from gpumon.fields.power import PowerFields
 from gpumon.fields.processes import ProcessFields, ProcessSnapshot
-from gpumon.fields.spec import FieldSpec, Tier
+from gpumon.fields.spec import FieldSpec, Metric, Tier
 from gpumon.fields.thermal import ThermalFields
 from gpumon.fields.topology import P2pStatus, TopologyFields
 from gpumon.fields.usage import UsageFields
@@ -46,6 +46,7 @@ __all__ = [
     "Snapshot",
     "Tier",
     "TierStats",
+    "counter_field_names",
     "field_specs",
     "field_tier",
     "fields_of_tier",
@@ -217,6 +218,17 @@ def field_tier(name: str) -> Tier | None:
 def fields_of_tier(tier: Tier) -> frozenset[str]:
     """Names of the GpuSnapshot fields read in ``tier``."""
     return frozenset(f.name for f in dataclasses.fields(GpuSnapshot) if f.metadata.get("tier") == tier)
+
+
+@functools.cache
+def counter_field_names() -> frozenset[str]:
+    """Fields read from a backend that feed a counter family (``gpumon_*_total``): a lost GPU keeps
+    their last values (DESIGN.md §4; a counter that vanishes and comes back reads as a reset)."""
+    return frozenset(
+        name
+        for name, spec in field_specs()
+        if spec.tier is not Tier.DAEMON and any(isinstance(m, Metric) and m.kind == "counter" for m in spec.metrics)
+    )
 
 
 def numeric_field_names() -> frozenset[str]:

@@ -193,7 +193,8 @@ def test_a_failing_extra_collector_does_not_break_the_scrape() -> None:
     assert samples(text, "gpumon_gpu_up")
 
 
-def test_lost_gpu_keeps_identity_and_up_zero_only(tmp_path: Path) -> None:
+def test_lost_gpu_keeps_identity_counters_and_up_zero_only(tmp_path: Path) -> None:
+    """DESIGN.md §4: a lost GPU's live readings go, its identity and counters stay."""
     scenario = tmp_path / "lost.yaml"
     scenario.write_text("gpus:\n  - lost_at_tick: 1\n  - {}\n")
     store = SnapshotStore()
@@ -203,7 +204,8 @@ def test_lost_gpu_keeps_identity_and_up_zero_only(tmp_path: Path) -> None:
     text = GpumonCollector(store, PollIntervals()).render().decode()
     up = {labels["gpu"]: v for labels, v in samples(text, "gpumon_gpu_up")}
     assert up == {"0": 0.0, "1": 1.0}
-    assert _names(text, "0") == {"gpumon_gpu_up", "gpumon_gpu_info"}
+    kept = _names(text, "0") - {"gpumon_gpu_up", "gpumon_gpu_info"}
+    assert kept and all(name.endswith("_total") for name in kept), kept
     assert "gpumon_temperature_celsius" in _names(text, "1")
 
 

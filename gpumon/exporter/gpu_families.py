@@ -71,7 +71,7 @@ class _Group:
 
 
 class _GpuParts:
-    """One live GPU's part of every row, by row position, and what each was made from."""
+    """One served GPU's part of every row, by row position, and what each was made from."""
 
     __slots__ = ("group_values", "made_from", "parts")
 
@@ -106,16 +106,16 @@ class GpuFamilies:
         """Per row: its family as last made (None: to be made), reused while no GPU's part of it changed."""
         self._group_keys: dict[Tier, float] = {}
         """Per kept group: the tier's last read (its stats' timestamp) its families were last made for;
-        cleared when the live GPUs or the intervals change."""
+        cleared when the served GPUs or the intervals change."""
         self._gpu_cache: tuple[Snapshot, tuple[PollIntervals, bool], list[Family]] | None = None
         self._fresh_families: dict[str, Family] = {}
         """The families of the last snapshot rendered that are made whole (info, up, processes), by
         name: one whose samples did not change is reused."""
         self._by_gpu: dict[tuple[int, str], _GpuParts] = {}
-        """Per live GPU (index, UUID): its parts of the rows, reused while the row's field values
+        """Per served GPU (index, UUID): its parts of the rows, reused while the row's field values
         of the GPU are equal to those they were made from."""
-        self._gpu_set: tuple[tuple[int, str], ...] = ()
-        """The live GPUs ``_by_gpu`` and ``_families`` were last made for."""
+        self._gpu_set: tuple[tuple[int, str, bool], ...] = ()
+        """The GPUs (index, UUID, up) ``_by_gpu`` and ``_families`` were last made for."""
         self._heads: tuple[PollIntervals, list[tuple[Family, Callable[..., str]]]] | None = None
         """The intervals the rows' HELP texts were written for; per row, its family without samples
         (``rendered``: its HELP and TYPE lines) and its sample template."""
@@ -205,16 +205,19 @@ class GpuFamilies:
                 self._make_group(group, snapshot, live, formatted)
             out += [family for family in self._families if family is not None and family.samples]
         if self._processes:
-            out += self._process_metrics(live)
+            out += self._process_metrics([g for g in live if g.up])
         return out
 
     def _live(self, snapshot: Snapshot) -> list[GpuSnapshot]:
-        """The GPUs of ``snapshot`` that answer. When they are not those of the last snapshot, the
-        parts kept of GPUs no longer among them are dropped and every row's family is made again."""
-        live = [g for g in snapshot.gpus if g.up]
-        gpu_set = tuple((g.index, g.uuid) for g in live)
+        """The GPUs of ``snapshot`` whose rows are served: every GPU, a lost one with the fields it
+        keeps (identity, counters, XIDs: DESIGN.md §4; its other fields are None and give no sample).
+        When they, or whether each answers, are not those of the last snapshot, the parts kept of
+        GPUs no longer among them are dropped and every row's family is made again (a GPU that is
+        lost or back has every group made again, though no slower tier was read)."""
+        live = list(snapshot.gpus)
+        gpu_set = tuple((g.index, g.uuid, g.up) for g in live)
         if gpu_set != self._gpu_set:
-            keep = set(gpu_set)
+            keep = {(index, uuid) for index, uuid, _up in gpu_set}
             self._by_gpu = {where: parts for where, parts in self._by_gpu.items() if where in keep}
             self._families = [None] * len(self._rows)
             self._group_keys = {}
@@ -247,7 +250,7 @@ class GpuFamilies:
     def _make_group(
         self, group: _Group, snapshot: Snapshot, gpus: Sequence[GpuSnapshot], formatted: dict[float, str]
     ) -> None:
-        """Bring the families of ``group``'s rows up to date with ``gpus`` (the live GPUs of ``snapshot``).
+        """Bring the families of ``group``'s rows up to date with ``gpus`` (the served GPUs of ``snapshot``).
 
         A kept group (slow, static) whose tier was not read since its families were made is left
         as it is. Otherwise each GPU's part of a row is made again only when the row's field values
@@ -260,7 +263,7 @@ class GpuFamilies:
         if group.tier is not None:
             stats = snapshot.tiers.get(group.tier.value)
             if stats is not None:
-                key = stats.last_timestamp_seconds  # the live GPUs are the same: ``_live`` clears the keys
+                key = stats.last_timestamp_seconds  # the served GPUs are the same: ``_live`` clears the keys
                 if self._group_keys.get(group.tier) == key:
                     return
         rows, values_of, by_gpu, families = self._rows, self._values_of, self._by_gpu, self._families

@@ -25,6 +25,11 @@ class ProcessSnapshot:
     container_id: str | None = None
     pod_uid: str | None = None
     slurm_job_id: str | None = None
+    launcher_pid: int | None = None
+    """The process that launched this one as part of one job (/proc/PID/stat): its parent, or the
+    process itself when its parent is a session leader (a login shell, tmux, a systemd service) or
+    init. The ranks of a torchrun or multiprocessing job share it; jobs started one by one from a
+    shell do not. None when /proc does not say (the stragglers then group the GPU with the host)."""
 
 
 def _count(processes: tuple[ProcessSnapshot, ...]) -> Iterable[Sample]:

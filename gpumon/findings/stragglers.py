@@ -3,16 +3,21 @@
 Pure: fed snapshots (and whether a burn runs), asked for findings and deviations at a time the
 caller gives. Nothing here reads hardware or the clock.
 
-Which GPUs are compared: those of one model that run the same job (the Slurm job, pod or
-container of the process holding the most GPU memory on each GPU; the host when there is none),
-at least two of them, all up and all busy (``utilization_ratio`` at or above the threshold).
-A sample where any of them is idle, or where a burn runs, is not compared at all.
+Which GPUs are compared: the busy ones (up, ``utilization_ratio`` at or above the threshold) of
+one model that run the same job, at least two of them. A job is what runs together: the Slurm job,
+pod or container of a process on the GPU, else the process that launched it (``launcher_pid``:
+the ranks of one torchrun or multiprocessing job share it; jobs started one by one from a shell do
+not). A GPU with processes of several jobs (another tenant's process beside a rank) is compared in
+the job with the most busy GPUs. GPUs whose processes say nothing of their job (no /proc) are the
+host's. An idle GPU is left out of its group's comparison (it neither hides nor fakes a straggler),
+and nothing is compared while a burn runs.
 
 What fires (each against the median of the GPU's peers, the other GPUs of its group):
 
 * ``sm_clock`` — a lower SM clock under the same load: the GPU does less work per second.
-* ``compute_share`` — the busiest process's share of SM time (nvmlDeviceGetProcessUtilization) is
-  lower: something else (another process) takes the GPU's time.
+* ``compute_share`` — the job's share of SM time on the GPU (nvmlDeviceGetProcessUtilization: its
+  processes' shares; the busiest process's in the host's group) is lower: something else (another
+  process) takes the GPU's time.
 
 What is shown but never fires on its own: ``power`` (draw over the enforced limit), ``sm_active``
 and ``tensor_active`` (GPM). In a synchronous job the peers of a slow GPU wait for it in the
@@ -31,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpumon.findings.model import WARNING, Finding
-from gpumon.snapshot import GpuSnapshot, Snapshot
+from gpumon.snapshot import GpuSnapshot, ProcessSnapshot, Snapshot
 
 FIRING_SIGNALS = ("sm_clock", "compute_share")
 SHOWN_SIGNALS = ("power", "sm_active", "tensor_active")
@@ -102,29 +107,47 @@ class Deviation:
     ratio: float
 
 
-def job_of(gpu: GpuSnapshot) -> str:
-    """The job a GPU runs: the Slurm job, pod or container of its biggest process ('' for the host)."""
-    procs = list(gpu.processes or ())
-    if not procs:
-        return ""
-    top = max(procs, key=lambda p: p.used_memory_bytes or 0)
-    if top.slurm_job_id:
-        return f"slurm:{top.slurm_job_id}"
-    if top.pod_uid:
-        return f"pod:{top.pod_uid}"
-    if top.container_id:
-        return f"container:{top.container_id}"
-    return ""
+HOST = ""
+"""The job of processes that say nothing of theirs, and of GPUs without processes."""
 
 
-def _values(gpu: GpuSnapshot) -> dict[str, float]:
+def job_key(process: ProcessSnapshot) -> str:
+    """The job a process belongs to: its Slurm job, pod, container or launcher (HOST when unknown)."""
+    if process.slurm_job_id:
+        return f"slurm:{process.slurm_job_id}"
+    if process.pod_uid:
+        return f"pod:{process.pod_uid}"
+    if process.container_id:
+        return f"container:{process.container_id}"
+    if process.launcher_pid is not None:
+        return f"launcher:{process.launcher_pid}"
+    return HOST
+
+
+def jobs_of(gpu: GpuSnapshot) -> dict[str, tuple[ProcessSnapshot, ...]]:
+    """The jobs running on a GPU, each with its processes there ({HOST: ()} for a GPU without any)."""
+    out: dict[str, tuple[ProcessSnapshot, ...]] = {}
+    for process in gpu.processes or ():
+        key = job_key(process)
+        out[key] = (*out.get(key, ()), process)
+    return out or {HOST: ()}
+
+
+def _values(gpu: GpuSnapshot, job: tuple[ProcessSnapshot, ...] | None = None) -> dict[str, float]:
+    """The signals of ``gpu`` as run by ``job`` (its processes there; None for the host's group,
+    whose ``compute_share`` is the busiest process's)."""
     out: dict[str, float] = {}
     sm = (gpu.clocks_hertz or {}).get("sm")
     if sm:
         out["sm_clock"] = float(sm)
-    shares = [p.sm_utilization_ratio for p in gpu.processes or () if p.sm_utilization_ratio is not None]
-    if shares:
-        out["compute_share"] = max(shares)
+    if job is not None:
+        shares = [p.sm_utilization_ratio for p in job if p.sm_utilization_ratio is not None]
+        if shares:
+            out["compute_share"] = min(1.0, math.fsum(shares))
+    else:
+        shares = [p.sm_utilization_ratio for p in gpu.processes or () if p.sm_utilization_ratio is not None]
+        if shares:
+            out["compute_share"] = max(shares)
     if gpu.power_watts is not None:
         limit = gpu.power_limit_watts
         out["power"] = gpu.power_watts / limit if limit else gpu.power_watts
@@ -154,10 +177,13 @@ def _median_without(ordered: Sequence[float], value: float) -> float:
     return (at(n // 2 - 1) + at(n // 2)) / 2
 
 
-def _compare(group: str, gpus: list[GpuSnapshot]) -> list[_Compared]:
-    """Each GPU against the median of its peers (the others of ``gpus``): sorted once per signal,
-    so a group of n GPUs costs n log n, not n²."""
-    values = {g.index: _values(g) for g in gpus}
+def _compare(
+    group: str, gpus: list[GpuSnapshot], jobs: Mapping[int, tuple[ProcessSnapshot, ...]] | None = None
+) -> list[_Compared]:
+    """Each GPU against the median of its peers (the others of ``gpus``; ``jobs``: by GPU index, the
+    group's processes on it, None for the host's group): sorted once per signal, so a group of n
+    GPUs costs n log n, not n²."""
+    values = {g.index: _values(g, None if jobs is None else jobs[g.index]) for g in gpus}
     reasons = {g.index: frozenset(r for r, on in (g.clock_events_active or {}).items() if on) for g in gpus}
     processes = {g.index: len(g.processes or ()) for g in gpus}
     peers = len(gpus) - 1
@@ -205,20 +231,42 @@ class StragglerDetector:
         self._derived: dict[str, tuple[int, Any]] = {}
 
     def observe(self, snapshot: Snapshot, burning: bool) -> None:
-        """Take one snapshot; nothing is kept while ``burning`` or when no group is all busy."""
+        """Take one snapshot; nothing is kept while ``burning`` or when no group has two busy GPUs."""
         self._prune(snapshot.timestamp_seconds)
         if burning or not snapshot.nvml_up or not self.config.enabled:
             return
-        grouped: dict[str, list[GpuSnapshot]] = {}
-        for gpu in snapshot.gpus:
-            grouped.setdefault(f"{gpu.name or '?'}|{job_of(gpu)}", []).append(gpu)
         compared: list[_Compared] = []
-        for key, gpus in sorted(grouped.items()):
-            if len(gpus) >= 2 and all(self._busy(g) for g in gpus):
-                compared += _compare(key, gpus)
+        for key, gpus in sorted(self._groups(snapshot).items()):
+            if len(gpus) >= 2:
+                jobs = None if key.endswith("|" + HOST) else {g.index: job for g, job in gpus}
+                compared += _compare(key, [g for g, _job in gpus], jobs)
         if compared:
             self._samples.append(_Sample(snapshot.timestamp_seconds, tuple(compared)))
             self._generation += 1
+
+    def _groups(self, snapshot: Snapshot) -> dict[str, list[tuple[GpuSnapshot, tuple[ProcessSnapshot, ...]]]]:
+        """The busy GPUs by job (and model), each with the job's processes on it. A GPU in several
+        jobs goes to a known job with other busy GPUs before the host's, then to the one with the
+        most busy GPUs, then the most memory on it, then the key."""
+        busy = [(gpu, jobs_of(gpu)) for gpu in snapshot.gpus if self._busy(gpu)]
+        sizes: dict[str, int] = {}
+        for gpu, jobs in busy:
+            for job in jobs:
+                key = f"{gpu.name or '?'}|{job}"
+                sizes[key] = sizes.get(key, 0) + 1
+        out: dict[str, list[tuple[GpuSnapshot, tuple[ProcessSnapshot, ...]]]] = {}
+        for gpu, jobs in busy:
+            model = gpu.name or "?"
+            job = max(
+                sorted(jobs),
+                key=lambda j: (
+                    j != HOST and sizes[f"{model}|{j}"] >= 2,
+                    sizes[f"{model}|{j}"],
+                    sum(p.used_memory_bytes or 0 for p in jobs[j]),
+                ),
+            )
+            out.setdefault(f"{model}|{job}", []).append((gpu, jobs[job]))
+        return out
 
     def _busy(self, gpu: GpuSnapshot) -> bool:
         return (

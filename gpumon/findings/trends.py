@@ -5,6 +5,9 @@ Counters are read as Prometheus reads counters: a value lower than the previous 
 (a driver reload clears the volatile counters) and counts as an increase by the new value, never
 as a negative rate. Only changes are kept, so a 24 h window costs a few entries per counter.
 The first value seen is the baseline: errors from before gpumon started are not a rate.
+NVLink counters are followed per link, each its own counter, and a GPU's increase is the sum of
+its links' increases: a link missing from a read (links come and go from NVML's answer) is
+neither a reset nor a rise, and one link's reset is that link's alone.
 """
 
 from __future__ import annotations
@@ -66,25 +69,25 @@ def _sum(values: Mapping[str, int] | None, keys: tuple[str, ...] | None = None) 
     return sum(picked) if picked else None
 
 
-def counters_of(gpu: GpuSnapshot) -> Iterator[tuple[str, str, int]]:
-    """(counter, label, raw value) for each error counter the GPU reports; label is the XID code."""
+def counters_of(gpu: GpuSnapshot) -> Iterator[tuple[str, str, str, int]]:
+    """(counter, label, link, raw value) for each error counter the GPU reports; label is the XID
+    code, link the NVLink link index (each link's counter is one of its own; "" for the others)."""
     ecc = gpu.ecc_errors_total or {}
     corrected = ecc.get("corrected_volatile", ecc.get("corrected_aggregate"))
     if corrected is not None:
-        yield "ecc_corrected", "", corrected
+        yield "ecc_corrected", "", "", corrected
     if (rows := _sum(gpu.remapped_rows)) is not None:
-        yield "remapped_rows", "", rows
+        yield "remapped_rows", "", "", rows
     if (pages := _sum(gpu.retired_pages)) is not None:
-        yield "retired_pages", "", pages
+        yield "retired_pages", "", "", pages
     if gpu.pcie_replays_total is not None:
-        yield "pcie_replays", "", gpu.pcie_replays_total
-    links = gpu.nvlink_errors_total or {}
-    for kind in ("replay", "recovery", "crc"):
-        values = [errors[kind] for errors in links.values() if kind in errors]
-        if values:
-            yield f"nvlink_{kind}", "", sum(values)
+        yield "pcie_replays", "", "", gpu.pcie_replays_total
+    for link, errors in (gpu.nvlink_errors_total or {}).items():
+        for kind in ("replay", "recovery", "crc"):
+            if kind in errors:
+                yield f"nvlink_{kind}", "", str(link), errors[kind]
     for code, count in sorted((gpu.xid_errors_total or {}).items()):
-        yield "xid", str(code), count
+        yield "xid", str(code), "", count
 
 
 def _counter_inputs(gpu: GpuSnapshot) -> tuple[object, ...]:
@@ -113,6 +116,8 @@ class Increase:
     label: str
     increase: float
     window_seconds: float
+    links: Mapping[str, float] = field(default_factory=dict)
+    """NVLink counters: each link's increase that is not 0, by link index (they sum to ``increase``)."""
 
 
 class _Series:
@@ -156,7 +161,8 @@ class TrendTracker:
         """``words``: an XID code's description for the summary (the catalog's name)."""
         self.config = config
         self._words = words
-        self._series: dict[tuple[str, str, str], tuple[int, _Series]] = {}
+        self._series: dict[tuple[str, str, str, str], tuple[int, _Series]] = {}
+        """(uuid, counter, label, link) -> (GPU index, the series)."""
         self._longest = max((r.window_seconds for r in config.rules.values()), default=0.0)
         self._first_seen: dict[str, float] = {}
         """When each GPU (uuid) was first observed."""
@@ -178,10 +184,10 @@ class TrendTracker:
             if last is not None and same_objects(last, inputs):
                 continue  # the very counters of the last snapshot: nothing to add (most polls)
             self._last_inputs[gpu.uuid] = inputs
-            for counter, label, raw in counters_of(gpu):
+            for counter, label, link, raw in counters_of(gpu):
                 if counter not in self.config.rules:
                     continue
-                key = (gpu.uuid, counter, label)
+                key = (gpu.uuid, counter, label, link)
                 known = self._series.get(key)
                 if known is None:
                     series = _Series(t, 0 if self._new_since_watched(gpu, counter, label) else raw)
@@ -211,13 +217,28 @@ class TrendTracker:
         cached = self._cached
         if cached is not None and cached[0] == self._generation and cached[1] <= now < cached[2]:
             return list(cached[3])
-        out = []
+        out: list[Increase] = []
         lo, hi = -math.inf, math.inf
-        for (uuid, counter, label), (index, series) in sorted(self._series.items(), key=lambda kv: (kv[1][0], kv[0])):
+        for (uuid, counter, label, link), (index, series) in sorted(
+            self._series.items(), key=lambda kv: (kv[1][0], kv[0])
+        ):
             rule = self.config.rules[counter]
             increase, since, until = series.increase_until(now, rule.window_seconds)
             lo, hi = max(lo, since), min(hi, until)
-            out.append(Increase(index, uuid, counter, label, increase, rule.window_seconds))
+            by_link = {link: increase} if link and increase else {}
+            last = out[-1] if out else None
+            if last is not None and (last.index, last.uuid, last.counter, last.label) == (index, uuid, counter, label):
+                out[-1] = Increase(
+                    index,
+                    uuid,
+                    counter,
+                    label,
+                    last.increase + increase,
+                    rule.window_seconds,
+                    {**last.links, **by_link},
+                )  # one more link of this counter (sorted: a counter's links come together)
+            else:
+                out.append(Increase(index, uuid, counter, label, increase, rule.window_seconds, by_link))
         self._cached = (self._generation, lo, hi, out)
         return list(out)
 
@@ -231,8 +252,12 @@ class TrendTracker:
             if inc.counter == "xid":
                 name = self._words(inc.label) if self._words else ""
                 what = f"XID {inc.label}" + (f" ({name})" if name else "") + " events"
+            where = ""
+            if inc.links:
+                names = sorted(inc.links, key=lambda link: (len(link), link))
+                where = f" on link{'s' if len(names) > 1 else ''} {', '.join(names)}"
             summary = (
-                f"{what} rising: {inc.increase:g} in the last {_duration(rule.window_seconds)} "
+                f"{what} rising{where}: {inc.increase:g} in the last {_duration(rule.window_seconds)} "
                 f"(more than {rule.max_increase:g}), {advice}"
             )
             found.append(
@@ -249,6 +274,7 @@ class TrendTracker:
                         "increase": inc.increase,
                         "window_seconds": rule.window_seconds,
                         "max_increase": rule.max_increase,
+                        **({"links": dict(inc.links)} if inc.links else {}),
                         "source": "error trend",
                     },
                 )

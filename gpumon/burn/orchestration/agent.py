@@ -402,7 +402,7 @@ class Agent:
         if not self.store.check(["abort"]):
             return None
         data = json.loads(self.store.get("abort"))
-        return Abort(data["kind"], data["message"], tuple(data["ranks"]))
+        return Abort(data["kind"], data["message"], tuple(data["ranks"]), tuple(data.get("agents") or ()))
 
     def _adopt_remote_abort(self) -> None:
         """Take over another agent's abort, if one is in the store (multi-node runs only)."""

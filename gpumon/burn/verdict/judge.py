@@ -97,20 +97,12 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
         judge_allreduce(j, results.get("allreduce", {}), thresholds, single_node=len(nodes) == 1, link=link)
     for key, g in j.gpus.items():
         for test in tests:
-            mine = [
-                c
-                for c in j.checks
-                if (c["test"] == test and (c["node"], c["gpu"]) == key)
-                or (
-                    c["test"] == test
-                    and c.get("peer_gpu") is not None
-                    and (c["node"], c["peer_gpu"]) == key
-                    and c["passed"] is False
-                )
-                or (c["test"] == test and list(key) in c.get("group", ()))
-            ]
-            verdicts = [c["passed"] for c in mine if c["passed"] is not None]
+            checks = [c for c in j.checks if c["test"] == test]
+            verdicts = [c["passed"] for c in checks if c["passed"] is not None and _counts_for(c, key)]
             g["tests"][test] = all(verdicts) if verdicts else None
+            note = _charged_elsewhere(j, checks, key)
+            if note and g["tests"][test] is not False:
+                g.setdefault("notes", {})[test] = note
         tel = g["telemetry"]
         if tel and "telemetry" not in g["tests"]:
             g["tests"]["telemetry"] = all(
@@ -118,6 +110,31 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
             )
     j.cannot_run = list(dict.fromkeys(j.cannot_run))
     return j
+
+
+def _counts_for(check: Mapping[str, Any], key: GpuKey) -> bool:
+    """Whether ``check`` says what GPU ``key`` did: its own check, a result of a group it is in, or a
+    failed link of it; a link's failure counts only for the GPU it is charged to (``blame_links``)."""
+    if "charged_to" in check:
+        return list(key) in check["charged_to"]
+    if (check["node"], check["gpu"]) == key or list(key) in check.get("group", ()):
+        return True
+    return check.get("peer_gpu") is not None and (check["node"], check["peer_gpu"]) == key and check["passed"] is False
+
+
+def _charged_elsewhere(j: Judgement, checks: list[dict[str, Any]], key: GpuKey) -> str:
+    """The note of a GPU at one end of slow links charged to the GPU at the other end ("" when none)."""
+    others = sorted(
+        {
+            (c["charged_to"][0][0], c["charged_to"][0][1])
+            for c in checks
+            if "charged_to" in c and list(key) in c["link"] and list(key) not in c["charged_to"]
+        }
+    )
+    if not others:
+        return ""
+    names = ", ".join(j.name(k) for k in others)
+    return f"slow only on its links to {names}, which the faults name (slow on every link)"
 
 
 def _partial_matmul(j: Judgement, key: GpuKey, rank: Mapping[str, Any]) -> None:

@@ -5,17 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpumon.burn.verdict.judgement import GpuKey, Judgement, blame_links, median
+from gpumon.burn.verdict.judgement import GpuKey, Judgement, blame_links, median, slow_gpus
 from gpumon.burn.verdict.thresholds import GroupLink, Thresholds
 
 
-def _suspects(j: Judgement, members: list[GpuKey]) -> dict[GpuKey, list[str]]:
-    """Members of a group that other tests already name: failed checks, or shared with other processes."""
+def _suspects(j: Judgement, members: list[GpuKey], slow_alone: set[GpuKey]) -> dict[GpuKey, list[str]]:
+    """Members of a group that other tests already name: failed checks, shared with other processes,
+    or slow on every link in the pairwise runs (``slow_alone``)."""
     out: dict[GpuKey, list[str]] = {k: ["shared with other compute processes"] for k in members if k in j.busy}
+    for k in members:
+        if k in slow_alone:
+            out.setdefault(k, []).append("slow on every link in the pairwise runs")
     for c in j.checks:
         key = (c["node"], c["gpu"])
-        if key not in members or c["test"] == "allreduce":
-            continue
+        if key not in members or c["test"] == "allreduce" or list(key) not in c.get("charged_to", [list(key)]):
+            continue  # (a slow link charged to the GPU at its other end names that GPU, not this one)
         if c["passed"] is False:
             reason = f"failed {c['test']}"
         elif c["test"] == "sw" and c["check"] == "processes" and c["passed"] is None:
@@ -29,12 +33,19 @@ def _suspects(j: Judgement, members: list[GpuKey]) -> dict[GpuKey, list[str]]:
 
 
 def _group_too_slow(
-    j: Judgement, members: list[GpuKey], busbw: float, floor: float, detail: str, ran: Mapping[GpuKey, Any]
+    j: Judgement,
+    members: list[GpuKey],
+    busbw: float,
+    floor: float,
+    detail: str,
+    ran: Mapping[GpuKey, Any],
+    slow_alone: set[GpuKey],
 ) -> None:
-    """A group all-reduce below its floor: the GPUs other tests name get it, else the whole group does."""
+    """A group all-reduce below its floor: the GPUs other tests or the pairwise runs name get it, else
+    the whole group does."""
     head = f"all-reduce over {len(members)} ranks: busbw {busbw / 1e9:.1f} GB/s below the floor {floor / 1e9:.1f}"
     tail = "; pairwise runs follow" if any("pairwise" in d for d in ran.values()) else ""
-    suspects = _suspects(j, members)
+    suspects = _suspects(j, members, slow_alone)
     if suspects:
         named = "; ".join(f"{j.name(k)} {', '.join(why)}" for k, why in suspects.items())
         for i, key in enumerate(suspects):
@@ -111,6 +122,33 @@ def judge_allreduce(
             ],
         }
     _timing_fallbacks(j, ran, members)
+    pair_faults: list[str] = []
+    slow_alone: set[GpuKey] = set()
+    pairs = [p for d in ran.values() for p in d.get("pairwise", [])]
+    if pairs:
+        by_rank = {g["rank"]: k for k, g in j.gpus.items()}
+        med = median(p["busbw_bytes_per_second"] for p in pairs) or 0.0
+        limit = (1 - th.link_fraction) * med  # pairs against each other: the floor only decided to run them
+        judged = []
+        for p in pairs:
+            a, b = by_rank[p["ranks"][0]], by_rank[p["ranks"][1]]
+            slow = p["busbw_bytes_per_second"] < limit
+            j.add(
+                "allreduce",
+                a,
+                "pair_busbw",
+                not slow,
+                f"ranks {p['ranks'][0]}+{p['ranks'][1]}: {p['busbw_bytes_per_second'] / 1e9:.1f} GB/s "
+                f"(limit {limit / 1e9:.1f})",
+                p["busbw_bytes_per_second"],
+                "bytes_per_second",
+                limit,
+                peer=b[1],
+                fault="",
+            )
+            judged.append((a, b, slow, j.checks[-1]))
+        pair_faults = blame_links(j, "allreduce", judged)
+        slow_alone = slow_gpus([(a, b, slow) for a, b, slow, _check in judged])
     figures = ", ".join(f"{s['bytes'] / 2**20:.0f} MiB {s['busbw_bytes_per_second'] / 1e9:.1f}" for s in sizes)
     if floor is None:
         j.add(
@@ -137,31 +175,10 @@ def judge_allreduce(
             group=members,
         )
     else:
-        _group_too_slow(j, members, busbw, floor, f"{figures}; below the floor {floor / 1e9:.1f}{over}", ran)
-    pairs = [p for d in ran.values() for p in d.get("pairwise", [])]
-    if pairs:
-        by_rank = {g["rank"]: k for k, g in j.gpus.items()}
-        med = median(p["busbw_bytes_per_second"] for p in pairs) or 0.0
-        limit = (1 - th.link_fraction) * med  # pairs against each other: the floor only decided to run them
-        judged = []
-        for p in pairs:
-            a, b = by_rank[p["ranks"][0]], by_rank[p["ranks"][1]]
-            slow = p["busbw_bytes_per_second"] < limit
-            judged.append((a, b, slow))
-            j.add(
-                "allreduce",
-                a,
-                "pair_busbw",
-                not slow,
-                f"ranks {p['ranks'][0]}+{p['ranks'][1]}: {p['busbw_bytes_per_second'] / 1e9:.1f} GB/s "
-                f"(limit {limit / 1e9:.1f})",
-                p["busbw_bytes_per_second"],
-                "bytes_per_second",
-                limit,
-                peer=b[1],
-                fault="",
-            )
-        j.faults += blame_links(j, "allreduce", judged)
+        _group_too_slow(
+            j, members, busbw, floor, f"{figures}; below the floor {floor / 1e9:.1f}{over}", ran, slow_alone
+        )
+    j.faults += pair_faults  # after the group's line, which says the pairwise runs follow
 
 
 def _timing_fallbacks(j: Judgement, ran: Mapping[GpuKey, Any], members: list[GpuKey]) -> None:

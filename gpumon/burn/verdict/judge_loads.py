@@ -152,7 +152,6 @@ def judge_p2p(j: Judgement, res: Mapping[GpuKey, Any], nodes: list[dict[str, Any
         floor = th.p2p_floor_bytes_per_second(j.gpus[src]["model"], path)
         limit = max((1 - th.link_fraction) * med if med else 0.0, floor or 0.0)
         slow = bw < limit
-        slow_pairs.append((src, dst, slow))
         j.add(
             "p2p",
             src,
@@ -166,6 +165,7 @@ def judge_p2p(j: Judgement, res: Mapping[GpuKey, Any], nodes: list[dict[str, Any
             peer=dst[1],
             fault="",
         )
+        slow_pairs.append((src, dst, slow, j.checks[-1]))
         if not p["checksum_ok"]:
             j.add(
                 "p2p", src, "data", False, f"data copied {j.name(src)} -> {j.name(dst)} arrived corrupted", peer=dst[1]

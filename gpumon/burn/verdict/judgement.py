@@ -109,19 +109,33 @@ def peer_check(
             j.add(test, key, check, ok, detail, value, unit, limit)
 
 
-def blame_links(j: Judgement, test: str, pairs: list[tuple[GpuKey, GpuKey, bool]]) -> list[str]:
-    """A GPU whose every pair is slow (while other pairs are fine) is blamed; otherwise the links."""
-    lines = []
+def slow_gpus(pairs: list[tuple[GpuKey, GpuKey, bool]]) -> set[GpuKey]:
+    """The GPUs whose every pair is slow while the other pairs are fine: the evidence names them."""
     gpus = {k for a, b, _ in pairs for k in (a, b)}
-    bad_gpus = set()
+    bad = set()
     for g in gpus:
         mine = [slow for a, b, slow in pairs if g in (a, b)]
         others = [slow for a, b, slow in pairs if g not in (a, b)]
         if mine and all(mine) and others and not any(others):
-            bad_gpus.add(g)
+            bad.add(g)
+    return bad
+
+
+def blame_links(j: Judgement, test: str, pairs: list[tuple[GpuKey, GpuKey, bool, dict[str, Any]]]) -> list[str]:
+    """A GPU whose every pair is slow (while other pairs are fine) is blamed; otherwise the links.
+
+    Each slow pair's check (the dict) gets ``link`` (its two GPUs) and ``charged_to``: the GPU blamed
+    when one of its ends is, else both ends. A GPU's verdict counts a link's failure only where it is
+    charged to it; the other end passes with a note (``judge``)."""
+    bad_gpus = slow_gpus([(a, b, slow) for a, b, slow, _ in pairs])
+    lines = []
     for g in sorted(bad_gpus):
         lines.append(f"{j.name(g)}: {test}: every link of this GPU is slow while the other links are fine")
-    for a, b, slow in pairs:
-        if slow and a not in bad_gpus and b not in bad_gpus:
+    for a, b, slow, check in pairs:
+        if not slow:
+            continue
+        check["link"] = [list(a), list(b)]
+        check["charged_to"] = [list(k) for k in (a, b) if k in bad_gpus] or [list(a), list(b)]
+        if a not in bad_gpus and b not in bad_gpus:
             lines.append(f"link {j.name(a)} <-> {j.name(b)}: {test}: slow")
     return lines

@@ -58,8 +58,10 @@ def _fmt(value: float | None, scale: float = 1.0, digits: int = 0, unit: str = "
     return "—" if value is None else f"{value / scale:.{digits}f}{unit}"
 
 
-def _mark(passed: bool | None) -> str:
-    return {True: "[green]PASS[/]", False: "[bold red]FAIL[/]", None: "[dim]—[/]"}[passed]
+def _mark(passed: bool | None, note: str | None = None) -> str:
+    """A GPU's cell for one test: what that GPU did; ``*`` when a note under the table goes with it."""
+    mark = {True: "[green]PASS[/]", False: "[bold red]FAIL[/]", None: "[dim]—[/]"}[passed]
+    return mark + "*" if note else mark
 
 
 def render(report: dict[str, Any], console: Console, tests: tuple[str, ...]) -> None:
@@ -83,7 +85,7 @@ def render(report: dict[str, Any], console: Console, tests: tuple[str, ...]) -> 
         table.add_row(
             f"{g['node']}:{g['gpu']}" if multi else str(g["gpu"]),
             str(g.get("model") or "?"),
-            *[_mark(g["tests"].get(t)) for t in tests],
+            *[_mark(g["tests"].get(t), (g.get("notes") or {}).get(t)) for t in tests],
             _fmt(
                 (g.get("matmul") or {}).get("tflops"), 1, 1 if ((g.get("matmul") or {}).get("tflops") or 0) >= 10 else 3
             ),
@@ -93,6 +95,10 @@ def render(report: dict[str, Any], console: Console, tests: tuple[str, ...]) -> 
             _fmt(tel.get("temperature_peak_celsius")),
         )
     console.print(table)
+    for g in report["gpus"]:
+        for t, note in (g.get("notes") or {}).items():
+            where = f"node {g['node']} GPU {g['gpu']}" if multi else f"GPU {g['gpu']}"
+            console.print(f"* {escape(where)} {escape(t)}: {escape(note)}", highlight=False)
     for line in report["faults"]:
         console.print(f"[bold red]FAULT[/] {escape(line)}", highlight=False)
     for line in report["could_not_run"]:
