@@ -18,7 +18,7 @@ from gpumon.config import Config
 from gpumon.findings.cli import _epilog_burn
 from gpumon.findings.config import HealthConfig, SlurmConfig
 from gpumon.findings.model import CRITICAL, Finding, verdict
-from gpumon.integrations.slurm import NodeState, Scontrol, act, decide, parse_nodes
+from gpumon.integrations.slurm import NodeState, OwnDrain, Scontrol, act, decide, keeps_drain, parse_nodes
 
 SHOW = (
     "NodeName=g1 Arch=x86_64 CoresPerSocket=1 State=IDLE+DRAIN ThreadsPerCore=1 Partitions=gpu,all "
@@ -43,6 +43,7 @@ def test_parse_scontrol_show_node() -> None:
         state="IDLE+DRAIN",
         reason="gpumon: GPU 1 xid 79 fallen off the bus: reboot node",
         partitions=("gpu", "all"),
+        reason_time_seconds=time.mktime((2026, 11, 23, 1, 20, 5, 0, 0, -1)),
     )
     assert nodes[0].drained and not nodes[1].drained and nodes[2].reason == ""
 
@@ -53,15 +54,20 @@ def test_decisions() -> None:
     foreign = NodeState("g1", "IDLE+DRAIN", "bad fan", ("gpu",))
     peers = [NodeState("g2", "IDLE", "", ("gpu",))]
     assert decide(FAULT, idle, [idle, *peers], CONFIG).step == "drain"
-    assert decide(FAULT, ours, [ours, *peers], CONFIG).step == "none"
+    own = OwnDrain("g1", ours.reason, None)
+    assert decide(FAULT, ours, [ours, *peers], CONFIG, own).step == "none"
     assert decide(FAULT, foreign, [foreign, *peers], CONFIG).step == "none"
-    assert decide(OK, ours, [ours, *peers], CONFIG).step == "resume"
+    assert decide(OK, ours, [ours, *peers], CONFIG, own).step == "resume"
+    assert decide(OK, ours, [ours, *peers], CONFIG).step == "none"  # not recorded: not gpumon's
     assert decide(OK, foreign, [foreign, *peers], CONFIG).step == "none"
     drained_peer = [NodeState("g2", "DOWN+DRAIN", "gpumon: node lost", ("gpu",))]
     refused = decide(FAULT, idle, [idle, *drained_peer], CONFIG)
     assert refused.step == "refused" and refused.message.startswith("circuit breaker: 1 of 2 nodes of gpu")
+    down_peer = [NodeState("g2", "DOWN", "Not responding", ("gpu",))]
+    assert decide(FAULT, idle, [idle, *down_peer], CONFIG).step == "refused"
     other_partition = [NodeState("g9", "DOWN+DRAIN", "gpumon: node lost", ("cpu",))]
-    assert decide(FAULT, idle, [idle, *other_partition], CONFIG).step == "drain"
+    assert decide(FAULT, idle, [idle, *peers, *other_partition], CONFIG).step == "drain"
+    assert decide(FAULT, idle, [idle], CONFIG).step == "refused"  # 1 of 1 would exceed 50 %
 
 
 def test_drain_reason_names_gpu_finding_and_action() -> None:
@@ -75,12 +81,14 @@ def test_scontrol_that_hangs_is_unknown_and_recorded(tmp_path: Path) -> None:
 
     decision = act(FAULT, CONFIG, tmp_path, env={}, client=Scontrol(CONFIG, run=hang), clock=lambda: 5.0)
     assert decision.step == "unknown"
-    assert decision.message == "Slurm step UNKNOWN: scontrol did not answer within 10 s"
+    assert decision.message == "Slurm step UNKNOWN: sinfo did not answer within 10 s"
     assert '"step": "unknown"' in (tmp_path / "health" / "actions.jsonl").read_text()
 
 
 def test_scontrol_missing_is_unknown(tmp_path: Path) -> None:
-    config = SlurmConfig(enabled=True, node_name="g1", scontrol=str(tmp_path / "no-scontrol"))
+    config = SlurmConfig(
+        enabled=True, node_name="g1", scontrol=str(tmp_path / "no-scontrol"), sinfo=str(tmp_path / "no-sinfo")
+    )
     assert act(FAULT, config, tmp_path, env={}).message.endswith("no-scontrol not found")
 
 
@@ -101,15 +109,28 @@ def test_epilog_burns_the_failed_jobs_gpus_only_when_enabled(tmp_path: Path) -> 
     assert calls[0][1:] == ["-m", "gpumon", "burn", "--quick", "--state-dir", str(tmp_path), "--gpus", "2,3"]
 
 
+class FakeClock:
+    """Seconds that pass only when gpumon sleeps (or a test sets them)."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 # ---- a simulated controller: sinfo --json and scontrol show node -o as Slurm 22.05 prints them -------------------
 class FakeSlurm:
     """Answers gpumon's sinfo / scontrol calls from a table of nodes; updates change the table.
 
     ``delay_seconds`` makes every call slow (a busy controller); ``read_gate`` runs before each read."""
 
-    def __init__(self, nodes: dict[str, dict[str, Any]], clock: Any = time.time, delay_seconds: float = 0.0) -> None:
+    def __init__(self, nodes: dict[str, dict[str, Any]], clock: Any = None, delay_seconds: float = 0.0) -> None:
         self.nodes = nodes
-        self.clock = clock
+        self.clock = clock or FakeClock()
         self.delay_seconds = delay_seconds
         self.commands: list[list[str]] = []
         self.lock = threading.Lock()
@@ -208,7 +229,8 @@ def _critical(*findings: tuple[int, str, str]) -> Any:
 def _act(report: Any, fake: FakeSlurm, state: Path, node: str = "g1", **config: Any) -> Any:
     settings = {"enabled": True, "node_name": node, "max_drained_share": 1.0, **config}
     cfg = SlurmConfig(**settings)
-    return act(report, cfg, state, env={}, client=Scontrol(cfg, run=fake))
+    sleep = fake.clock.sleep if isinstance(fake.clock, FakeClock) else time.sleep
+    return act(report, cfg, state, env={}, client=Scontrol(cfg, run=fake), clock=fake.clock, sleep=sleep)
 
 
 REASON = "gpumon: GPU 1 xid 79 fallen off the bus: reboot node"
@@ -217,12 +239,12 @@ REASON = "gpumon: GPU 1 xid 79 fallen off the bus: reboot node"
 def test_a_comment_after_the_reason_does_not_make_gpumon_drain_again(tmp_path: Path) -> None:
     """Slurm prints Comment= after Reason=; gpumon's own drain stays one drain with its first time."""
     for reader in ("sinfo", "scontrol"):
-        fake = FakeSlurm.of("g1", "g2", clock=lambda: 1_000_000.0)
+        fake = FakeSlurm.of("g1", "g2", clock=FakeClock(1_000_000.0))
         sinfo = "sinfo" if reader == "sinfo" else str(tmp_path / "no-sinfo")  # no sinfo: scontrol's text
         state = tmp_path / reader
         assert _act(FAULT, fake, state, sinfo=sinfo).step == "drain"
         fake.set("g1", comment="ticket 42 Reason=see ops")
-        fake.clock = lambda: 1_000_600.0
+        fake.clock.now += 600
         again = _act(FAULT, fake, state, sinfo=sinfo)
         assert again.step == "none", again
         assert len(fake.updates()) == 1  # no second drain
@@ -276,30 +298,36 @@ def test_the_breaker_never_lets_the_drained_share_exceed_its_limit() -> None:
     assert fake.drained() == {"g2"}
 
 
+def _simultaneous_checks(state: Path) -> tuple[FakeSlurm, dict[str, Any]]:
+    """g1-g3 all CRITICAL, checking at once: every node reads the partition before any drains."""
+    fake = FakeSlurm.of("g1", "g2", "g3", clock=time.time, delay_seconds=0.05)
+    barrier = threading.Barrier(3)
+    reads: dict[str, int] = {}
+
+    def gate() -> None:
+        me = threading.current_thread().name
+        reads[me] = reads.get(me, 0) + 1
+        if reads[me] == 1:
+            barrier.wait(10)
+
+    fake.read_gate = gate
+    decisions: dict[str, Any] = {}
+
+    def check(name: str) -> None:
+        decisions[name] = _act(FAULT, fake, state / name, node=name, max_drained_share=0.5)
+
+    threads = [threading.Thread(target=check, args=(n,), name=n) for n in ("g1", "g2", "g3")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return fake, decisions
+
+
 def test_the_breaker_holds_when_every_node_checks_at_once(tmp_path: Path) -> None:
     """Three nodes read the partition before any drains (a slow controller): exactly one stays drained."""
     for trial in range(3):
-        fake = FakeSlurm.of("g1", "g2", "g3", delay_seconds=0.05)
-        barrier = threading.Barrier(3)
-        reads: dict[str, int] = {}
-
-        def gate() -> None:  # the first read of every node happens before anyone drains
-            me = threading.current_thread().name
-            reads[me] = reads.get(me, 0) + 1
-            if reads[me] == 1:
-                barrier.wait(10)
-
-        fake.read_gate = gate
-        decisions: dict[str, Any] = {}
-
-        def check(name: str) -> None:
-            decisions[name] = _act(FAULT, fake, tmp_path / f"{trial}-{name}", node=name, max_drained_share=0.5)
-
-        threads = [threading.Thread(target=check, args=(n,), name=n) for n in ("g1", "g2", "g3")]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+        fake, decisions = _simultaneous_checks(tmp_path / str(trial))
         assert len(fake.drained()) == 1, (fake.drained(), decisions)
         assert sorted(d.step for d in decisions.values()) == ["drain", "refused", "refused"]
 
@@ -341,3 +369,18 @@ def test_parse_show_node_finds_the_reason_whatever_it_holds_and_whatever_follows
     assert (node.name, node.state, node.reason, node.partitions) == ("g7", state, reason, ("gpu", "all"))
     assert node.reason_time_seconds == 1_800_000_000
     assert (nxt.name, nxt.reason, nxt.drained) == ("g8", "", False)
+
+
+def test_after_simultaneous_drains_the_earliest_keep_theirs_by_time_then_name() -> None:
+    def drained(name: str, at: float, reason: str = REASON) -> NodeState:
+        return NodeState(name, "IDLE+DRAIN", reason, ("gpu",), at)
+
+    config = SlurmConfig(enabled=True, max_drained_share=0.5)  # 2 of 4 may be unusable
+    idle = NodeState("g4", "IDLE", "", ("gpu",))
+    same_second = [drained("g3", 100), drained("g1", 100), drained("g2", 100), idle]
+    assert [keeps_drain(n, same_second, config)[0] for n in same_second[:3]] == [False, True, True]
+    earlier = [drained("g3", 99), drained("g1", 100), drained("g2", 100), idle]
+    assert [keeps_drain(n, earlier, config)[0] for n in earlier[:3]] == [True, True, False]
+    # A DOWN node and an admin's drain cannot give way: they come first.
+    fixed = [NodeState("g1", "DOWN", "Not responding", ("gpu",), 5), drained("g2", 1, "ops"), drained("g3", 100), idle]
+    assert keeps_drain(fixed[2], fixed, config)[0] is False
