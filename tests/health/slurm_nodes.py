@@ -136,21 +136,32 @@ class Fleet:
         return {n["name"]: n for n in data["nodes"]}
 
     def drained(self) -> set[str]:
-        return {name for name, n in self.node_info().items() if "DRAIN" in _flags(n)}
+        return {name for name, n in self.node_info().items() if "DRAIN" in flags(n)}
 
     def unusable(self) -> set[str]:
         """Nodes that cannot take work: drained, down, failed or not responding."""
         bad = {"DRAIN", "DOWN", "FAIL", "NOT_RESPONDING"}
-        return {name for name, n in self.node_info().items() if _flags(n) & bad}
+        return {name for name, n in self.node_info().items() if flags(n) & bad}
 
     def drain(self, name: str, reason: str) -> None:
         self.run("scontrol", "update", f"nodename={name}", "state=drain", f"reason={reason}")
 
+    def stop_slurmd(self, name: str) -> None:
+        """Node ``name``'s slurmd stops (the node dies); mark it DOWN with ``scontrol update`` to see it now."""
+        stop_pidfiles([self.base / f"slurmd.{name}.pid"])
+        (self.base / f"slurmd.{name}.pid").unlink(missing_ok=True)
+
+    def start_slurmd(self, name: str) -> None:
+        node = self.nodes[name]
+        _sh_env(["nsenter", f"--net=/run/netns/{node.netns}", "slurmd", "-f", str(self.conf), "-N", name], self.env)
+
     def resume_all(self) -> None:
-        """Every node undrained and up (also DOWN ones), then wait until all are idle."""
+        """Every node undrained and up (also DOWN ones, their slurmd started again), then wait until all are idle."""
+        for name in self.nodes:
+            if not (self.base / f"slurmd.{name}.pid").exists():
+                self.start_slurmd(name)
         for name, n in self.node_info().items():
-            flags = _flags(n)
-            if flags & {"DRAIN", "DOWN", "FAIL"}:
+            if flags(n) & {"DRAIN", "DOWN", "FAIL"}:
                 self.run("scontrol", "update", f"nodename={name}", "state=resume", check=False)
         wait_for(lambda: not self.unusable(), 30, 0.2, "every node back in service")
 
@@ -247,6 +258,38 @@ class Fleet:
             node.daemon.wait(5)
         node.daemon = None
 
+    def round(self, *names: str, hook: str = "health", timeout: float = 60) -> None:
+        """Turn ``hook`` on until Slurm ran it to the end on every node named (default: all), then off
+        and wait until no hook runs."""
+        names = names or tuple(self.nodes)
+        before = {n: len(self.nodes[n].runs(hook)) for n in names}
+        self.enable(hook)
+        try:
+            wait_for(
+                lambda: all(len(self.nodes[n].runs(hook)) > before[n] for n in names),
+                timeout,
+                0.1,
+                f"Slurm to run the {hook} hook on {', '.join(names)}",
+            )
+        finally:
+            self.disable(hook)
+            wait_for(self.idle, 60, 0.1, "the running hooks to finish")
+
+    def scenario_file(self, name: str, text: str) -> str:
+        """A scenario file the service user can read; its path for ``start_daemon``."""
+        path = self.base / "scenarios" / f"{name}.yaml"
+        path.parent.mkdir(mode=0o755, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o644)
+        return f"fake:{path}"
+
+    def prepare(self, scenarios: Mapping[str, str], **slurm: Any) -> None:
+        """Every node's daemon restarted on its scenario (default healthy) with a fresh state
+        directory, and health.slurm settings ``slurm`` (over the harness's own) in every config."""
+        self.slurm = {k: v for k, v in self.slurm.items() if k in ("scontrol", "sinfo")} | slurm
+        for name in self.nodes:
+            self.start_daemon(name, scenarios.get(name, "healthy"), fresh_state=True)
+
     def reset(self) -> None:
         """Hooks off and idle, no scontrol delay, every node in service, drain records gone."""
         self.disable()
@@ -258,7 +301,7 @@ class Fleet:
                 (node.dir / f"{hook}.runs").unlink(missing_ok=True)
 
 
-def _flags(node: Mapping[str, Any]) -> set[str]:
+def flags(node: Mapping[str, Any]) -> set[str]:
     """State and flags of a sinfo --json node as upper-case words (22.05: state + state_flags)."""
     state = node.get("state", "")
     words = set(state) if isinstance(state, list) else {str(state)}
@@ -465,7 +508,7 @@ PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE S
                 raise AssertionError(f"{daemon} exited:\n{log.read_text()[-2000:] if log.exists() else ''}")
         info = json.loads(fleet.run("sinfo", "--json", check=False).stdout or "{}")
         nodes = info.get("nodes") or []
-        return len(nodes) == len(NODES) and all(_flags(n) == {"IDLE"} for n in nodes)
+        return len(nodes) == len(NODES) and all(flags(n) == {"IDLE"} for n in nodes)
 
     wait_for(all_idle, 60, 0.3, "slurmd on n1-n3 to register as idle")
     fleet.set_delay(0)
@@ -555,3 +598,14 @@ def fleet_running() -> Iterator[Fleet]:
         yield fleet
     finally:
         stop(fleet)
+
+
+def fleet_fixture() -> Iterator[Fleet]:
+    """For a module-scoped fixture: ``fleet = pytest.fixture(scope="module")(slurm_nodes.fleet_fixture)``."""
+    import pytest
+
+    reason = missing_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with fleet_running() as fleet:
+        yield fleet
