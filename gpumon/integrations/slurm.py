@@ -47,7 +47,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -211,7 +211,12 @@ def parse_sinfo_json(text: str) -> list[NodeState]:
                     reason_time_seconds=at,
                 )
             )
-        return out
+        merged: dict[str, NodeState] = {}
+        for node in out:  # a node in several partitions may be listed once for each
+            seen = merged.get(node.name)
+            parts = node.partitions if seen is None else (*seen.partitions, *node.partitions)
+            merged[node.name] = replace(node, partitions=tuple(dict.fromkeys(parts)))
+        return list(merged.values())
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SlurmError(f"sinfo --json answered something gpumon cannot read ({exc})") from exc
 
@@ -231,7 +236,7 @@ class Scontrol:
         except FileNotFoundError as exc:
             raise _Missing(f"{binary} not found") from exc
         except subprocess.TimeoutExpired as exc:
-            raise SlurmError(f"{tool} did not answer within {self.config.timeout_seconds:g} s") from exc
+            raise _NoAnswer(f"{tool} did not answer within {self.config.timeout_seconds:g} s") from exc
         except OSError as exc:
             raise SlurmError(f"cannot run {tool}: {exc}") from exc
         if done.returncode != 0:
@@ -246,9 +251,9 @@ class Scontrol:
             return parse_sinfo_json(self._call(self.config.sinfo, ["--json"]))
         except _Missing:
             pass
+        except _NoAnswer:
+            raise
         except SlurmError as exc:
-            if "did not answer" in str(exc):
-                raise
             log.debug("sinfo --json: %s; reading scontrol show node -o", exc)
         return parse_nodes(self._call(self.config.scontrol, ["show", "node", "-o"]))
 
@@ -261,6 +266,10 @@ class Scontrol:
 
 
 class _Missing(SlurmError):
+    pass
+
+
+class _NoAnswer(SlurmError):
     pass
 
 

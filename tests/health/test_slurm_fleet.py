@@ -70,6 +70,8 @@ def test_slurm_runs_gpumon_on_every_node_and_only_the_faulty_node_is_drained_nam
     assert all(code == 0 for code, _ in cluster.nodes["n2"].runs()) and cluster.nodes["n2"].actions() == []
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_with_every_node_faulty_at_once_and_a_slow_controller_the_breaker_leaves_exactly_its_share(
     cluster: Fleet,
 ) -> None:

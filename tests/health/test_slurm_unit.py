@@ -18,7 +18,16 @@ from gpumon.config import Config
 from gpumon.findings.cli import _epilog_burn
 from gpumon.findings.config import HealthConfig, SlurmConfig
 from gpumon.findings.model import CRITICAL, Finding, verdict
-from gpumon.integrations.slurm import NodeState, OwnDrain, Scontrol, act, decide, keeps_drain, parse_nodes
+from gpumon.integrations.slurm import (
+    NodeState,
+    OwnDrain,
+    Scontrol,
+    act,
+    decide,
+    keeps_drain,
+    parse_nodes,
+    parse_sinfo_json,
+)
 
 SHOW = (
     "NodeName=g1 Arch=x86_64 CoresPerSocket=1 State=IDLE+DRAIN ThreadsPerCore=1 Partitions=gpu,all "
@@ -384,3 +393,15 @@ def test_after_simultaneous_drains_the_earliest_keep_theirs_by_time_then_name() 
     # A DOWN node and an admin's drain cannot give way: they come first.
     fixed = [NodeState("g1", "DOWN", "Not responding", ("gpu",), 5), drained("g2", 1, "ops"), drained("g3", 100), idle]
     assert keeps_drain(fixed[2], fixed, config)[0] is False
+
+
+def test_sinfo_json_of_22_05_and_later_versions() -> None:
+    old = {"name": "g1", "state": "idle", "state_flags": ["DRAIN"], "reason": "ops", "reason_changed_at": 7}
+    new = {"name": "g2", "state": ["DOWN", "NOT_RESPONDING"], "reason": "", "reason_changed_at": {"set": False}}
+    again = {**old, "partitions": ["all"]}
+    nodes = parse_sinfo_json(json.dumps({"nodes": [{**old, "partitions": ["gpu"]}, new, again]}))
+    assert nodes == [
+        NodeState("g1", "IDLE+DRAIN", "ops", ("gpu", "all"), 7.0),
+        NodeState("g2", "DOWN+NOT_RESPONDING", "", (), None),
+    ]
+    assert nodes[1].unusable and not nodes[1].drained
