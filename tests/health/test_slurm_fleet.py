@@ -128,3 +128,27 @@ def test_a_comment_an_admins_gpumon_worded_drain_and_an_appended_ticket_change_n
     cluster.round()
     assert cluster.node_info()["n1"]["reason"] == f"{REASON} INC-4711"
     assert [a["step"] for a in cluster.nodes["n1"].actions()] == ["drain"]
+
+
+def test_as_prolog_a_faulty_node_is_drained_and_its_job_requeued_while_a_healthy_node_runs_its_job(
+    cluster: Fleet,
+) -> None:
+    from tests.helpers import wait_for
+
+    cluster.prepare({"n1": cluster.scenario_file("xid79", XID79_GPU1)}, max_drained_share=0.7)
+    _critical(cluster, "n1")
+    cluster.enable("prolog")
+    bad = cluster.run("sbatch", "--parsable", "-w", "n1", "-o", "/dev/null", "--wrap", "true").stdout.strip()
+    marker = cluster.base / "ran-on-n2"
+    cluster.run("sbatch", "--parsable", "-w", "n2", "-o", "/dev/null", "--wrap", f"touch {marker}")
+    wait_for(lambda: "n1" in cluster.drained(), 60, 0.2, "the prolog to drain n1")
+    assert cluster.node_info()["n1"]["reason"] == REASON
+    wait_for(marker.exists, 60, 0.2, "the job on healthy n2 to run")
+
+    def requeued() -> bool:
+        out = cluster.run("squeue", "-h", "-j", bad, "-o", "%T|%r", check=False).stdout
+        return out.startswith("PENDING|") and "requeued" in out
+
+    wait_for(requeued, 60, 0.2, "the job on n1 to be requeued")
+    assert [code for code, _ in cluster.nodes["n1"].runs("prolog")][:1] == [1]
+    cluster.run("scancel", bad)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gpumon.config import Config
 from gpumon.findings.cli import _epilog_burn
-from gpumon.findings.config import HealthConfig, SlurmConfig
+from gpumon.findings.config import HealthConfig, SlurmConfig, parse_slurm
 from gpumon.findings.model import CRITICAL, Finding, verdict
 from gpumon.integrations.slurm import (
     NodeState,
@@ -405,3 +405,10 @@ def test_sinfo_json_of_22_05_and_later_versions() -> None:
         NodeState("g2", "DOWN+NOT_RESPONDING", "", (), None),
     ]
     assert nodes[1].unusable and not nodes[1].drained
+
+
+def test_the_slurm_config_names_its_binaries_and_reports_an_unknown_key() -> None:
+    config, problems = parse_slurm({"sinfo": "/opt/slurm/bin/sinfo", "scontrol": "/opt/slurm/bin/scontrol"})
+    assert (config.sinfo, config.scontrol, problems) == ("/opt/slurm/bin/sinfo", "/opt/slurm/bin/scontrol", [])
+    _, problems = parse_slurm({"sinfo_binary": "sinfo"})
+    assert len(problems) == 1 and "sinfo_binary" in problems[0]
