@@ -107,6 +107,8 @@ class OwnDrain:
     reason: str
     time_seconds: float | None
     """Slurm's time of the drain once gpumon read it back; None before."""
+    verified: bool = False
+    """The circuit breaker's check after the drain completed and let it stay."""
 
     def matches(self, me: NodeState) -> bool:
         """``me`` is still exactly this drain: same node, drained, same reason, same time."""
@@ -283,14 +285,17 @@ def load_own_drain(state_dir: Path) -> OwnDrain | None:
         return None
     at = raw.get("time_seconds")
     return OwnDrain(
-        node=raw["node"], reason=raw["reason"], time_seconds=float(at) if isinstance(at, (int, float)) else None
+        node=raw["node"],
+        reason=raw["reason"],
+        time_seconds=float(at) if isinstance(at, (int, float)) else None,
+        verified=raw.get("verified") is True,
     )
 
 
 def save_own_drain(state_dir: Path, drain: OwnDrain) -> None:
     write_json(
         health_dir(state_dir) / OWN_DRAIN_FILE,
-        {"node": drain.node, "reason": drain.reason, "time_seconds": drain.time_seconds},
+        {"node": drain.node, "reason": drain.reason, "time_seconds": drain.time_seconds, "verified": drain.verified},
     )
 
 
@@ -432,8 +437,11 @@ def act(
                 forget_own_drain(state_dir)  # resumed or changed by someone else since: no longer gpumon's
                 own = None
             decision = decide(report, me, nodes, config, own)
-            if decision.step == "drain" and decision.reason:
-                decision = _drain(client, me, decision, config, state_dir, own is not None, clock, sleep)
+            if own is not None and not own.verified and decision.step == "none" and report.status != OK:
+                at = me.reason_time_seconds if me.reason_time_seconds is not None else clock()
+                decision = _verify(client, name, me.reason, at, decision, config, state_dir, clock, sleep)
+            elif decision.step == "drain" and decision.reason:
+                decision = _drain(client, me, decision, config, state_dir, own, clock, sleep)
             elif decision.step == "resume":
                 client.resume(name)
                 forget_own_drain(state_dir)
@@ -460,41 +468,63 @@ def _drain(
     decision: Decision,
     config: SlurmConfig,
     state_dir: Path,
-    update: bool,
+    own: OwnDrain | None,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
 ) -> Decision:
-    """Issue the drain (recorded first, so a drain gpumon issued is always known as its own); a new
-    drain is then checked against the breaker once the controller's clock passed its second, and
-    undone when it ranks beyond the allowed number."""
+    """Issue the drain (recorded first, so a drain gpumon issued is always known as its own). A new
+    drain is then checked against the breaker (``_verify``); an updated reason keeps its standing."""
     reason = str(decision.reason)
-    save_own_drain(state_dir, OwnDrain(node=me.name, reason=reason, time_seconds=None))
+    verified = own is not None and own.verified
+    save_own_drain(state_dir, OwnDrain(node=me.name, reason=reason, time_seconds=None, verified=verified))
     issued = clock()
     client.drain(me.name, reason)
     after = _find(client.nodes(), me.name)
     if after is None or not after.drained or after.reason != reason:
         return decision  # changed by someone else at once: the record no longer matches, left to them
-    at = after.reason_time_seconds if after.reason_time_seconds is not None else math.floor(issued)
-    save_own_drain(state_dir, OwnDrain(node=me.name, reason=reason, time_seconds=after.reason_time_seconds))
-    if update:
+    save_own_drain(
+        state_dir, OwnDrain(node=me.name, reason=reason, time_seconds=after.reason_time_seconds, verified=verified)
+    )
+    if verified:
         return decision
-    wait = at + 1 + CLOCK_SKEW_SECONDS - clock()
+    at = after.reason_time_seconds if after.reason_time_seconds is not None else math.floor(issued)
+    return _verify(client, me.name, reason, at, decision, config, state_dir, clock, sleep)
+
+
+def _verify(
+    client: Scontrol,
+    name: str,
+    reason: str,
+    drained_at_seconds: float,
+    decision: Decision,
+    config: SlurmConfig,
+    state_dir: Path,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> Decision:
+    """Once the controller's clock passed the drain's second, may the drain stay (``keeps_drain``)?
+    Undone when not. Until this completed the record says unverified, and the next run completes it
+    (a controller that stops answering half way leaves no unchecked drain behind)."""
+    wait = drained_at_seconds + 1 + CLOCK_SKEW_SECONDS - clock()
     if wait > 0:
         sleep(wait)
     nodes = client.nodes()
-    mine = _find(nodes, me.name)
+    mine = _find(nodes, name)
     if mine is None or not mine.drained or mine.reason != reason:
         return decision
     keep, why = keeps_drain(mine, nodes, config)
     if keep:
+        save_own_drain(
+            state_dir, OwnDrain(node=name, reason=reason, time_seconds=mine.reason_time_seconds, verified=True)
+        )
         return decision
-    client.resume(me.name)
+    client.resume(name)
     forget_own_drain(state_dir)
     return Decision(
         "refused",
-        me.name,
+        name,
         f"circuit breaker: drained, then undone: {why} (allowed: the earliest drains by drain time, then node name); "
-        f"NOT draining {me.name} although: {reason.removeprefix(config.reason_prefix).strip()}",
+        f"NOT draining {name} although: {reason.removeprefix(config.reason_prefix).strip()}",
         reason,
     )
 

@@ -412,3 +412,23 @@ def test_the_slurm_config_names_its_binaries_and_reports_an_unknown_key() -> Non
     assert (config.sinfo, config.scontrol, problems) == ("/opt/slurm/bin/sinfo", "/opt/slurm/bin/scontrol", [])
     _, problems = parse_slurm({"sinfo_binary": "sinfo"})
     assert len(problems) == 1 and "sinfo_binary" in problems[0]
+
+
+def test_a_drain_whose_check_the_controller_did_not_answer_is_checked_on_the_next_run(tmp_path: Path) -> None:
+    fake = FakeSlurm.of("g1", "g2", "g3")
+    reads = []
+
+    def gate() -> None:
+        reads.append(1)
+        if len(reads) == 2:  # g2 was drained (by gpumon there) after g1 read the partition, a second earlier
+            fake.set("g2", flags=["DRAIN"], reason=REASON, time=int(fake.clock()) - 1)
+        if len(reads) == 3:  # the controller stops answering before g1's check after its drain
+            raise subprocess.TimeoutExpired(["sinfo"], 10)
+
+    fake.read_gate = gate
+    first = _act(FAULT, fake, tmp_path, max_drained_share=0.5)
+    assert first.step == "unknown" and fake.drained() == {"g1", "g2"}
+    fake.read_gate = None
+    second = _act(FAULT, fake, tmp_path, max_drained_share=0.5)
+    assert second.step == "refused" and "undone" in second.message
+    assert fake.drained() == {"g2"}
