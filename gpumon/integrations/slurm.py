@@ -29,7 +29,8 @@ Only through Slurm's own commands and only when ``health.slurm.enabled`` is true
   way. The first-ranked drains never see anything before them, so exactly the allowed number
   stays drained, not zero. Until the slower nodes give way (about ``CLOCK_SKEW_SECONDS`` + 1 s
   plus one read) more nodes than allowed carry the drain flag: a drain stops new jobs only, so
-  for those seconds no job is lost. A drain whose reason gpumon only updates is not ranked again;
+  for those seconds no job is lost. A drain whose check the controller did not answer is recorded
+  unchecked and checked on the next run. A drain whose reason gpumon only updates is not ranked again;
   a node that goes DOWN during the check is counted from the next check on;
 * a controller that does not answer makes the Slurm step UNKNOWN; nothing raises;
 * every action (and every refusal) is logged with its reason and appended to
