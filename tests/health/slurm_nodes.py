@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -391,7 +392,7 @@ def remove_leftovers() -> None:
     for user in users:
         m = re.fullmatch(rf"{PREFIX}(\d+)", user)
         if m and not _pid_alive(int(m.group(1))):
-            _sh("userdel", user, check=False)
+            _passwd("userdel", user)
     for path in Path(tempfile.gettempdir()).glob(f"{PREFIX}*-*"):
         m = re.match(rf"{PREFIX}(\d+)-", path.name)
         if m and not _pid_alive(int(m.group(1))):
@@ -435,7 +436,7 @@ def start() -> Fleet:
 
 def _build(fleet: Fleet) -> None:
     pid, base = fleet.run_id, fleet.base
-    _sh(
+    _passwd(
         "useradd",
         "--system",
         "--no-create-home",
@@ -516,6 +517,15 @@ PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE S
         fleet.start_daemon(name)
 
 
+def _passwd(*args: str) -> None:
+    """useradd / userdel, again for a few seconds while another run holds /etc/passwd's lock."""
+    for _ in range(20):
+        done = subprocess.run(list(args), capture_output=True, text=True)
+        if done.returncode not in (1, 10):  # 1, 10: cannot update (or lock) the password or group file
+            return
+        time.sleep(0.25)
+
+
 def _sh_env(args: list[str], env: dict[str, str]) -> None:
     done = subprocess.run(args, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -586,8 +596,8 @@ def stop(fleet: Fleet) -> None:
         _sh("ip", "netns", "del", node.netns, check=False)
         _sh("ip", "link", "del", f"gpmv{fleet.run_id}n{node.index}", check=False)
     _sh("ip", "link", "del", fleet.bridge, check=False)
-    if fleet.uid >= 0 or fleet.user:
-        _sh("userdel", fleet.user, check=False)
+    if fleet.user:
+        _passwd("userdel", fleet.user)
     shutil.rmtree(base, ignore_errors=True)
 
 
