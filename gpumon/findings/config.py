@@ -11,9 +11,11 @@ health:
     enabled: true                  # nothing is drained unless this is true
     node_name: gpu017              # default: $SLURMD_NODENAME, else the short host name
     partition: gpu                 # the breaker's partition (default: the node's partitions)
-    max_drained_share: 0.25        # refuse to drain when this share is already drained by gpumon
+    max_drained_share: 0.25        # never let more than this share of the partition be unable to take work
     reason_prefix: "gpumon:"
-    timeout_seconds: 10
+    sinfo: sinfo                   # reads the nodes (sinfo --json; scontrol show node -o without it)
+    scontrol: scontrol             # drains and undrains
+    timeout_seconds: 10            # each sinfo / scontrol call
     epilog_burn: false             # epilog: gpumon burn --quick on the job's GPUs when the job failed
     prolog_timeout_seconds: 5      # the prolog's own budget; not judged in time: UNKNOWN, the job goes through
     slurm_conf: /etc/slurm/slurm.conf  # SLURM_CONF for scontrol (slurmd gives HealthCheckProgram none)

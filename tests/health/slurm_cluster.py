@@ -127,23 +127,7 @@ def _alive(pidfile: Path) -> bool:
 
 def _start(base: Path) -> SlurmCluster:
     base.mkdir(parents=True, exist_ok=True)
-    key = base / "munge.key"
-    subprocess.run(["mungekey", "-c", "-k", str(key)], check=True, capture_output=True)
-    key.chmod(0o400)
-    sock = base / "munge.socket"
-    subprocess.run(
-        [
-            "munged",
-            f"--key-file={key}",
-            f"--socket={sock}",
-            f"--pid-file={base / 'munged.pid'}",
-            f"--log-file={base / 'munged.log'}",
-            f"--seed-file={base / 'munged.seed'}",
-            "--force",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    sock = start_munge(base)
     host = socket.gethostname().split(".")[0]
     ctld_port, slurmd_port, nobody_port = _ports(3)
     for sub in ("state", "spool"):
@@ -176,25 +160,10 @@ exec {sys.executable} -m gpumon health --slurm-epilog $(cat {base / "epilog.args
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
-AuthType=auth/munge
-AuthInfo=socket={sock}
-CredType=cred/munge
-StateSaveLocation={base / "state"}
+{common_conf(sock)}StateSaveLocation={base / "state"}
 SlurmdSpoolDir={base / "spool"}
 SlurmctldPidFile={base / "slurmctld.pid"}
 SlurmdPidFile={base / "slurmd.pid"}
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-MpiDefault=none
-SlurmUser=root
-SlurmdUser=root
-ReturnToService=2
-SelectType=select/cons_tres
-SchedulerType=sched/builtin
-SchedulerParameters=sched_interval=2
-MinJobAge=300
 Prolog={prolog}
 Epilog={epilog}
 PrologFlags=Alloc
@@ -242,15 +211,63 @@ PartitionName={PARTITION} Nodes={NODE},g[2-4] Default=YES MaxTime=INFINITE State
 
 def stop(cluster: SlurmCluster) -> None:
     base = cluster.dir
-    for name in ("slurmd.pid", "slurmctld.pid", "munged.pid"):
-        pid = _pid(base / name)
+    stop_pidfiles([base / name for name in ("slurmd.pid", "slurmctld.pid", "munged.pid")])
+
+
+def start_munge(base: Path) -> Path:
+    """A munged of its own (key, socket, pid file ``munged.pid``, log under ``base``); its socket."""
+    key = base / "munge.key"
+    subprocess.run(["mungekey", "-c", "-k", str(key)], check=True, capture_output=True)
+    key.chmod(0o400)
+    sock = base / "munge.socket"
+    subprocess.run(
+        [
+            "munged",
+            f"--key-file={key}",
+            f"--socket={sock}",
+            f"--pid-file={base / 'munged.pid'}",
+            f"--log-file={base / 'munged.log'}",
+            f"--seed-file={base / 'munged.seed'}",
+            "--force",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return sock
+
+
+def common_conf(munge_socket: Path) -> str:
+    """The slurm.conf lines every test cluster shares (root daemons, no cgroups, no accounting)."""
+    return f"""AuthType=auth/munge
+AuthInfo=socket={munge_socket}
+CredType=cred/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+SlurmUser=root
+SlurmdUser=root
+ReturnToService=2
+SelectType=select/cons_tres
+SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=2
+MinJobAge=300
+"""
+
+
+def stop_pidfiles(pidfiles: list[Path]) -> None:
+    """SIGTERM every daemon named by a pid file, then SIGKILL what is still running after 10 s."""
+    pids = []
+    for path in pidfiles:
+        pid = _pid(path)
         if pid is None:
             continue
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-        deadline = time.monotonic() + 10
+            pids.append(pid)
+    deadline = time.monotonic() + 10
+    for pid in pids:
         while time.monotonic() < deadline:
             try:
                 os.kill(pid, 0)

@@ -18,7 +18,8 @@ REASON = "gpumon: GPU 1 xid 79 fallen off the bus: reboot node"
 
 
 def _config(tmp_path: Path, **slurm: object) -> Path:
-    settings = {"enabled": True, "node_name": NODE, "partition": PARTITION, "max_drained_share": 0.5, **slurm}
+    # g2-g4 are DOWN and count as unable to take work: only a share of 1 lets gpumon drain g1.
+    settings = {"enabled": True, "node_name": NODE, "partition": PARTITION, "max_drained_share": 1.0, **slurm}
     lines = "\n".join(f"    {k}: {json.dumps(v)}" for k, v in settings.items())
     path = tmp_path / "gpumon.yaml"
     path.write_text(f"kernel_log: false\nhealth:\n  slurm:\n{lines}\n")
@@ -125,23 +126,22 @@ def test_a_drain_by_someone_else_is_left_alone(cluster: SlurmCluster, tmp_path: 
     assert _actions(tmp_path / "s1") == [] and _actions(tmp_path / "s2") == []
 
 
-def test_circuit_breaker_refuses_to_drain_when_half_the_partition_is_drained_by_gpumon(
+def test_circuit_breaker_counts_down_and_drained_nodes_and_refuses_to_drain_beyond_the_share(
     cluster: SlurmCluster, tmp_path: Path, xid79_scenario: Path
 ) -> None:
-    for other in ("g2", "g3"):  # as if gpumon on those nodes had drained them
-        cluster.run("scontrol", "update", f"nodename={other}", "state=drain", "reason=gpumon: GPU 0 lost: reboot node")
+    # g2-g4 are DOWN (nothing answers for them); g2 is also drained as if gpumon on that node had.
+    cluster.run("scontrol", "update", "nodename=g2", "state=drain", "reason=gpumon: GPU 0 lost: reboot node")
     state = tmp_path / "state"
     done = _health(cluster, _config(tmp_path, max_drained_share=0.5), state, f"fake:{xid79_scenario}", "--slurm")
     assert done.returncode == 2  # the verdict is still CRITICAL
-    assert "circuit breaker: 2 of 4 nodes of gpu already drained by gpumon" in done.stdout
+    assert "circuit breaker: 3 of 4 nodes of gpu cannot take work" in done.stdout
     assert "circuit breaker" in done.stderr  # logged loudly (ERROR)
     assert not cluster.drained()
     assert [a["step"] for a in _actions(state)] == ["refused"]
 
-    # Below the share it drains.
-    cluster.run("scontrol", "update", "nodename=g3", "state=undrain")
+    # A share that allows all 4 drains.
     again = tmp_path / "state-2"  # a fresh state: the same XID again would escalate (2 in a week)
-    done = _health(cluster, _config(tmp_path, max_drained_share=0.5), again, f"fake:{xid79_scenario}", "--slurm")
+    done = _health(cluster, _config(tmp_path, max_drained_share=1.0), again, f"fake:{xid79_scenario}", "--slurm")
     assert "slurm: drain" in done.stdout
     assert cluster.node()["Reason"] == REASON
 
