@@ -24,7 +24,7 @@ def _file(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def _config(tmp_path: Path, extra_health: str = "", **slurm: object) -> Path:
-    settings = {"enabled": True, "node_name": NODE, "partition": PARTITION, "max_drained_share": 0.5, **slurm}
+    settings = {"enabled": True, "node_name": NODE, "partition": PARTITION, "max_drained_share": 1.0, **slurm}
     lines = "\n".join(f"    {k}: {json.dumps(v)}" for k, v in settings.items())
     return _file(tmp_path, "gpumon.yaml", f"kernel_log: false\nhealth:\n{extra_health}  slurm:\n{lines}\n")
 
