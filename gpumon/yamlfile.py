@@ -102,7 +102,7 @@ def parse_yaml(data: bytes | str, where: str = "<text>") -> Any:
         raise YamlFileError([f"{where}: {exc}"]) from None
     except yaml.YAMLError as exc:
         raise YamlFileError([f"{where}: {_describe(exc, text)}"]) from None
-    except (ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+    except Exception as exc:  # a value built after its node (``!!set x``), or any other construction failure
         raise YamlFileError([f"{where}: not valid YAML: {type(exc).__name__}: {brief(str(exc), 120)}"]) from None
     finally:
         if loader is not None:
@@ -216,7 +216,11 @@ class _Loader(_Base):
     def construct_object(self, node: Node, deep: bool = False) -> Any:
         try:
             return super().construct_object(node, deep)
-        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+        except yaml.YAMLError:
+            raise
+        except (
+            Exception
+        ) as exc:  # a tag on a value it cannot read (``!!bool maybe``: KeyError, ``!!int ''``: IndexError)
             raise ConstructorError(
                 None, None, f"cannot read {brief(getattr(node, 'value', ''), 40)} as {_tag_name(node)}", node.start_mark
             ) from exc
