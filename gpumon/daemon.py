@@ -147,6 +147,8 @@ class Daemon:
         self._reload = threading.Event()
         self._reload_ok = True
         self._reload_success_at = wall_clock()
+        self._deaf = False
+        """True while the exporter cannot answer (the watchdog is not fed)."""
         self.notifier = notifier or SystemdNotifier()
         self.backend = backend
         self.catalog = XidCatalog.load(config.xid_catalog)
@@ -283,9 +285,9 @@ class Daemon:
             while not self._stop.is_set():
                 self._wake.wait(min(1.0, ping))
                 self._wake.clear()
-                # The watchdog proves the main loop lives; a GPU hung in NVML is reported
-                # through metrics and /ready, since restarting gpumon would not free it.
-                self.notifier.watchdog()
+                # The watchdog proves the main loop lives and the exporter answers; a GPU hung in
+                # NVML is reported through metrics and /ready, since restarting gpumon would not free it.
+                self._feed_watchdog()
                 if self._stop.is_set():
                     break
                 if not ready_sent and self.store.latest() is not None:
@@ -306,6 +308,20 @@ class Daemon:
         finally:
             self.stop()
         return 0
+
+    def _feed_watchdog(self) -> None:
+        """Ping systemd's watchdog only while the exporter can answer (its accept loop runs, its
+        event loop turns): an exporter gone deaf is restarted by systemd instead of looking alive."""
+        problem = self.server.serving_problem()
+        if problem is None:
+            if self._deaf:
+                log.warning("the exporter answers again; the systemd watchdog is fed again")
+                self._deaf = False
+            self.notifier.watchdog()
+            return
+        if not self._deaf:
+            log.error("the exporter cannot answer (%s); the systemd watchdog is no longer fed", problem)
+            self._deaf = True
 
     def reload(self) -> bool:
         """Re-read the configuration and apply what can change live. True when applied.
