@@ -208,7 +208,7 @@ class Daemon:
         if config.web_config_file:  # its modules (TLS, basic auth) are loaded only where one is given
             from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 
-            self.web = WebConfigWatcher(config.web_config_file)
+            self.web = WebConfigWatcher(config.web_config_file, reread_in_background=True)
         web = self.web
         self.server = MetricsServer(
             config.listen_address(),
