@@ -399,19 +399,43 @@ class AlertService:
             # says nothing about this one, and a first poll slower than the 1 s timer would
             # otherwise find a snapshot hours old.
             engine_state = {k: v for k, v in engine_state.items() if k != "last_snapshot_at"}
-            self._engine.restore_state(engine_state)
-        for raw in data.get("delivered") or []:
+            dropped_states = self._engine.restore_state(engine_state)
+            if dropped_states:
+                log.warning(
+                    "alert spool %s: %d saved alert state(s) damaged (a time that is not a time, a field "
+                    "missing); dropped, those alerts are evaluated afresh",
+                    self._spool.path,
+                    dropped_states,
+                )
+        now = self._clock()
+        clamped = dropped = 0
+        delivered = data.get("delivered")
+        for raw in delivered if isinstance(delivered, list) else []:
             try:
                 n = Notification.from_json(raw)
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+                dropped += 1
                 continue
+            if n.time_problem() is not None:
+                n = n.with_times_clamped(now)
+                clamped += 1
             self._delivered[n.fingerprint] = n
         queues = data.get("queues") or {}
         if isinstance(queues, dict):
             for url, items in queues.items():
                 receiver = self._receivers.get(url)
                 if receiver is not None and isinstance(items, list):
-                    receiver.restore(items)
+                    more_clamped, more_dropped = receiver.restore(items, now)
+                    clamped += more_clamped
+                    dropped += more_dropped
+        if clamped or dropped:
+            log.warning(
+                "alert spool %s: %d notification(s) with a start or end that is not a time (NaN, Infinity, past "
+                "year 9999) restored with the time of this start; %d entry(ies) that are not notifications dropped",
+                self._spool.path,
+                clamped,
+                dropped,
+            )
         restored = sum(r.queue_length() for r in self._receivers.values())
         log.info(
             "alert spool restored: %d active alert(s), %d announced, %d queued notification(s)",
