@@ -170,6 +170,7 @@ class Daemon:
             config.state_dir,
             alerting.host or hostname(),
             clock=wall_clock,
+            monotonic=monotonic,  # alerts age on it: a step of the wall clock fires or holds back none
             xid_action=lambda code: self.catalog.lookup(code).action,
             findings=lambda: self.health.current_report().findings,  # the finding rules (tick thread, every 5 s)
         )
