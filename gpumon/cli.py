@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpumon import __version__
 from gpumon.config import DEFAULT_PORT, DEFAULT_STATE_DIR, Config, ConfigError, load
+from gpumon.early_hangup import hold_hangups
 from gpumon.jsonout import add_json_option, emit_json, to_stdout
 
 if TYPE_CHECKING:
@@ -264,6 +265,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    hold_hangups(sys.argv[1:] if argv is None else argv)  # gpumon run: a SIGHUP while it starts is kept
     # The parser is garbage once the command line is parsed: it is not held while a daemon runs.
     args = parse_args(argv)
     if args is None:

@@ -33,6 +33,7 @@ from gpumon.alerts import config as alerts_config
 from gpumon.alerts.service import AlertService
 from gpumon.backends.base import GpuBackend
 from gpumon.config import Config, ConfigError
+from gpumon.early_hangup import received_early
 from gpumon.events.catalog import XidCatalog
 from gpumon.events.kernel_follow import KernelLogFollower
 from gpumon.events.model import XidEvent
@@ -90,6 +91,9 @@ class _Reload:
     restart_only: tuple[str, ...]
     """Settings that changed but take effect only after a restart (kept as they run)."""
 
+
+_ANONYMOUS_PROCESS_KEYS = ("used_memory_bytes", "sm_utilization_ratio")
+"""What /api/snapshot shows of a process while exporter.processes is off: no PID, name, user or place."""
 
 _RESTART_ONLY = ("listen", "backend", "fake_gpus", "state_dir", "web_config_file", "kernel_log")
 
@@ -435,6 +439,10 @@ class Daemon:
         if snapshot is None:
             return json_response({"error": "no snapshot yet"}, 503)
         data = to_jsonable(snapshot)
+        if not self.config.exporter.processes:  # who runs what is shown only where process metrics are on
+            for gpu in data.get("gpus") or ():
+                if isinstance(gpu.get("processes"), list):
+                    gpu["processes"] = [{k: p.get(k) for k in _ANONYMOUS_PROCESS_KEYS} for p in gpu["processes"]]
         data["age_seconds"] = self._mono() - snapshot.monotonic_seconds
         return json_response(data)
 
@@ -447,7 +455,8 @@ class Daemon:
 
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_term)
-        signal.signal(signal.SIGHUP, on_hup)
+        if received_early(signal.signal(signal.SIGHUP, on_hup)):
+            self.request_reload()  # a SIGHUP while gpumon started (gpumon.early_hangup)
 
 
 def default_alerting() -> alerts_config.AlertingConfig:
