@@ -80,6 +80,8 @@ class WebConfigWatcher:
         # Good verdicts stay for an hour (the hash in the key changes with the file); wrong ones a minute.
         self._cache = AuthCache(max(auth_cache_seconds, 3600.0), auth_cache_seconds, 4096, clock)
         self._cache_key = os.urandom(32)
+        self._refused = AuthCache(300.0, 300.0, 4096, clock)
+        """Credentials (by the same HMAC) whose check was refused as one too many, for 5 minutes."""
         self._bcrypt = bcrypt_pool or BcryptPool(clock=clock)
         self._tokens = float(self._config.rate_limit.burst) if self._config.rate_limit else 0.0
         self._tokens_at = clock()
@@ -191,11 +193,15 @@ class WebConfigWatcher:
                 self._bcrypt.mark_failed(client)
             done.set_result(known and verdict)
             return done
-        checked = self._bcrypt.check(password, hashed.encode(), client)
+        if self._refused.get(key) is not None:  # refused as one too many before: a second try
+            checked = self._bcrypt.check(password, hashed.encode(), client, retried=True)
+        else:
+            checked = self._bcrypt.check(password, hashed.encode(), client)
 
         def finish(result: Future[bool | None]) -> None:
             ok = result.result()
             if ok is None:
+                self._refused.put(key, True)
                 done.set_result(None)
                 return
             self._cache.put(key, ok)
