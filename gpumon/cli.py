@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpumon import __version__
 from gpumon.config import DEFAULT_PORT, DEFAULT_STATE_DIR, Config, ConfigError, load
+from gpumon.early_hangup import hold_hangups
 from gpumon.jsonout import add_json_option, emit_json, to_stdout
 
 if TYPE_CHECKING:
@@ -296,6 +297,7 @@ def _usage_error(words: Sequence[str], exc: UsageError) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    hold_hangups(sys.argv[1:] if argv is None else argv)  # gpumon run: a SIGHUP while it starts is kept
     # The parser is garbage once the command line is parsed: it is not held while a daemon runs.
     try:
         args = parse_args(argv)

@@ -252,11 +252,10 @@ def _validate_backend(value: str, problems: list[str], where: str) -> None:
 
 def _web_config_problems(path: Path) -> list[str]:
     """Every problem of the web config file, as ``gpumon run`` would meet them (it calls the same loader)."""
-    try:
-        read_yaml(path)  # not UTF-8, too deep, alias bombs, duplicate keys, numbers out of range: with positions
-    except YamlFileError as exc:
-        return exc.problems
     from gpumon.exporter.webconfig import WebConfig, WebConfigError
+
+    # WebConfig.load reads it with read_yaml (not UTF-8, too deep, alias bombs, duplicate keys,
+    # numbers out of range: with positions; a FIFO or a device refused; at most its MAX_FILE_BYTES)
 
     try:
         WebConfig.load(path)
@@ -386,7 +385,7 @@ def _check_values(values: dict[str, Any], where: str, problems: list[str]) -> No
         problems.append(f"{where}: log_level must be one of {', '.join(LOG_LEVELS)}, got {brief(values['log_level'])}")
     if "web_config_file" in values:
         web = values["web_config_file"]
-        if not web.is_file():
+        if not web.exists():
             problems.append(f"{where}: web_config_file {brief(str(web))} does not exist")
         else:
             problems.extend(_web_config_problems(web))

@@ -33,6 +33,7 @@ from gpumon.alerts import config as alerts_config
 from gpumon.alerts.service import AlertService
 from gpumon.backends.base import GpuBackend
 from gpumon.config import Config, ConfigError
+from gpumon.early_hangup import received_early
 from gpumon.events.catalog import XidCatalog
 from gpumon.events.kernel_follow import KernelLogFollower
 from gpumon.events.model import XidEvent
@@ -92,6 +93,9 @@ class _Reload:
     """Settings that changed but take effect only after a restart (kept as they run)."""
 
 
+_ANONYMOUS_PROCESS_KEYS = ("used_memory_bytes", "sm_utilization_ratio")
+"""What /api/snapshot shows of a process while exporter.processes is off: no PID, name, user or place."""
+
 _RESTART_ONLY = ("listen", "backend", "fake_gpus", "state_dir", "web_config_file", "kernel_log")
 
 
@@ -148,6 +152,8 @@ class Daemon:
         self._reload = threading.Event()
         self._reload_ok = True
         self._reload_success_at = wall_clock()
+        self._deaf = False
+        """True while the exporter cannot answer (the watchdog is not fed)."""
         self.notifier = notifier or SystemdNotifier()
         self.backend = backend
         self.catalog = XidCatalog.load(config.xid_catalog)
@@ -169,6 +175,7 @@ class Daemon:
             config.state_dir,
             alerting.host or hostname(),
             clock=wall_clock,
+            monotonic=monotonic,  # alerts age on it: a step of the wall clock fires or holds back none
             xid_action=lambda code: self.catalog.lookup(code).action,
             findings=lambda: self.health.current_report().findings,  # the finding rules (tick thread, every 5 s)
         )
@@ -208,7 +215,7 @@ class Daemon:
         if config.web_config_file:  # its modules (TLS, basic auth) are loaded only where one is given
             from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 
-            self.web = WebConfigWatcher(config.web_config_file)
+            self.web = WebConfigWatcher(config.web_config_file, reread_in_background=True)
         web = self.web
         self.server = MetricsServer(
             config.listen_address(),
@@ -285,9 +292,9 @@ class Daemon:
             while not self._stop.is_set():
                 self._wake.wait(min(1.0, ping))
                 self._wake.clear()
-                # The watchdog proves the main loop lives; a GPU hung in NVML is reported
-                # through metrics and /ready, since restarting gpumon would not free it.
-                self.notifier.watchdog()
+                # The watchdog proves the main loop lives and the exporter answers; a GPU hung in
+                # NVML is reported through metrics and /ready, since restarting gpumon would not free it.
+                self._feed_watchdog()
                 if self._stop.is_set():
                     break
                 if not ready_sent and self.store.latest() is not None:
@@ -308,6 +315,20 @@ class Daemon:
         finally:
             self.stop()
         return 0
+
+    def _feed_watchdog(self) -> None:
+        """Ping systemd's watchdog only while the exporter can answer (its accept loop runs, its
+        event loop turns): an exporter gone deaf is restarted by systemd instead of looking alive."""
+        problem = self.server.serving_problem()
+        if problem is None:
+            if self._deaf:
+                log.warning("the exporter answers again; the systemd watchdog is fed again")
+                self._deaf = False
+            self.notifier.watchdog()
+            return
+        if not self._deaf:
+            log.error("the exporter cannot answer (%s); the systemd watchdog is no longer fed", problem)
+            self._deaf = True
 
     def reload(self) -> bool:
         """Re-read the configuration and apply what can change live. True when applied.
@@ -420,6 +441,10 @@ class Daemon:
         if snapshot is None:
             return json_response({"error": "no snapshot yet"}, 503)
         data = to_jsonable(snapshot)
+        if not self.config.exporter.processes:  # who runs what is shown only where process metrics are on
+            for gpu in data.get("gpus") or ():
+                if isinstance(gpu.get("processes"), list):
+                    gpu["processes"] = [{k: p.get(k) for k in _ANONYMOUS_PROCESS_KEYS} for p in gpu["processes"]]
         data["age_seconds"] = self._mono() - snapshot.monotonic_seconds
         return json_response(data)
 
@@ -432,7 +457,8 @@ class Daemon:
 
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_term)
-        signal.signal(signal.SIGHUP, on_hup)
+        if received_early(signal.signal(signal.SIGHUP, on_hup)):
+            self.request_reload()  # a SIGHUP while gpumon started (gpumon.early_hangup)
 
 
 def default_alerting() -> alerts_config.AlertingConfig:

@@ -9,11 +9,18 @@ SIGTERM can stop the scheduler in every state.
   (the previous poll's, when it waits idle). APScheduler's ``ThreadPoolExecutor`` would do the
   same work, but Python joins ``concurrent.futures`` workers at exit, so a poll hung inside
   NVML would keep the process from ever exiting. A daemon thread is left behind instead.
+* ``MonotonicScheduler``: APScheduler's BackgroundScheduler, whose jobs keep their monotonic
+  schedule when the wall clock steps. APScheduler plans and compares on the wall clock, so a
+  step back of 2 minutes (NTP after a VM pause) would hold every poll for 2 minutes, and a step
+  forward would make the next poll a misfire. The scheduler looks at least once a second at the
+  difference between the wall clock and the monotonic clock; when it changed (a step), every
+  job's next run time is moved by the step, so the next poll comes one interval after the last
+  one, as the monotonic clock counts.
 * ``PollJob``: the poll as an interval job with ``max_instances=1`` (never two polls at
   once), ``coalesce=True`` (a late scheduler runs one poll, not a burst) and a misfire grace
   (a poll that could not start within the grace is dropped). Every scheduled poll that did
-  not run is counted (``skipped_total``); a poll that overruns is logged once, not once per
-  skipped poll, and once more when it returns.
+  not run is counted (``skipped_total``, from the monotonic time between polls); a poll that
+  overruns is logged once, not once per skipped poll, and once more when it returns.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, EVENT_JOB_SUBMITTED
@@ -109,6 +116,50 @@ class DaemonThreadExecutor(BaseExecutor):  # type: ignore[misc]  # apscheduler h
             self._cond.notify_all()
 
 
+STEP_TOLERANCE_SECONDS = 0.5
+"""A change of the wall clock against the monotonic clock larger than this is a step."""
+STEP_CHECK_SECONDS = 1.0
+"""The scheduler looks for a step of the wall clock at least this often."""
+
+
+class MonotonicScheduler(BackgroundScheduler):  # type: ignore[misc]  # apscheduler has no type hints
+    """A BackgroundScheduler that moves its jobs' next run times with every step of the wall clock.
+
+    ``wall_clock`` must be the clock APScheduler reads (``time.time``: ``datetime.now`` in UTC);
+    ``monotonic`` the one that cannot step."""
+
+    def __init__(
+        self,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        self._mono = monotonic
+        self._wall = wall_clock
+        self._offset = wall_clock() - monotonic()
+        """Wall minus monotonic seconds, as last seen."""
+        self.steps_followed = 0
+
+    def _process_jobs(self) -> float:
+        self._follow_wall_step()
+        wait = super()._process_jobs()
+        return STEP_CHECK_SECONDS if wait is None else min(float(wait), STEP_CHECK_SECONDS)
+
+    def _follow_wall_step(self) -> None:
+        offset = self._wall() - self._mono()
+        step = offset - self._offset
+        self._offset = offset  # a slow drift (NTP slewing) is followed as it comes
+        if abs(step) <= STEP_TOLERANCE_SECONDS:
+            return
+        self.steps_followed += 1
+        for job in self.get_jobs():
+            if job.next_run_time is not None:
+                job.modify(next_run_time=job.next_run_time + timedelta(seconds=step))
+        log.warning("the wall clock stepped by %+.1f s; polls keep their schedule on the monotonic clock", step)
+
+
 def interval_trigger(seconds: float) -> IntervalTrigger:
     """The trigger for a poll every ``seconds``; raises ValueError when no timer can use it.
 
@@ -138,7 +189,9 @@ class PollJob:
         interval_seconds: float,
         *,
         monotonic: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        """``wall_clock``: the clock APScheduler plans on (``time.time``), passed for tests that step it."""
         self._poll = poll
         self._interval = interval_seconds
         self._trigger = interval_trigger(interval_seconds)
@@ -147,9 +200,13 @@ class PollJob:
         self._skipped = 0
         self._skipped_in_overrun = 0
         self._running_since: float | None = None
-        self._last_run_time: datetime | None = None
+        self._last_submitted: float | None = None
+        """Monotonic seconds the last poll was handed to the executor (or refused as one still runs)."""
+        self._wall = wall_clock
         self._executor = DaemonThreadExecutor()
-        self.scheduler = BackgroundScheduler(
+        self.scheduler = MonotonicScheduler(
+            monotonic=monotonic,
+            wall_clock=wall_clock,
             executors={"default": self._executor},
             job_defaults={"coalesce": True, "max_instances": 1},
             timezone=timezone.utc,
@@ -166,7 +223,7 @@ class PollJob:
             id=JOB_ID,
             name="gpumon poll",
             misfire_grace_time=misfire_grace_seconds(self._interval),
-            next_run_time=datetime.now(timezone.utc),
+            next_run_time=self._now(),
         )
         self.scheduler.start()
 
@@ -180,13 +237,13 @@ class PollJob:
         with self._lock:
             self._interval = interval_seconds
             self._trigger = trigger
-            self._last_run_time = None
+            self._last_submitted = None
         if self.scheduler.get_job(JOB_ID) is None:
             return  # not started yet: start() uses the new trigger
         self.scheduler.modify_job(
             JOB_ID,
             trigger=trigger,
-            next_run_time=trigger.get_next_fire_time(None, datetime.now(timezone.utc)),
+            next_run_time=trigger.get_next_fire_time(None, self._now()),
             misfire_grace_time=misfire_grace_seconds(interval_seconds),
         )
 
@@ -202,6 +259,9 @@ class PollJob:
         return self._executor.active > 0
 
     # ---- internals ---------------------------------------------------------------
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self._wall(), timezone.utc)
+
     def _run(self) -> None:
         start = self._mono()
         self._running_since = start
@@ -225,12 +285,13 @@ class PollJob:
                 self._skipped += 1
                 log.warning("a poll could not start within its grace time (the host was suspended or short of CPU)")
                 return
-            # with coalesce, polls whose time passed while the scheduler itself was late are folded into this one
-            run_time: datetime = event.scheduled_run_times[-1]
-            if self._last_run_time is not None:
-                gap = (run_time - self._last_run_time).total_seconds()
+            # with coalesce, polls whose time passed while the scheduler itself was late are folded into
+            # this one: counted from the monotonic time since the last poll (a wall-clock step is no gap)
+            submitted = self._mono()
+            if self._last_submitted is not None:
+                gap = submitted - self._last_submitted
                 self._skipped += max(0, round(gap / self._interval) - 1)
-            self._last_run_time = run_time
+            self._last_submitted = submitted
             if event.code != EVENT_JOB_MAX_INSTANCES:
                 return
             self._skipped += 1

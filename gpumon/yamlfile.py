@@ -3,7 +3,7 @@
 ``read_yaml(path)`` returns the document (what ``yaml.safe_load`` returns for it) or raises
 ``YamlFileError`` whose ``problems`` say, with line and column, why the file cannot be used:
 
-* it cannot be read, or is larger than ``MAX_FILE_BYTES``;
+* it cannot be read, is not a regular file (a FIFO, a device), or is larger than ``MAX_FILE_BYTES``;
 * it is not UTF-8 (a Latin-1 byte, a UTF-16 file);
 * it is not valid YAML, or a value cannot be built (a date like ``2024-13-01``, ``!!int abc``);
 * it nests deeper than ``MAX_DEPTH``, or its aliases expand to more than ``MAX_NODES`` values
@@ -29,6 +29,8 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode
+
+from gpumon.boundedfile import FileReadError, read_regular_file
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 """Largest file read (4 MiB); gpumon's configs and scenarios are a few KiB."""
@@ -71,22 +73,14 @@ def brief(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit + 10 else text[:limit] + "..."
 
 
-def read_yaml(path: str | Path) -> Any:
-    """The YAML document in ``path`` (None for an empty file); raises YamlFileError."""
+def read_yaml(path: str | Path, max_bytes: int = MAX_FILE_BYTES) -> Any:
+    """The YAML document in the regular file ``path`` (None for an empty file), at most ``max_bytes``
+    long; raises YamlFileError. A FIFO or a device is refused at once, never waited on."""
     where = str(path)
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        raise YamlFileError([f"{where}: no such file"]) from None
-    except IsADirectoryError:
-        raise YamlFileError([f"{where}: is a directory, not a file"]) from None
-    except OSError as exc:
-        raise YamlFileError([f"{where}: cannot read: {exc.strerror or exc}"]) from None
-    except ValueError:  # a NUL byte in the name
-        raise YamlFileError([f"{where}: not a usable file name"]) from None
-    if len(data) > MAX_FILE_BYTES:
-        raise YamlFileError([f"{where}: larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB; this is not a config file"])
+        data = read_regular_file(path, max_bytes)
+    except FileReadError as exc:
+        raise YamlFileError([f"{where}: {exc}"]) from None
     return parse_yaml(data, where)
 
 
@@ -102,7 +96,7 @@ def parse_yaml(data: bytes | str, where: str = "<text>") -> Any:
         raise YamlFileError([f"{where}: {exc}"]) from None
     except yaml.YAMLError as exc:
         raise YamlFileError([f"{where}: {_describe(exc, text)}"]) from None
-    except (ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+    except Exception as exc:  # a value built after its node (``!!set x``), or any other construction failure
         raise YamlFileError([f"{where}: not valid YAML: {type(exc).__name__}: {brief(str(exc), 120)}"]) from None
     finally:
         if loader is not None:
@@ -176,28 +170,45 @@ def _check_shape(text: str) -> None:
     nodes = 0
     open_anchors: list[tuple[str | None, int]] = []
     sizes: dict[str, int] = {}
-    for event in yaml.parse(text, Loader=_Base):
-        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            depth += 1
-            nodes += 1
-            if depth > MAX_DEPTH:
-                raise _ShapeError(f"{_at(event)}nested more than {MAX_DEPTH} levels deep")
-            open_anchors.append((event.anchor, nodes))
-        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-            depth -= 1
-            anchor, start = open_anchors.pop()
-            if anchor is not None:
-                sizes[anchor] = nodes - start + 1
-        elif isinstance(event, yaml.ScalarEvent):
-            nodes += 1
-            if event.anchor is not None:
-                sizes[event.anchor] = 1
-        elif isinstance(event, yaml.AliasEvent):
-            if any(event.anchor == anchor for anchor, _ in open_anchors):
-                raise _ShapeError(f"{_at(event)}alias *{event.anchor} refers to the node that contains it")
-            nodes += sizes.get(event.anchor or "", 1)
-        if nodes > MAX_NODES:
-            raise _ShapeError(f"{_at(event)}more than {MAX_NODES} values once aliases are expanded")
+    try:
+        for event in yaml.parse(text, Loader=_Base):
+            depth, nodes = _check_event(event, depth, nodes, open_anchors, sizes)
+    except yaml.MarkedYAMLError as exc:
+        # libyaml (0.2.5 on) has its own limit of 1,000 levels, met by its scanner before the events
+        if "nesting depth" in str(exc.problem) and exc.problem_mark is not None:
+            mark = exc.problem_mark
+            raise _ShapeError(
+                f"line {mark.line + 1}, column {mark.column + 1}: nested more than {MAX_DEPTH} levels deep"
+            ) from None
+        raise
+
+
+def _check_event(
+    event: Any, depth: int, nodes: int, open_anchors: list[tuple[str | None, int]], sizes: dict[str, int]
+) -> tuple[int, int]:
+    """One event of _check_shape: the new depth and count of values; raises _ShapeError."""
+    if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+        depth += 1
+        nodes += 1
+        if depth > MAX_DEPTH:
+            raise _ShapeError(f"{_at(event)}nested more than {MAX_DEPTH} levels deep")
+        open_anchors.append((event.anchor, nodes))
+    elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+        depth -= 1
+        anchor, start = open_anchors.pop()
+        if anchor is not None:
+            sizes[anchor] = nodes - start + 1
+    elif isinstance(event, yaml.ScalarEvent):
+        nodes += 1
+        if event.anchor is not None:
+            sizes[event.anchor] = 1
+    elif isinstance(event, yaml.AliasEvent):
+        if any(event.anchor == anchor for anchor, _ in open_anchors):
+            raise _ShapeError(f"{_at(event)}alias *{event.anchor} refers to the node that contains it")
+        nodes += sizes.get(event.anchor or "", 1)
+    if nodes > MAX_NODES:
+        raise _ShapeError(f"{_at(event)}more than {MAX_NODES} values once aliases are expanded")
+    return depth, nodes
 
 
 class _Loader(_Base):
@@ -216,7 +227,11 @@ class _Loader(_Base):
     def construct_object(self, node: Node, deep: bool = False) -> Any:
         try:
             return super().construct_object(node, deep)
-        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+        except yaml.YAMLError:
+            raise
+        except (
+            Exception
+        ) as exc:  # a tag on a value it cannot read (``!!bool maybe``: KeyError, ``!!int ''``: IndexError)
             raise ConstructorError(
                 None, None, f"cannot read {brief(getattr(node, 'value', ''), 40)} as {_tag_name(node)}", node.start_mark
             ) from exc

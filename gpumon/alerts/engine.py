@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon.alerts.alert import Alert, AlertChange, AlertCount, BurnHoldBack, Target, fingerprint
+from gpumon.alerts.notification import is_time
 from gpumon.alerts.observation import Observation, finding_observations, gpu_context, gpu_target, xid_matches
 from gpumon.alerts.rule_config import normalize_action
 from gpumon.alerts.rules import FROM_FINDING, OPS, Rule, field_reader, format_value, render
@@ -221,8 +222,10 @@ class AlertEngine:
             "last_snapshot_at": self._last_snapshot_at,
         }
 
-    def restore_state(self, data: Mapping[str, Any]) -> None:
-        """Continue from ``export_state`` output: firing alerts keep their startsAt."""
+    def restore_state(self, data: Mapping[str, Any]) -> int:
+        """Continue from ``export_state`` output: firing alerts keep their startsAt. Returns how many
+        saved alerts were dropped as damaged (a field missing, a time that is NaN or Infinity)."""
+        dropped = 0
         for item in data.get("active", []):
             try:
                 target: Target = tuple((str(k), str(v)) for k, v in item["target"])
@@ -238,7 +241,11 @@ class AlertEngine:
                     last_event_at=float(item.get("last_event_at", 0.0)),
                     count=int(item.get("count", 0)),
                 )
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+                dropped += 1
+                continue
+            if not all(t is None or is_time(t) for t in (st.active_since, st.fired_at, st.last_event_at)):
+                dropped += 1
                 continue
             if st.rule in self._rules and st.state in ("pending", "firing"):
                 self._active[(st.rule, target)] = st
@@ -248,6 +255,7 @@ class AlertEngine:
         last = data.get("last_snapshot_at")
         if isinstance(last, (int, float)):
             self._last_snapshot_at = float(last)
+        return dropped
 
     # ---- internals ---------------------------------------------------------
     def _apply(self, rule: Rule, observations: Iterable[Observation], now: float) -> list[AlertChange]:

@@ -68,11 +68,13 @@ def post_json(
     http = http or ReceiverHttp()
     headers = {"User-Agent": USER_AGENT}
     if http.bearer_token_file:
-        try:
-            with open(http.bearer_token_file, encoding="utf-8") as f:
-                headers["Authorization"] = "Bearer " + f.read().strip()
-        except OSError as exc:
-            return SendResult("retry", f"cannot read bearer_token_file {http.bearer_token_file}: {exc.strerror or exc}")
+        from gpumon.boundedfile import FileReadError, read_regular_file
+
+        try:  # a regular file only: a FIFO put in its place must not hang the sender
+            token = read_regular_file(http.bearer_token_file, 64 * 1024).decode("utf-8", errors="replace")
+        except FileReadError as exc:
+            return SendResult("retry", f"cannot read bearer_token_file {http.bearer_token_file}: {exc}")
+        headers["Authorization"] = "Bearer " + token.strip()
     cert = (http.cert_file, http.key_file) if http.cert_file and http.key_file else None
     try:
         response = session.post(

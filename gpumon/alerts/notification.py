@@ -11,10 +11,24 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
+
+MAX_TIMESTAMP_SECONDS = 253_402_300_799.0
+"""9999-12-31T23:59:59Z, the last second RFC 3339 (and Python's datetime) can write."""
+
+
+def is_time(seconds: object) -> bool:
+    """Whether ``seconds`` is Unix seconds an alert can carry: a finite number from 0 to year 9999."""
+    return (
+        isinstance(seconds, (int, float))
+        and not isinstance(seconds, bool)
+        and math.isfinite(seconds)
+        and 0 <= seconds <= MAX_TIMESTAMP_SECONDS
+    )
 
 
 @dataclass(frozen=True)
@@ -43,8 +57,23 @@ class Notification:
             "generator_url": self.generator_url,
         }
 
+    def time_problem(self) -> str | None:
+        """Why this alert's times cannot be sent (NaN, Infinity, beyond year 9999), or None."""
+        if not is_time(self.starts_at):
+            return f"starts_at {self.starts_at!r} is not a time"
+        if self.ends_at is not None and not is_time(self.ends_at):
+            return f"ends_at {self.ends_at!r} is not a time"
+        return None
+
+    def with_times_clamped(self, now: float) -> Notification:
+        """The same alert with a start or end time that is not a time replaced by ``now`` (Unix seconds)."""
+        ends_at = self.ends_at if self.ends_at is None or is_time(self.ends_at) else now
+        return replace(self, starts_at=self.starts_at if is_time(self.starts_at) else now, ends_at=ends_at)
+
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Notification:
+        """The notification a spool entry holds (its times as they are: see ``time_problem``);
+        raises KeyError, TypeError or ValueError for an entry that is not one."""
         return cls(
             fingerprint=str(raw["fingerprint"]),
             status=str(raw["status"]),

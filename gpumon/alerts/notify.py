@@ -26,7 +26,7 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -133,6 +133,8 @@ class Receiver:
         self._seq = 0
         self._attempt = 0
         self._next_attempt_monotonic = 0.0
+        self._planned_retry_monotonic = 0.0
+        """When the retry after the last failed delivery attempt is due (an internal error plans none)."""
         self._progress_monotonic = time.monotonic()
         """When the worker last attempted a delivery, started, or the queue became non-empty."""
         self._errors_seen: set[str] = set()
@@ -182,17 +184,25 @@ class Receiver:
         with self._cond:
             return [item.notification.to_json() for item in self._items.values()]
 
-    def restore(self, items: Iterable[Mapping[str, Any]]) -> None:
-        """Queue what the spool held (before start)."""
+    def restore(self, items: Iterable[Any], now: float) -> tuple[int, int]:
+        """Queue what the spool held (before start): (clamped, dropped). An entry whose start or
+        end is not a time (NaN, Infinity, 1e20) is queued with ``now`` (Unix seconds) in its place;
+        one that is not a notification at all is dropped. The caller logs the counts."""
+        clamped = dropped = 0
         with self._cond:
             for raw in items:
                 try:
                     n = Notification.from_json(raw)
-                except (KeyError, TypeError, ValueError):
+                except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+                    dropped += 1
                     continue
+                if n.time_problem() is not None:
+                    n = n.with_times_clamped(now)
+                    clamped += 1
                 self._seq += 1
                 self._items[n.fingerprint] = _Item(self._seq, n)
             self._cond.notify_all()
+        return clamped, dropped
 
     # ---- worker ------------------------------------------------------------
     def start(self) -> None:
@@ -226,7 +236,7 @@ class Receiver:
                 return SenderHealth("up")
             now = time.monotonic()
             allowed = STUCK_AFTER_BACKOFFS * (self.retry.max_backoff_seconds + self.retry.timeout_seconds)
-            since = max(self._progress_monotonic, self._next_attempt_monotonic)
+            since = max(self._progress_monotonic, self._planned_retry_monotonic)
             if now - since <= allowed:
                 return SenderHealth("up")
             queued = len(self._items)
@@ -280,7 +290,14 @@ class Receiver:
         return new
 
     def _send(self, session: requests.Session, batch: list[_Item]) -> None:
-        """POST one batch to the receiver and settle its alerts by the answer."""
+        """POST one batch to the receiver and settle its alerts by the answer. An alert that
+        cannot be written (its start a NaN) is dropped with one log line; the others go."""
+        bad = [i for i in batch if i.notification.time_problem() is not None]
+        if bad:
+            self._drop_unsendable(bad)
+            batch = [i for i in batch if i.notification.time_problem() is None]
+            if not batch:
+                return
         now = self._clock()
         body: Any
         if self.kind == "alertmanager":
@@ -295,6 +312,24 @@ class Receiver:
             result = SendResult("retry", f"unexpected error: {exc!r}")
         self._settle(batch, result)
 
+    def _drop_unsendable(self, items: list[_Item]) -> None:
+        """Drop alerts no receiver could be sent (a start time of NaN): one log line, counted as dropped."""
+        with self._cond:
+            for item in items:
+                current = self._items.get(item.notification.fingerprint)
+                if current is not None and current.seq == item.seq:
+                    del self._items[item.notification.fingerprint]
+            self.stats.outcomes["dropped"] += len(items)
+        first = items[0].notification
+        log.error(
+            "%d alert(s) for %s cannot be sent and are dropped (%s: %s)",
+            len(items),
+            self.name,
+            first.labels.get("alertname"),
+            first.time_problem(),
+        )
+        self._on_change()
+
     def _survive(self, exc: Exception) -> float:
         """An exception escaped one round of the worker: log it once per distinct error, count it; the backoff."""
         key = _describe(exc)
@@ -305,8 +340,8 @@ class Receiver:
                 delay = self._backoff(self._attempt)
             except Exception:
                 delay = self.retry.max_backoff_seconds
+            # not progress: no delivery was attempted (a worker that only fails this way is stuck)
             self._next_attempt_monotonic = time.monotonic() + delay
-            self._progress_monotonic = time.monotonic()
             first = key not in self._errors_seen
             if first and len(self._errors_seen) < _MAX_DISTINCT_ERRORS:
                 self._errors_seen.add(key)
@@ -350,6 +385,7 @@ class Receiver:
                 if result.retry_after_seconds is not None:
                     delay = max(delay, min(result.retry_after_seconds, MAX_RETRY_AFTER_SECONDS))
                 self._next_attempt_monotonic = time.monotonic() + delay
+                self._planned_retry_monotonic = self._next_attempt_monotonic
                 self.stats.outcomes["failed"] += n
                 if self.stats.last_error != result.detail or self._attempt == 1:
                     log.warning(

@@ -20,6 +20,7 @@ delivers what was queued.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -41,6 +42,7 @@ from gpumon.events.model import XidEvent
 from gpumon.failure_log import FailureLog
 from gpumon.findings.model import Finding
 from gpumon.snapshot import Snapshot
+from gpumon.steady_clock import SteadyClock
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +66,15 @@ class AlertService:
         rng: Callable[[], float] | None = None,
         findings: Callable[[], Sequence[Finding]] | None = None,
         findings_interval_seconds: float = FINDINGS_INTERVAL_SECONDS,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
-        """``findings``: the health findings now (HealthService.report), for the finding rules."""
+        """``findings``: the health findings now (HealthService.report), for the finding rules.
+        ``monotonic``: when given, alerts age on it (a ``SteadyClock`` of ``clock`` and it), so a
+        step of the wall clock neither fires a ``for: 10m`` alert early nor holds back the stale
+        snapshot alert; ``clock`` gives only the times shown and sent. None: everything on ``clock``."""
         self._config = config
+        self._steady = SteadyClock(clock, monotonic) if monotonic is not None else None
+        self._now: Callable[[], float] = self._steady if self._steady is not None else clock
         self._findings = findings
         self._findings_interval_seconds = findings_interval_seconds
         self._findings_read_at: float | None = None
@@ -79,13 +87,13 @@ class AlertService:
             host=config.host or host,
             host_label=config.host_label,
             xid_action=xid_action or xid_action_from_catalog(),
-            started_at=clock(),
+            started_at=self._now(),
         )
         self._default_host = host
         self._burn_reader = BurnMarkerReader(state_dir)
         self._burn: BurnHoldBack | None = None
         self._spool = Spool(state_dir)
-        self._spool_failures = FailureLog(log, f"writing the alert spool {self._spool.path}", clock=clock)
+        self._spool_failures = FailureLog(log, f"writing the alert spool {self._spool.path}", clock=monotonic or clock)
         """A full or read-only state directory fails every second: logged once, then once a minute."""
         self._delivered: dict[str, Notification] = {}
         self._receivers: dict[str, Receiver] = {}
@@ -141,7 +149,7 @@ class AlertService:
     def reload(self, config: AlertingConfig) -> None:
         """Apply a new config (SIGHUP): alert states of kept rules and queues of kept receivers survive."""
         with self._lock:
-            now = self._clock()
+            now = self._now()
             # everything that may fail first, so that a failure changes nothing
             rules = config.all_rules()
             wanted = {url: "alertmanager" for url in config.alertmanagers}
@@ -178,9 +186,11 @@ class AlertService:
         """Evaluate the rules on a new snapshot. Runs on the polling thread: quick, no I/O, never raises."""
         try:
             with self._lock:
-                now = self._clock()
+                now = self._now()
                 revision = self._engine_revision()
                 self._burn = self._read_burn()
+                if self._steady is not None:  # taken a moment ago: its age counts on the steady clock
+                    snapshot = dataclasses.replace(snapshot, timestamp_seconds=now)
                 self._engine.evaluate(snapshot, now, self._burn)
                 if self._deliver(now) or self._engine_revision() != revision:
                     self._mark_dirty()
@@ -191,7 +201,11 @@ class AlertService:
         """Fire the XID rules that match ``event`` (called from the XID event thread); never raises."""
         try:
             with self._lock:
-                now = self._clock()
+                now = self._now()
+                if self._steady is not None:
+                    event = dataclasses.replace(
+                        event, timestamp_seconds=self._steady.from_wall(event.timestamp_seconds)
+                    )
                 if self._engine.on_xid(event, now):
                     self._deliver(now)
                     self._mark_dirty()
@@ -203,7 +217,7 @@ class AlertService:
         try:
             findings = self._read_findings()
             with self._lock:
-                now = self._clock()
+                now = self._now()
                 revision = self._engine_revision()
                 self._burn = self._read_burn()
                 self._engine.tick(now, self._burn)
@@ -220,7 +234,7 @@ class AlertService:
     def active_alerts(self) -> list[dict[str, Any]]:
         """Pending, firing and suppressed (held back by a burn) alerts as JSON-ready dicts."""
         with self._lock:
-            return [_public(a) for a in self._engine.alerts()]
+            return [_public(a, self._to_wall) for a in self._engine.alerts()]
 
     def receivers(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -291,7 +305,7 @@ class AlertService:
 
     def _read_findings(self) -> Sequence[Finding] | None:
         """The health findings when they are due (None otherwise); called without the lock."""
-        now = self._clock()
+        now = self._now()
         if self._findings is None or not any(r.kind == "finding" for r in self._engine.rules):
             return None
         if self._findings_read_at is not None and now - self._findings_read_at < self._findings_interval_seconds:
@@ -316,7 +330,7 @@ class AlertService:
                 status="firing",
                 labels=alert.labels,
                 annotations=alert.annotations,
-                starts_at=alert.starts_at if alert.starts_at is not None else now,
+                starts_at=self._to_wall(alert.starts_at if alert.starts_at is not None else now),
                 generator_url=generator,
             )
             if fp not in self._delivered:
@@ -324,7 +338,7 @@ class AlertService:
                 queued = True
             self._delivered[fp] = notification
         for fp in [fp for fp in self._delivered if fp not in current]:
-            resolved = replace_status(self._delivered.pop(fp), "resolved", now)
+            resolved = replace_status(self._delivered.pop(fp), "resolved", self._to_wall(now))
             self._enqueue_all(resolved, now)
             queued = True
         return queued
@@ -399,19 +413,43 @@ class AlertService:
             # says nothing about this one, and a first poll slower than the 1 s timer would
             # otherwise find a snapshot hours old.
             engine_state = {k: v for k, v in engine_state.items() if k != "last_snapshot_at"}
-            self._engine.restore_state(engine_state)
-        for raw in data.get("delivered") or []:
+            dropped_states = self._engine.restore_state(engine_state)
+            if dropped_states:
+                log.warning(
+                    "alert spool %s: %d saved alert state(s) damaged (a time that is not a time, a field "
+                    "missing); dropped, those alerts are evaluated afresh",
+                    self._spool.path,
+                    dropped_states,
+                )
+        now = self._clock()
+        clamped = dropped = 0
+        delivered = data.get("delivered")
+        for raw in delivered if isinstance(delivered, list) else []:
             try:
                 n = Notification.from_json(raw)
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+                dropped += 1
                 continue
+            if n.time_problem() is not None:
+                n = n.with_times_clamped(now)
+                clamped += 1
             self._delivered[n.fingerprint] = n
         queues = data.get("queues") or {}
         if isinstance(queues, dict):
             for url, items in queues.items():
                 receiver = self._receivers.get(url)
                 if receiver is not None and isinstance(items, list):
-                    receiver.restore(items)
+                    more_clamped, more_dropped = receiver.restore(items, now)
+                    clamped += more_clamped
+                    dropped += more_dropped
+        if clamped or dropped:
+            log.warning(
+                "alert spool %s: %d notification(s) with a start or end that is not a time (NaN, Infinity, past "
+                "year 9999) restored with the time of this start; %d entry(ies) that are not notifications dropped",
+                self._spool.path,
+                clamped,
+                dropped,
+            )
         restored = sum(r.queue_length() for r in self._receivers.values())
         log.info(
             "alert spool restored: %d active alert(s), %d announced, %d queued notification(s)",
@@ -419,6 +457,10 @@ class AlertService:
             len(self._delivered),
             restored,
         )
+
+    def _to_wall(self, seconds: float) -> float:
+        """A time of the alert engine as the wall clock shows it (what is shown and sent)."""
+        return self._steady.to_wall(seconds) if self._steady is not None else seconds
 
     def _metric_snapshot(self) -> MetricInputs:
         with self._lock:
@@ -431,8 +473,11 @@ class AlertService:
             )
 
 
-def _public(alert: Alert) -> dict[str, Any]:
+def _public(alert: Alert, to_wall: Callable[[float], float]) -> dict[str, Any]:
     out = alert.to_dict()
+    for key in ("active_since", "starts_at", "ends_at"):
+        if isinstance(out.get(key), float):
+            out[key] = to_wall(out[key])
     if alert.held_back is not None:
         out["state"] = "suppressed"
     return out

@@ -69,6 +69,10 @@ class BcryptPool:
     future gives None: answer 429). So 50 attackers from one address leave a new client
     waiting for at most the checks already running and two more. Threads start on demand
     and end after ``idle_seconds`` without work.
+
+    ``check(..., retried=True)`` (credentials refused before, asked again) may take one more
+    place than the limit: a client behind the same address as a password-guesser (one NAT, one
+    proxy) gets its check at its second try instead of 429 for as long as the guessing lasts.
     """
 
     def __init__(
@@ -110,14 +114,16 @@ class BcryptPool:
     def _suspect_until(self, client: str) -> float:
         return self._suspects.get(client, 0.0)
 
-    def check(self, password: bytes, hashed: bytes, client: str) -> Future[bool | None]:
+    def check(self, password: bytes, hashed: bytes, client: str, *, retried: bool = False) -> Future[bool | None]:
         """A future for ``bcrypt.checkpw(password, hashed)`` (False for an over-long password),
-        or None at once when ``client`` has too many checks queued already."""
+        or None at once when ``client`` has too many checks queued already (one more place when
+        ``retried``: these credentials were refused that way before)."""
         future: Future[bool | None] = Future()
         with self._cond:
             suspect = self._suspect_until(client) > self._clock()
             pending = self._pending.get(client, 0)
-            if len(self._queue) >= self._max_queued or pending >= self._max_pending_per_client:
+            limit = self._max_pending_per_client + (1 if retried else 0)
+            if len(self._queue) >= self._max_queued or pending >= limit:
                 future.set_result(None)
                 return future
             self._pending[client] = pending + 1

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import email.utils
 import errno
 import logging
 import socket
 import ssl
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -50,6 +52,12 @@ log = logging.getLogger("gpumon.exporter.server")
 _MAX_DISCARDED_BODY_BYTES = 65536
 _DISCONNECTS = (ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError, EOFError)
 _ACCEPT_RETRY_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+"""accept() errors that mean this process is short of something: an idle connection is closed to make room."""
+_HEARTBEAT_SECONDS = 0.5
+_STALLED_LOOP_SECONDS = 5.0
+"""The event loop has not turned for this long: the server is not answering."""
+_FAILING_ACCEPT_SECONDS = 10.0
+"""Every accept() has failed for this long: the server is not answering."""
 _COALESCE_BYTES = 1 << 20
 """Chunks of a response smaller than this go out joined with their neighbours; larger ones are
 handed to the transport as they are, not copied into a joined body first. Fewer writes are
@@ -85,14 +93,33 @@ class _Conn:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        self.fd = sock.fileno()
+        """Kept: a closed socket's fileno() is -1, and the loop's selector is keyed by the number."""
         self.transport: asyncio.BaseTransport | None = None
         self.task: asyncio.Task[None] | None = None
 
     def abort(self) -> None:
+        """End the connection from the event loop. One still opening (waiting for its first byte,
+        or in its TLS handshake) is ended by its own task: cancelled, it unwinds what it gave the
+        loop (readers, the handshake's transport) and only then closes the socket, so the number
+        is never reused while the loop's selector still holds it."""
         if self.transport is not None:
             self.transport.abort()  # type: ignore[attr-defined]
+        elif self.task is not None and not self.task.done():
+            self.task.cancel()
         else:
             self.sock.close()
+
+    def close(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The end of the connection's own task: nothing of it is left in the loop's selector."""
+        if self.transport is not None:
+            self.transport.abort()  # type: ignore[attr-defined]
+            return
+        if self.sock.fileno() != -1:
+            # a handshake's transport that still owns it closes it itself
+            with contextlib.suppress(RuntimeError, ValueError, OSError):
+                loop.remove_reader(self.fd)
+        self.sock.close()
 
 
 class HttpConnectionServer:
@@ -120,6 +147,11 @@ class HttpConnectionServer:
         self._max_connections = limits.max_connections
         self.shed_connections_total = 0
         """Connections closed to stay under the connection limit (idle ones evicted or new ones refused)."""
+        self._beat = time.monotonic()
+        """When the event loop last turned (time.monotonic, seconds)."""
+        self._accept_task: asyncio.Task[None] | None = None
+        self._accept_failing_since: float | None = None
+        """time.monotonic of the first of the accept() failures in a row; None while accepts succeed."""
 
     @property
     def port(self) -> int:
@@ -129,7 +161,27 @@ class HttpConnectionServer:
     def open_connections(self) -> int:
         return len(self._conns)
 
+    def serving_problem(self) -> str | None:
+        """Why the server cannot answer a new connection now (one line), or None while it can: its
+        thread has ended, it no longer accepts, every accept has failed for a while, or its event
+        loop has not turned for a while (something blocks it). The daemon feeds systemd's watchdog
+        only while this is None."""
+        if self._thread is None:
+            return "the HTTP server has not started"
+        if not self._thread.is_alive():
+            return "the HTTP server's thread has ended"
+        now = time.monotonic()
+        if now - self._beat > _STALLED_LOOP_SECONDS:
+            return f"the HTTP server's event loop has not run for {now - self._beat:.0f} s"
+        if self._accept_task is not None and self._accept_task.done():
+            return "the HTTP server no longer accepts connections"
+        since = self._accept_failing_since
+        if since is not None and now - since > _FAILING_ACCEPT_SECONDS:
+            return f"every accept() has failed for {now - since:.0f} s"
+        return None
+
     def start(self) -> None:
+        self._beat = time.monotonic()
         nofile = raise_open_files_limit()
         self._max_connections = max(16, min(self._limits.max_connections, nofile - 128))
         self._workers = concurrent.futures.ThreadPoolExecutor(self._limits.workers, thread_name_prefix="gpumon-http")
@@ -160,6 +212,8 @@ class HttpConnectionServer:
         self._stopping = asyncio.Event()
         self._started.set()
         accept = asyncio.create_task(self._accept_loop())
+        self._accept_task = accept
+        heartbeat = asyncio.create_task(self._heartbeat())
         while True:
             try:
                 async with asyncio.timeout(30.0):
@@ -168,11 +222,14 @@ class HttpConnectionServer:
             except TimeoutError:
                 self._repeat.flush()
         accept.cancel()
+        heartbeat.cancel()
         for conn in list(self._conns.values()):
             conn.abort()
             if conn.task is not None:
                 conn.task.cancel()
-        await asyncio.gather(accept, *(c.task for c in list(self._conns.values()) if c.task), return_exceptions=True)
+        await asyncio.gather(
+            accept, heartbeat, *(c.task for c in list(self._conns.values()) if c.task), return_exceptions=True
+        )
 
     def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
@@ -185,20 +242,43 @@ class HttpConnectionServer:
             logging.ERROR, "HTTP server error", "HTTP server: %s", context.get("message"), exc_info=exc is not None
         )
 
+    async def _heartbeat(self) -> None:
+        while True:
+            self._beat = time.monotonic()
+            await asyncio.sleep(_HEARTBEAT_SECONDS)
+
     async def _accept_loop(self) -> None:
+        """Accept for as long as the server runs: no accept() error ends it (a client that reset
+        before it was accepted, ECONNABORTED; a protocol error, EPROTO; a firewall, EPERM; too many
+        open files, EMFILE). Each kind is logged once, then how often it repeated."""
         loop = asyncio.get_running_loop()
+        failures = 0
         while True:
             try:
                 sock, addr = await loop.sock_accept(self._listener)
-            except OSError as exc:
-                if exc.errno not in _ACCEPT_RETRY_ERRNOS:
-                    raise
-                self._repeat(
-                    logging.WARNING, "cannot accept a connection", "cannot accept a connection: %s", exc.strerror
-                )
-                if not self._evict_one():
-                    await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                if self._accept_failing_since is None:
+                    self._accept_failing_since = time.monotonic()
+                if isinstance(exc, OSError):
+                    name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+                    self._repeat(
+                        logging.WARNING,
+                        f"cannot accept a connection ({name})",
+                        "cannot accept a connection: %s (%s)",
+                        exc.strerror or exc,
+                        name,
+                    )
+                else:
+                    self._repeat(logging.ERROR, "accept failed", "cannot accept a connection: %r", exc, exc_info=True)
+                if isinstance(exc, OSError) and exc.errno in _ACCEPT_RETRY_ERRNOS and self._evict_one():
+                    continue
+                await asyncio.sleep(min(0.05 * failures, 0.5))  # a failure that repeats does not spin
                 continue
+            failures = 0
+            self._accept_failing_since = None
             if len(self._conns) >= self._max_connections and self._evict_one():
                 await asyncio.sleep(0)  # let the evicted connection's socket close before the next accept
             elif len(self._conns) >= self._max_connections:
@@ -257,7 +337,7 @@ class HttpConnectionServer:
         finally:
             self._conns.pop(id(conn), None)
             self._waiting.pop(id(conn), None)
-            conn.abort()
+            conn.close(loop)
 
     async def _open(self, conn: _Conn, client: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         """TLS handshake (or not) and stream set-up; None when the connection is done with."""
@@ -274,11 +354,11 @@ class HttpConnectionServer:
                 if not readable.done():
                     readable.set_result(None)
 
-            loop.add_reader(sock.fileno(), wake)
+            loop.add_reader(conn.fd, wake)
             try:
                 await readable
             finally:
-                loop.remove_reader(sock.fileno())
+                loop.remove_reader(conn.fd)
             first = sock.recv(5, socket.MSG_PEEK)
             if not first:
                 return None
@@ -364,7 +444,12 @@ class HttpConnectionServer:
             await self._send(writer, request, 411, {"Content-Type": TEXT_PLAIN}, b"send a Content-Length\n", close=True)
             return False
         length_text = request.headers.get("content-length", "0")
-        if not length_text.isdigit() or int(length_text) > _MAX_DISCARDED_BODY_BYTES:
+        if not length_text or length_text.strip("0123456789"):  # "²" is a digit to str.isdigit, not to int()
+            await self._send(
+                writer, request, 400, {"Content-Type": TEXT_PLAIN}, b"malformed Content-Length\n", close=True
+            )
+            return False
+        if len(length_text.lstrip("0")) > 9 or int(length_text) > _MAX_DISCARDED_BODY_BYTES:
             await self._send(
                 writer, request, 413, {"Content-Type": TEXT_PLAIN}, b"request body too large\n", close=True
             )

@@ -17,7 +17,8 @@ The file format is the one node_exporter, Prometheus and Alertmanager read
 
 ``WebConfig.load(path)`` validates the file and everything it names, raising
 ``WebConfigError`` with every problem at once; the SSLContext is built (``gpumon.exporter.tls``)
-and checked at load time. ``unauthenticated_paths`` (gpumon's addition to the format):
+and checked at load time. Only a regular file of at most ``MAX_FILE_BYTES`` is read (a FIFO or
+a device put in its place is refused at once). ``unauthenticated_paths`` (gpumon's addition to the format):
 ``/healthz`` and ``/ready`` can be opened to probes that carry no credentials.
 
 The other pieces: ``gpumon.exporter.tls`` (the SSLContext and how it differs from Go's),
@@ -35,8 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpumon.exporter.tls import (
     CIPHER_SUITES,
     CLIENT_AUTH_ALIASES,
@@ -45,7 +44,10 @@ from gpumon.exporter.tls import (
     TlsServerConfig,
     build_context,
 )
-from gpumon.yamlfile import brief
+from gpumon.yamlfile import YamlFileError, brief, read_yaml
+
+MAX_FILE_BYTES = 256 * 1024
+"""Largest web config read (256 KiB: a few inline certificates fit many times over)."""
 
 ALLOWED_HEADERS: Mapping[str, tuple[str, ...]] = {
     "Strict-Transport-Security": (),
@@ -122,18 +124,10 @@ class WebConfig:
     def load(cls, path: str | Path) -> WebConfig:
         """Read, validate and build; raise WebConfigError listing every problem."""
         path = Path(path).absolute()
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise WebConfigError([f"{path}: no such file"]) from None
-        except OSError as exc:
-            raise WebConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise WebConfigError([f"{path}: not valid YAML: {' '.join(str(exc).split())}"]) from None
-        except RecursionError:
-            raise WebConfigError([f"{path}: not valid YAML: nested too deeply"]) from None
-        except (ValueError, OverflowError) as exc:
-            raise WebConfigError([f"{path}: not valid YAML: {exc}"]) from None
+        try:  # a regular file only (a FIFO is refused, never waited on), at most MAX_FILE_BYTES
+            raw = read_yaml(path, MAX_FILE_BYTES)
+        except YamlFileError as exc:
+            raise WebConfigError(exc.problems) from None
         try:
             return cls.from_mapping({} if raw is None else raw, path)
         except RecursionError:

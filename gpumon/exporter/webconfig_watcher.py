@@ -58,8 +58,17 @@ class WebConfigWatcher:
         clock: Callable[[], float] = time.monotonic,
         logger: logging.Logger | None = None,
         bcrypt_pool: BcryptPool | None = None,
+        reread_in_background: bool = False,
     ) -> None:
+        """``reread_in_background``: a changed file is read on a thread of its own, and until it is
+        read the configuration in force is answered (the server's event loop asks, and must never
+        wait on a file); False reads it in the caller (tools, tests)."""
         self._path = Path(path).absolute()
+        self._background = reread_in_background
+        self._reading = threading.Lock()
+        """Held while the files are read (never while ``_lock`` is): one re-read at a time."""
+        self._rereading = False
+        """A background re-read is under way."""
         self._interval = check_interval_seconds
         self._clock = clock
         self._log = logger or logging.getLogger(LOGGER_NAME)
@@ -71,6 +80,8 @@ class WebConfigWatcher:
         # Good verdicts stay for an hour (the hash in the key changes with the file); wrong ones a minute.
         self._cache = AuthCache(max(auth_cache_seconds, 3600.0), auth_cache_seconds, 4096, clock)
         self._cache_key = os.urandom(32)
+        self._refused = AuthCache(300.0, 300.0, 4096, clock)
+        """Credentials (by the same HMAC) whose check was refused as one too many, for 5 minutes."""
         self._bcrypt = bcrypt_pool or BcryptPool(clock=clock)
         self._tokens = float(self._config.rate_limit.burst) if self._config.rate_limit else 0.0
         self._tokens_at = clock()
@@ -80,22 +91,48 @@ class WebConfigWatcher:
         return self._path
 
     def current(self) -> WebConfig:
-        """The configuration in force, after re-reading the files if they changed."""
+        """The configuration in force, after re-reading the files if they changed (with
+        ``reread_in_background``, the one in force until the re-read on its own thread is done)."""
         with self._lock:
             now = self._clock()
-            if now >= self._next_check:
-                self._next_check = now + self._interval
-                self._reload_if_changed(force=False)
-            return self._config
+            config = self._config
+            if now < self._next_check:
+                return config
+            self._next_check = now + self._interval
+            known = (self._fingerprint, self._rejected)
+            if self._rereading:
+                return config
+        # The fingerprint covers the files the *current* config names plus the config file;
+        # a new config may name other files, which then join the fingerprint.
+        if _fingerprint(config.watched_files()) in known:  # a few stat calls: they never wait on a reader
+            return config
+        if not self._background:
+            self._reload_if_changed(force=False)
+            with self._lock:
+                return self._config
+        with self._lock:
+            if self._rereading:
+                return config
+            self._rereading = True
+        threading.Thread(target=self._reread, name="gpumon-webconfig", daemon=True).start()
+        return config
+
+    def _reread(self) -> None:
+        try:
+            self._reload_if_changed(force=False)
+        finally:
+            with self._lock:
+                self._rereading = False
 
     def reload(self) -> bool:
         """Re-read now (SIGHUP). True when the file is valid (and now in force)."""
-        with self._lock:
-            return self._reload_if_changed(force=True)
+        return self._reload_if_changed(force=True)
 
     def _reload_if_changed(self, force: bool) -> bool:
-        # The fingerprint covers the files the *current* config names plus the config file;
-        # a new config may name other files, which then join the fingerprint.
+        with self._reading:
+            return self._reread_files(force)
+
+    def _reread_files(self, force: bool) -> bool:
         fingerprint = _fingerprint(self._config.watched_files())
         if not force and (fingerprint == self._fingerprint or fingerprint == self._rejected):
             return True
@@ -111,9 +148,10 @@ class WebConfigWatcher:
                 )
             self._rejected = fingerprint
             return False
-        self._config = config
-        self._fingerprint = _fingerprint(config.watched_files())
-        self._rejected = None
+        with self._lock:
+            self._config = config
+            self._fingerprint = _fingerprint(config.watched_files())
+            self._rejected = None
         self._log.info("web config %s loaded (tls: %s)", self._path, "on" if config.tls else "off")
         return True
 
@@ -155,11 +193,15 @@ class WebConfigWatcher:
                 self._bcrypt.mark_failed(client)
             done.set_result(known and verdict)
             return done
-        checked = self._bcrypt.check(password, hashed.encode(), client)
+        if self._refused.get(key) is not None:  # refused as one too many before: a second try
+            checked = self._bcrypt.check(password, hashed.encode(), client, retried=True)
+        else:
+            checked = self._bcrypt.check(password, hashed.encode(), client)
 
         def finish(result: Future[bool | None]) -> None:
             ok = result.result()
             if ok is None:
+                self._refused.put(key, True)
                 done.set_result(None)
                 return
             self._cache.put(key, ok)
