@@ -37,7 +37,13 @@ has 9400, nvidia_gpu_exporter 9835), so gpumon sits just outside it."""
 DEFAULT_CONFIG_PATH = Path("/etc/gpumon/gpumon.yaml")
 DEFAULT_STATE_DIR = Path("/var/lib/gpumon")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-COMPAT_MODES = ("dcgm",)
+COMPAT_MODES = ("dcgm", "dcgm-4.9")
+"""Name sets ``exporter.compat`` accepts: dcgm-exporter <= 4.8.x's names, 4.9's (DCGM 4.7) names
+(gpumon.exporter.dcgm_sets.SETS)."""
+COMPAT_HOSTNAME_LABELS = ("Hostname", "hostname")
+COMPAT_LABELS = ("nvml_version", "serial", "vbios_version", "hpc_job")
+"""Optional labels of the DCGM sets (gpumon.exporter.dcgm_sets.COMPAT_LABELS)."""
+_EXPORTER_KEYS = ("processes", "compat", "compat_hostname_label", "compat_labels")
 
 
 class ConfigError(Exception):
@@ -55,7 +61,12 @@ class ExporterConfig:
     processes: bool = False
     """Per-process series (gpumon_process_*); off by default for cardinality."""
     compat: tuple[str, ...] = ()
-    """Extra name sets; ``dcgm`` adds dcgm-exporter's DCGM_FI_* names."""
+    """Extra name sets; ``dcgm`` adds dcgm-exporter's DCGM_FI_* names (<= 4.8.x), ``dcgm-4.9`` 4.9's."""
+    compat_hostname_label: str | None = None
+    """``Hostname`` or ``hostname`` on every DCGM set; None: each set's own (dcgm: Hostname, dcgm-4.9: hostname)."""
+    compat_labels: tuple[str, ...] = ()
+    """Optional labels of the DCGM sets: nvml_version, serial, vbios_version (dcgm-exporter's label
+    rows) and hpc_job (the Slurm job of the GPU's processes)."""
 
 
 @dataclass(frozen=True)
@@ -279,25 +290,47 @@ def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig
         problems.append(f"{where}: exporter must be a mapping with processes and compat, got {brief(raw)}")
         return ExporterConfig()
     for key in raw:
-        if key not in ("processes", "compat"):
+        if key not in _EXPORTER_KEYS:
             shown = key if isinstance(key, str) and key.isprintable() and len(key) <= 60 else brief(key)
-            problems.append(f"{where}: unknown key exporter.{shown} (known: processes, compat)")
+            problems.append(f"{where}: unknown key exporter.{shown} (known: {', '.join(_EXPORTER_KEYS)})")
     processes = _convert("exporter.processes", raw.get("processes", False), bool, problems, where)
-    compat_raw = raw.get("compat", [])
-    if compat_raw is None:
-        compat_raw = []
-    if isinstance(compat_raw, str):
-        compat_raw = [c.strip() for c in compat_raw.split(",") if c.strip()]
-    compat: list[str] = []
-    if not isinstance(compat_raw, list):
-        problems.append(f"{where}: exporter.compat must be a list, got {brief(compat_raw)}")
-    else:
-        for c in compat_raw:
-            if not isinstance(c, str) or c not in COMPAT_MODES:
-                problems.append(f"{where}: exporter.compat: unknown mode {brief(c)} (known: {', '.join(COMPAT_MODES)})")
-            elif c not in compat:
-                compat.append(c)
-    return ExporterConfig(processes=bool(processes), compat=tuple(compat))
+    compat = _choices(raw, "compat", COMPAT_MODES, "mode", problems, where)
+    labels = _choices(raw, "compat_labels", COMPAT_LABELS, "label", problems, where)
+    spelling = raw.get("compat_hostname_label")
+    if spelling is not None and spelling not in COMPAT_HOSTNAME_LABELS:
+        problems.append(
+            f"{where}: exporter.compat_hostname_label must be one of {', '.join(COMPAT_HOSTNAME_LABELS)},"
+            f" got {brief(spelling)}"
+        )
+        spelling = None
+    if (spelling is not None or labels) and not compat:
+        problems.append(
+            f"{where}: exporter.compat_hostname_label and compat_labels need exporter.compat (dcgm, dcgm-4.9)"
+        )
+    return ExporterConfig(
+        processes=bool(processes), compat=compat, compat_hostname_label=spelling, compat_labels=labels
+    )
+
+
+def _choices(
+    raw: dict[str, Any], key: str, known: tuple[str, ...], what: str, problems: list[str], where: str
+) -> tuple[str, ...]:
+    """A list setting of names out of ``known`` (a list, or a comma-separated string), in order, once each."""
+    value = raw.get(key, [])
+    if value is None:
+        value = []
+    if isinstance(value, str):
+        value = [c.strip() for c in value.split(",") if c.strip()]
+    chosen: list[str] = []
+    if not isinstance(value, list):
+        problems.append(f"{where}: exporter.{key} must be a list, got {brief(value)}")
+        return ()
+    for c in value:
+        if not isinstance(c, str) or c not in known:
+            problems.append(f"{where}: exporter.{key}: unknown {what} {brief(c)} (known: {', '.join(known)})")
+        elif c not in chosen:
+            chosen.append(c)
+    return tuple(chosen)
 
 
 def _parse_xid_catalog(raw: Any, problems: list[str], where: str) -> dict[int, dict[str, str]]:
@@ -433,7 +466,7 @@ def load(
         key = name[len("GPUMON_") :].lower()
         if key in _SCALARS:
             env_raw[key] = value
-        elif key in ("exporter_compat", "exporter_processes"):
+        elif key.startswith("exporter_") and key[len("exporter_") :] in _EXPORTER_KEYS:
             _set_exporter(values, key[len("exporter_") :], value)
         elif key in _NOT_CONFIGURATION:
             continue
@@ -443,8 +476,9 @@ def load(
     if flags:
         flag_values = {k: v for k, v in flags.items() if k in _SCALARS and v is not None}
         _apply(values, flag_values, "command line", problems, sections=False)
-        if flags.get("compat") is not None:
-            _set_exporter(values, "compat", flags["compat"])
+        for key in ("compat", "compat_hostname_label", "compat_labels"):
+            if flags.get(key) is not None:
+                _set_exporter(values, key, flags[key])
         if flags.get("processes"):
             _set_exporter(values, "processes", True)
 
