@@ -52,9 +52,7 @@ def families_without_samples(text: str) -> list[str]:
                 current, sampled = name, False
         elif line and not line.startswith("#") and (m := _SAMPLE_NAME.match(line)):
             sample = m.group(1)
-            if current is not None and (
-                sample == current or any(sample == current + s for s in _SUFFIXES)
-            ):
+            if current is not None and (sample == current or any(sample == current + s for s in _SUFFIXES)):
                 sampled = True
     if current is not None and not sampled:
         empty.append(current)
