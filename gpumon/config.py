@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpumon.compat_config import parse_compat
 from gpumon.yamlfile import YamlFileError, brief, read_yaml
 
 if TYPE_CHECKING:
@@ -37,12 +38,6 @@ has 9400, nvidia_gpu_exporter 9835), so gpumon sits just outside it."""
 DEFAULT_CONFIG_PATH = Path("/etc/gpumon/gpumon.yaml")
 DEFAULT_STATE_DIR = Path("/var/lib/gpumon")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-COMPAT_MODES = ("dcgm", "dcgm-4.9")
-"""Name sets ``exporter.compat`` accepts: dcgm-exporter <= 4.8.x's names, 4.9's (DCGM 4.7) names
-(gpumon.exporter.dcgm_sets.SETS)."""
-COMPAT_HOSTNAME_LABELS = ("Hostname", "hostname")
-COMPAT_LABELS = ("nvml_version", "serial", "vbios_version", "hpc_job")
-"""Optional labels of the DCGM sets (gpumon.exporter.dcgm_sets.COMPAT_LABELS)."""
 _EXPORTER_KEYS = ("processes", "compat", "compat_hostname_label", "compat_labels")
 
 
@@ -294,43 +289,10 @@ def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig
             shown = key if isinstance(key, str) and key.isprintable() and len(key) <= 60 else brief(key)
             problems.append(f"{where}: unknown key exporter.{shown} (known: {', '.join(_EXPORTER_KEYS)})")
     processes = _convert("exporter.processes", raw.get("processes", False), bool, problems, where)
-    compat = _choices(raw, "compat", COMPAT_MODES, "mode", problems, where)
-    labels = _choices(raw, "compat_labels", COMPAT_LABELS, "label", problems, where)
-    spelling = raw.get("compat_hostname_label")
-    if spelling is not None and spelling not in COMPAT_HOSTNAME_LABELS:
-        problems.append(
-            f"{where}: exporter.compat_hostname_label must be one of {', '.join(COMPAT_HOSTNAME_LABELS)},"
-            f" got {brief(spelling)}"
-        )
-        spelling = None
-    if (spelling is not None or labels) and not compat:
-        problems.append(
-            f"{where}: exporter.compat_hostname_label and compat_labels need exporter.compat (dcgm, dcgm-4.9)"
-        )
+    compat, spelling, labels = parse_compat(raw, problems, where)
     return ExporterConfig(
         processes=bool(processes), compat=compat, compat_hostname_label=spelling, compat_labels=labels
     )
-
-
-def _choices(
-    raw: dict[str, Any], key: str, known: tuple[str, ...], what: str, problems: list[str], where: str
-) -> tuple[str, ...]:
-    """A list setting of names out of ``known`` (a list, or a comma-separated string), in order, once each."""
-    value = raw.get(key, [])
-    if value is None:
-        value = []
-    if isinstance(value, str):
-        value = [c.strip() for c in value.split(",") if c.strip()]
-    chosen: list[str] = []
-    if not isinstance(value, list):
-        problems.append(f"{where}: exporter.{key} must be a list, got {brief(value)}")
-        return ()
-    for c in value:
-        if not isinstance(c, str) or c not in known:
-            problems.append(f"{where}: exporter.{key}: unknown {what} {brief(c)} (known: {', '.join(known)})")
-        elif c not in chosen:
-            chosen.append(c)
-    return tuple(chosen)
 
 
 def _parse_xid_catalog(raw: Any, problems: list[str], where: str) -> dict[int, dict[str, str]]:

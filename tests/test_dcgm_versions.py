@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.config import ConfigError, load
 from gpumon.exporter.dcgm import DcgmCompatCollector, node_name
-from gpumon.exporter.dcgm_sets import COMPAT_LABELS, SAME_UNIT_4_9, SETS
+from gpumon.exporter.dcgm_sets import COMPAT_LABELS, HOSTNAME_LABELS, SAME_UNIT_4_9, SETS
 from gpumon.exporter.text import render
 from gpumon.fields.processes import ProcessSnapshot
 from gpumon.snapshot import GpuSnapshot, HostSnapshot, Snapshot
@@ -254,10 +254,11 @@ def test_both_sets_and_the_options_load(tmp_path: Any) -> None:
 
 
 def test_the_config_knows_every_set_and_label() -> None:
-    from gpumon import config
+    from gpumon import compat_config
 
-    assert config.COMPAT_MODES == SETS
-    assert set(config.COMPAT_LABELS) == set(COMPAT_LABELS)
+    assert compat_config.COMPAT_MODES == SETS
+    assert set(compat_config.COMPAT_LABELS) == set(COMPAT_LABELS)
+    assert compat_config.COMPAT_HOSTNAME_LABELS == HOSTNAME_LABELS
 
 
 def test_the_daemonset_sets_node_name_from_the_downward_api() -> None:
