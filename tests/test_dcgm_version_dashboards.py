@@ -51,6 +51,8 @@ STACKS = {
     "dcgm-4.9": ["--compat", "dcgm-4.9"],
     "both": ["--compat", "dcgm,dcgm-4.9"],
 }
+NODE_NAME = "k8s-gpu-node-7"
+"""What dcgm-exporter's Helm chart puts in $NODE_NAME (the pod's spec.nodeName)."""
 CASES = [
     ("dcgm", "4.8.2"),
     ("dcgm-hostname", "4.8.3"),
@@ -87,7 +89,7 @@ def stacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Stack
         for name, args in STACKS.items():
             where = tmp / name
             where.mkdir()
-            daemon = DaemonProcess(["--backend", f"fake:{scenario}", *args], where)
+            daemon = DaemonProcess(["--backend", f"fake:{scenario}", *args], where, env={"NODE_NAME": NODE_NAME})
             stack.callback(daemon.stop)
             daemons[name] = daemon
         out: dict[str, Stack] = {}
@@ -167,3 +169,15 @@ def test_migration_serves_a_shared_family_once_per_gpu(stacks: dict[str, Stack])
     for s in series:
         assert s["metric"]["Hostname"] == s["metric"]["hostname"]
         assert s["metric"]["DCGM_FI_DRIVER_VERSION"] == s["metric"]["DCGM_FI_SYSTEM_DRIVER_VERSION"]
+
+
+@pytest.mark.parametrize(
+    ("stack_name", "label"), [("dcgm", "Hostname"), ("dcgm-hostname", "hostname"), ("dcgm-4.9", "hostname")]
+)
+def test_the_host_label_is_the_node_name_from_the_environment(
+    stacks: dict[str, Stack], stack_name: str, label: str
+) -> None:
+    """As dcgm-exporter: $NODE_NAME when set (a pod's own host name is the pod's name)."""
+    metric = "DCGM_FI_DEV_GPU_TEMP_CELSIUS" if stack_name == "dcgm-4.9" else "DCGM_FI_DEV_GPU_TEMP"
+    values = stacks[stack_name].prometheus.api(f"label/{label}/values", **{"match[]": metric})
+    assert values == [NODE_NAME]
