@@ -249,6 +249,7 @@ def _hpc_jobs(gpu: GpuSnapshot) -> list[str]:
 
 
 _BASE_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName")
+Labels = tuple[str, ...]
 
 
 class DcgmCompatCollector:
@@ -346,19 +347,23 @@ class DcgmCompatCollector:
     def _build(self, snapshot: Snapshot, catalog: XidCatalog | None) -> list[Family]:
         gpus = [(gpu, self._label_values(gpu, snapshot)) for gpu in snapshot.gpus if gpu.up]
         plain = not needs_escaping(v for _, variants in gpus for values in variants for v in values.values())
-        heads: dict[tuple[int, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        # per group of sets: the label names, those a sample may lack, and each GPU's label tuples (made once)
+        heads: dict[tuple[int, ...], tuple[Labels, Labels, list[tuple[GpuSnapshot, Labels]]]] = {}
         out = []
         for spec in self._fields:
-            head = heads.get(spec.sets) or heads.setdefault(spec.sets, self._label_names(snapshot, spec.sets))
-            names, optional = head
+            head = heads.get(spec.sets)
+            if head is None:
+                names, optional = self._label_names(snapshot, spec.sets)
+                rows = [(gpu, tuple(values.get(n, "") for n in names)) for gpu, variants in gpus for values in variants]
+                head = heads[spec.sets] = (names, optional, rows)
+            names, optional, rows = head
             family = Family(spec.name, spec.kind, spec.help, names, plain_labels=plain, optional_labels=optional)
             samples = family.samples
             value_of = spec.value
-            for gpu, variants in gpus:
+            for gpu, labels in rows:  # a GPU with several HPC jobs comes once per job
                 value = value_of(gpu)
                 if value is not None:
-                    for values in variants:
-                        samples.append((tuple(values.get(n, "") for n in names), float(value)))
+                    samples.append((labels, float(value)))
             if samples:
                 out.append(family)
         for i, dset in enumerate(self._sets):
