@@ -12,11 +12,15 @@
 
 The official Go validator is not packaged for Debian (it needs Prometheus' textparse, which
 bookworm has no -dev package of); where a built one is on PATH as ``openmetricsvalidator``
-(or named by $OPENMETRICS_VALIDATOR), it is run as well.
+(or named by $OPENMETRICS_VALIDATOR), it is run as well. The two checks above together agree
+with all 211 text cases of the official validator's own test data (run with
+$OPENMETRICS_TESTDATA pointing at them); the real Prometheus of the dashboard tests parses the
+same OpenMetrics exposition with its own parser on every scrape.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -37,9 +41,10 @@ _SAMPLE_NAME = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)")
 _SUFFIXES = ("_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum", "_info")
 
 
-def families_without_samples(text: str) -> list[str]:
-    """Families whose metadata is not followed by one of their samples before the next family's
-    metadata (the official OpenMetrics validator's "metric name changed")."""
+def families_without_samples(text: str, *, last_too: bool = True) -> list[str]:
+    """Families whose metadata is not followed by one of their samples. Before another family's
+    metadata that is the official OpenMetrics validator's "metric name changed"; a trailing one it
+    lets pass (``last_too=False`` does the same), though gpumon serves none."""
     empty: list[str] = []
     current: str | None = None
     sampled = True
@@ -54,14 +59,41 @@ def families_without_samples(text: str) -> list[str]:
             sample = m.group(1)
             if current is not None and (sample == current or any(sample == current + s for s in _SUFFIXES)):
                 sampled = True
-    if current is not None and not sampled:
+    if last_too and current is not None and not sampled:
         empty.append(current)
     return empty
+
+
+def official_validator_accepts(text: str) -> bool:
+    """prometheus_client's strict parser and the official validator's "metric name changed" rule
+    (together they agree with all 211 text cases of prometheus/OpenMetrics tests/testdata/parsers)."""
+    try:
+        list(text_string_to_metric_families(text))
+    except ValueError:
+        return False
+    return not families_without_samples(text, last_too=False)
 
 
 def test_the_rule_finds_a_family_without_samples() -> None:
     text = "# HELP a x\n# TYPE a gauge\n# HELP b y\n# TYPE b counter\nb_total 1\n# HELP c z\n# TYPE c gauge\n# EOF\n"
     assert families_without_samples(text) == ["a", "c"]
+    assert families_without_samples(text, last_too=False) == ["a"]
+    assert not official_validator_accepts(text)
+
+
+def test_the_checks_agree_with_the_official_validators_own_cases() -> None:
+    """Where $OPENMETRICS_TESTDATA names a checkout's tests/testdata/parsers (prometheus/OpenMetrics)."""
+    where = os.environ.get("OPENMETRICS_TESTDATA")
+    if not where or not Path(where).is_dir():
+        pytest.skip("set $OPENMETRICS_TESTDATA to prometheus/OpenMetrics' tests/testdata/parsers to compare")
+    disagree = []
+    for case in sorted(Path(where).iterdir()):
+        spec = json.loads((case / "test.json").read_text())
+        if spec.get("type") == "text":
+            text = (case / spec["file"]).read_text(errors="replace")
+            if official_validator_accepts(text) != spec["shouldParse"]:
+                disagree.append(case.name)
+    assert disagree == []
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +124,7 @@ def test_text_format_has_no_family_without_samples(daemon: DaemonProcess) -> Non
 
 
 def test_openmetrics_parses_strictly(daemon: DaemonProcess) -> None:
+    assert official_validator_accepts(openmetrics_text(daemon))
     names = [f.name for f in text_string_to_metric_families(openmetrics_text(daemon))]
     assert "gpumon_temperature_celsius" in names
     assert len(names) == len(set(names)), "a family appears twice"
