@@ -1,10 +1,12 @@
-"""dcgm-exporter's metric names, labels and units, from gpumon's snapshots (``--compat dcgm``).
+"""dcgm-exporter's metric names, labels and units, from gpumon's snapshots (``--compat dcgm``, ``dcgm-4.9``).
 
 So that dashboards and alert rules written for NVIDIA's dcgm-exporter work unchanged:
-the same ``DCGM_FI_*`` names, the same units (MHz, MiB, %, mJ, µs) and the same
-per-GPU label set as dcgm-exporter's GPU template: ``gpu`` (index), ``UUID``,
-``pci_bus_id``, ``device`` (``nvidia<index>``), ``modelName``, ``Hostname`` (omitted
-when empty, as dcgm-exporter does with ``--no-hostname``) and ``DCGM_FI_DRIVER_VERSION``.
+the same ``DCGM_FI_*`` names, the same units (MHz, MiB, %, mJ, ns up to 4.8.x; 4.9's
+in gpumon.exporter.dcgm_sets) and the same per-GPU label set as dcgm-exporter's GPU
+template: ``gpu`` (index), ``UUID``, ``pci_bus_id``, ``device`` (``nvidia<index>``),
+``modelName``, ``Hostname`` or ``hostname`` (omitted when empty, as dcgm-exporter does with
+``--no-hostname``) and ``DCGM_FI_DRIVER_VERSION`` or ``DCGM_FI_SYSTEM_DRIVER_VERSION``.
+Served together, two sets share the families neither renamed (one series, both sets' labels).
 
 Two deliberate differences, both documented in docs/dcgm-compat.md:
 
