@@ -41,7 +41,8 @@ def _times(scale: float) -> str:
     if scale == 1:
         return ""
     if scale > 1:
-        return " × 10⁶" if scale == 1e6 else f" × {scale:g}"
+        powers = {1e6: " × 10⁶", 1e9: " × 10⁹"}
+        return powers.get(scale, f" × {scale:g}")
     inverse = round(1 / scale)
     return " / 10⁶" if inverse == 10**6 else f" / {inverse}"
 
