@@ -88,7 +88,20 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     _add_common(run)
     run.add_argument("--listen", help=f"HOST:PORT to serve on (default 0.0.0.0:{DEFAULT_PORT})")
     run.add_argument("--interval-seconds", type=float, dest="interval_seconds", help="fast poll interval (default 1)")
-    run.add_argument("--compat", help="extra metric names: dcgm (dcgm-exporter's DCGM_FI_* names)")
+    run.add_argument(
+        "--compat",
+        help="extra metric names: dcgm (dcgm-exporter <= 4.8.x), dcgm-4.9 (4.9's DCGM 4.7 names), or dcgm,dcgm-4.9",
+    )
+    run.add_argument(
+        "--compat-hostname-label",
+        dest="compat_hostname_label",
+        help="host label of the DCGM names: Hostname (dcgm-exporter <= 4.8.2) or hostname (>= 4.8.3)",
+    )
+    run.add_argument(
+        "--compat-labels",
+        dest="compat_labels",
+        help="optional labels of the DCGM names: nvml_version, serial, vbios_version, hpc_job (comma-separated)",
+    )
     run.add_argument("--processes", action="store_true", default=None, help="export per-process series")
     run.add_argument("--web-config-file", type=Path, dest="web_config_file", help="exporter-toolkit web-config.yml")
     run.set_defaults(func=cmd_run)
@@ -126,6 +139,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "interval_seconds",
         "web_config_file",
         "compat",
+        "compat_hostname_label",
+        "compat_labels",
         "processes",
     )
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}

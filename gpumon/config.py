@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpumon.compat_config import parse_compat
 from gpumon.yamlfile import YamlFileError, brief, read_yaml
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ has 9400, nvidia_gpu_exporter 9835), so gpumon sits just outside it."""
 DEFAULT_CONFIG_PATH = Path("/etc/gpumon/gpumon.yaml")
 DEFAULT_STATE_DIR = Path("/var/lib/gpumon")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-COMPAT_MODES = ("dcgm",)
+_EXPORTER_KEYS = ("processes", "compat", "compat_hostname_label", "compat_labels")
 
 
 class ConfigError(Exception):
@@ -55,7 +56,12 @@ class ExporterConfig:
     processes: bool = False
     """Per-process series (gpumon_process_*); off by default for cardinality."""
     compat: tuple[str, ...] = ()
-    """Extra name sets; ``dcgm`` adds dcgm-exporter's DCGM_FI_* names."""
+    """Extra name sets; ``dcgm`` adds dcgm-exporter's DCGM_FI_* names (<= 4.8.x), ``dcgm-4.9`` 4.9's."""
+    compat_hostname_label: str | None = None
+    """``Hostname`` or ``hostname`` on every DCGM set; None: each set's own (dcgm: Hostname, dcgm-4.9: hostname)."""
+    compat_labels: tuple[str, ...] = ()
+    """Optional labels of the DCGM sets: nvml_version, serial, vbios_version (dcgm-exporter's label
+    rows) and hpc_job (the Slurm job of the GPU's processes)."""
 
 
 @dataclass(frozen=True)
@@ -278,25 +284,14 @@ def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig
         problems.append(f"{where}: exporter must be a mapping with processes and compat, got {brief(raw)}")
         return ExporterConfig()
     for key in raw:
-        if key not in ("processes", "compat"):
+        if key not in _EXPORTER_KEYS:
             shown = key if isinstance(key, str) and key.isprintable() and len(key) <= 60 else brief(key)
-            problems.append(f"{where}: unknown key exporter.{shown} (known: processes, compat)")
+            problems.append(f"{where}: unknown key exporter.{shown} (known: {', '.join(_EXPORTER_KEYS)})")
     processes = _convert("exporter.processes", raw.get("processes", False), bool, problems, where)
-    compat_raw = raw.get("compat", [])
-    if compat_raw is None:
-        compat_raw = []
-    if isinstance(compat_raw, str):
-        compat_raw = [c.strip() for c in compat_raw.split(",") if c.strip()]
-    compat: list[str] = []
-    if not isinstance(compat_raw, list):
-        problems.append(f"{where}: exporter.compat must be a list, got {brief(compat_raw)}")
-    else:
-        for c in compat_raw:
-            if not isinstance(c, str) or c not in COMPAT_MODES:
-                problems.append(f"{where}: exporter.compat: unknown mode {brief(c)} (known: {', '.join(COMPAT_MODES)})")
-            elif c not in compat:
-                compat.append(c)
-    return ExporterConfig(processes=bool(processes), compat=tuple(compat))
+    compat, spelling, labels = parse_compat(raw, problems, where)
+    return ExporterConfig(
+        processes=bool(processes), compat=compat, compat_hostname_label=spelling, compat_labels=labels
+    )
 
 
 def _parse_xid_catalog(raw: Any, problems: list[str], where: str) -> dict[int, dict[str, str]]:
@@ -432,7 +427,7 @@ def load(
         key = name[len("GPUMON_") :].lower()
         if key in _SCALARS:
             env_raw[key] = value
-        elif key in ("exporter_compat", "exporter_processes"):
+        elif key.startswith("exporter_") and key[len("exporter_") :] in _EXPORTER_KEYS:
             _set_exporter(values, key[len("exporter_") :], value)
         elif key in _NOT_CONFIGURATION:
             continue
@@ -442,8 +437,9 @@ def load(
     if flags:
         flag_values = {k: v for k, v in flags.items() if k in _SCALARS and v is not None}
         _apply(values, flag_values, "command line", problems, sections=False)
-        if flags.get("compat") is not None:
-            _set_exporter(values, "compat", flags["compat"])
+        for key in ("compat", "compat_hostname_label", "compat_labels"):
+            if flags.get(key) is not None:
+                _set_exporter(values, key, flags[key])
         if flags.get("processes"):
             _set_exporter(values, "processes", True)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import signal
 import socket
 import threading
@@ -206,10 +207,17 @@ class Daemon:
             self.collector.add("read_errors", ReadErrorsCollector(backend.read_errors))
         self.collector.add("health", self.health.collector(), per_snapshot=True)
         self.dcgm: DcgmCompatCollector | None = None
-        if "dcgm" in config.exporter.compat:  # its module is loaded only with --compat dcgm
-            from gpumon.exporter.dcgm import DcgmCompatCollector
+        if config.exporter.compat:  # its module is loaded only with --compat dcgm / dcgm-4.9
+            from gpumon.exporter.dcgm import DcgmCompatCollector, node_name
 
-            self.dcgm = DcgmCompatCollector(self.store, hostname(), self.catalog)
+            self.dcgm = DcgmCompatCollector(
+                self.store,
+                node_name(os.environ),
+                self.catalog,
+                sets=config.exporter.compat,
+                hostname_label=config.exporter.compat_hostname_label,
+                labels=config.exporter.compat_labels,
+            )
             self.collector.add("dcgm", self.dcgm, per_snapshot=True)
         self.web: WebConfigWatcher | None = None
         if config.web_config_file:  # its modules (TLS, basic auth) are loaded only where one is given
@@ -361,8 +369,9 @@ class Daemon:
         """Check ``new`` and build what could fail (timer, XID catalog, alerting); changes nothing."""
         old = self.config
         restart_only = [key for key in _RESTART_ONLY if getattr(new, key) != getattr(old, key)]
-        if new.exporter.compat != old.exporter.compat:
-            restart_only.append("exporter.compat")
+        for key in ("compat", "compat_hostname_label", "compat_labels"):
+            if getattr(new.exporter, key) != getattr(old.exporter, key):
+                restart_only.append(f"exporter.{key}")
         if new.health != old.health:
             restart_only.append("health")
         new = dataclasses.replace(
@@ -373,7 +382,12 @@ class Daemon:
             state_dir=old.state_dir,
             web_config_file=old.web_config_file,
             kernel_log=old.kernel_log,
-            exporter=dataclasses.replace(new.exporter, compat=old.exporter.compat),
+            exporter=dataclasses.replace(
+                new.exporter,
+                compat=old.exporter.compat,
+                compat_hostname_label=old.exporter.compat_hostname_label,
+                compat_labels=old.exporter.compat_labels,
+            ),
             health=old.health,
         )
         check_intervals(new)

@@ -41,7 +41,8 @@ def _times(scale: float) -> str:
     if scale == 1:
         return ""
     if scale > 1:
-        return " × 10⁶" if scale == 1e6 else f" × {scale:g}"
+        powers = {1e6: " × 10⁶", 1e9: " × 10⁹"}
+        return powers.get(scale, f" × {scale:g}")
     inverse = round(1 / scale)
     return " / 10⁶" if inverse == 10**6 else f" / {inverse}"
 
@@ -58,16 +59,29 @@ def _source(field: str, twin: Dcgm, is_bool: bool) -> str:
 def dcgm_table() -> str:
     """docs/dcgm-compat.md: every DCGM_FI_* family, its type, unit and the field it is computed from."""
     kinds = {f.name: str(f.type) for f in dataclasses.fields(GpuSnapshot)}
+    from gpumon.exporter.dcgm_sets import DCGM_SETS, V4_9
+
+    new = DCGM_SETS[V4_9]
+
+    def in_4_9(name: str) -> str:
+        if name in new.dropped:
+            return "— (DCGM's alias of the one above)"
+        if (converted := new.converted.get(name)) is not None:
+            return f"`{converted.name}` ({converted.unit})"
+        renamed = new.same_unit.get(name)
+        return "same" if renamed is None else f"`{renamed}`"
+
     rows = {
-        twin.name: f"| `{twin.name}` | {twin.kind} | {twin.unit} | {_source(field, twin, kinds[field] == 'bool | None')} |"
+        twin.name: f"| `{twin.name}` | {twin.kind} | {twin.unit} | {_source(field, twin, kinds[field] == 'bool | None')}"
+        f" | {in_4_9(twin.name)} |"
         for field, spec in field_specs()
         for twin in spec.dcgm
     }
-    lines = ["| DCGM name | type | unit | from |", "|---|---|---|---|"]
+    lines = ["| DCGM name (`dcgm`) | type | unit | from | `dcgm-4.9` name (unit when new) |", "|---|---|---|---|---|"]
     lines += [rows[f.name] for f in dcgm_fields()]
     lines.append(
         "| `DCGM_FI_DEV_XID_ERRORS` | gauge | XID code | code of the most recent XID (0 when none),"
-        " labels `err_code`, `err_msg` |"
+        " labels `err_code`, `err_msg` | `DCGM_FI_DEV_XID_ERROR` |"
     )
     return "\n".join(lines)
 

@@ -119,8 +119,8 @@ def test_every_series_carries_dcgm_exporters_label_set() -> None:
         ("DCGM_FI_DEV_FB_FREE", 61301.0),  # whole MiB, like DCGM
         ("DCGM_FI_DEV_FB_TOTAL", 143771.0),
         ("DCGM_FI_DEV_FB_RESERVED", 550.0),
-        ("DCGM_FI_DEV_POWER_VIOLATION", 1.5e6),  # us
-        ("DCGM_FI_DEV_THERMAL_VIOLATION", 0.25e6),
+        ("DCGM_FI_DEV_POWER_VIOLATION", 1.5e9),  # ns, as dcgm-exporter (#589) and DCGM since 4.1
+        ("DCGM_FI_DEV_THERMAL_VIOLATION", 0.25e9),
         ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 7.0),
         ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", 2.0),  # KB/s
         ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 3.0),

@@ -111,7 +111,7 @@ def test_daemonset_sees_host_processes_and_gpus_without_taking_them() -> None:
     assert spec["runtimeClassName"] == "nvidia"
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     container = spec["containers"][0]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
     assert "nvidia.com/gpu" not in str(container.get("resources", {})), "must not consume a GPU"
     assert container["securityContext"]["allowPrivilegeEscalation"] is False

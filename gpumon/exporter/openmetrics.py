@@ -42,10 +42,13 @@ def render_family(fam: Family, formatted: dict[float, str] | None = None) -> str
 
 def render_text(families: Iterable[Family]) -> str:
     """The OpenMetrics text of ``families`` without the closing ``# EOF`` (a part of an exposition).
-    Each family's text is kept on it (``rendered_openmetrics``)."""
+    Each family's text is kept on it (``rendered_openmetrics``). A family without samples is left
+    out: the official OpenMetrics validator rejects metadata without a sample ("metric name changed")."""
     out: list[str] = []
     formatted: dict[float, str] = {}
     for family in families:
+        if not family.samples:
+            continue
         text = family.rendered_openmetrics
         if text is None:
             text = family.rendered_openmetrics = render_family(family, formatted)

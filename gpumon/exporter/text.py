@@ -192,10 +192,13 @@ caller that renders families made anew for every scrape (the same names and HELP
 def render(families: Iterable[Family], heads: Heads | None = None) -> str:
     """Text exposition of ``families``, each with its HELP and TYPE lines. Each family's text is
     kept on it (``rendered``): a family reused by later scrapes renders once. ``heads``: where the
-    caller keeps the HELP and TYPE lines and templates of families it makes again every time."""
+    caller keeps the HELP and TYPE lines and templates of families it makes again every time.
+    A family without samples is left out (HELP and TYPE alone make validators complain)."""
     out: list[str] = []
     formatted: dict[float, str] = {}
     for fam in families:
+        if not fam.samples:
+            continue
         text = fam.rendered
         if text is None:
             if heads is None:

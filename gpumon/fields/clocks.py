@@ -25,7 +25,8 @@ THROTTLE_REASONS = (
 
 
 def _violation(reason: str, name: str, why: str) -> Dcgm:
-    return Dcgm(name, "untyped", f"Throttling duration due to {why} (in us).", unit="us", key=reason, scale=1e6)
+    """NVML's nvmlViolationTime_t is in ns (measured: 15,420,040,352 where nvidia-smi -q says 15,420,040 us); DCGM serves it so since 4.1, dcgm-exporter's CSV since #589."""
+    return Dcgm(name, "untyped", f"Throttling duration due to {why} (in ns).", unit="ns", key=reason, scale=1e9)
 
 
 def _fan_percent(gpu: GpuSnapshot) -> float | None:
