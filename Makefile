@@ -12,7 +12,6 @@ PY := $(VENV)/bin/python
 LOCK := requirements/lock.txt
 TORCH := requirements/torch-cpu.in
 LATEST_VENV := .venv-latest
-PIP_TOOLS := pip-tools==7.6.2
 LISTEN ?= 127.0.0.1:10480
 BACKEND ?= $(shell (ldconfig -p 2>/dev/null | grep -q libnvidia-ml.so) && echo nvml || echo fake)
 
@@ -22,11 +21,11 @@ BACKEND ?= $(shell (ldconfig -p 2>/dev/null | grep -q libnvidia-ml.so) && echo n
 # torch stays pinned: an unpinned torch would pull a multi-GB CUDA build.
 $(VENV)/.run-installed: pyproject.toml $(LOCK)
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q -c $(LOCK) -e .
+	$(PY) -m pip install -q -e . -c $(LOCK)
 	touch $@
 
 $(VENV)/.test-installed: $(VENV)/.run-installed $(TORCH)
-	$(PY) -m pip install -q -c $(LOCK) -e '.[test]' -r $(TORCH)
+	$(PY) -m pip install -q -e '.[test]' -r $(TORCH) -c $(LOCK)
 	touch $@
 
 run-setup: $(VENV)/.run-installed
@@ -62,14 +61,13 @@ suite:
 # passes, `make lock` moves the lock to those versions.
 test-latest: test-deps
 	python3 -m venv $(LATEST_VENV)
-	$(LATEST_VENV)/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e '.[test]' -r $(TORCH)
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade --upgrade-strategy=eager -e '.[test]' -r $(TORCH)
 	$(LATEST_VENV)/bin/python -m pip freeze --exclude-editable | tee $(LATEST_VENV)/tested-versions.txt
 	$(MAKE) --no-print-directory suite VENV=$(LATEST_VENV)
 
-# Refresh the lock with pip-tools: the newest releases pyproject.toml allows, torch at the pinned CPU build.
-lock: run-setup
-	$(PY) -m pip install -q '$(PIP_TOOLS)'
-	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile -q --upgrade --strip-extras --extra test --allow-unsafe --no-emit-index-url \
+# Refresh the lock with pip-tools (in the test extra): the newest releases pyproject.toml allows, torch at the pinned CPU build.
+lock: setup
+	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile -q --upgrade --strip-extras --extra test --no-emit-index-url \
 		--no-emit-find-links -o $(LOCK) pyproject.toml $(TORCH)
 
 # The daemon under faults, as one suite (also part of make test): receiver down for thousands of

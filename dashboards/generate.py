@@ -302,6 +302,11 @@ def fleet() -> dict[str, Any]:
              "names them once it lasts). See docs/early-signals.md."),
         stat("Health findings", f"sum(gpumon_health_findings{{{HOST}}}) or vector(0)",
              description="Findings behind the verdicts: XIDs waiting for a repair, inventory drift, lost GPUs."),
+        stat("Jobs let through unjudged (1 h)",
+             f"sum(increase(gpumon_health_unjudged_total{{{HOST}}}[1h])) or vector(0)",
+             description="Slurm prologs and epilogs where gpumon could not judge the node (a bad config, a named "
+             "daemon silent, the GPUs not answering within the prolog's budget) and let the job through "
+             "(gpumon_health_unjudged_total; docs/health.md#exit-codes)."),
         table("Node verdicts (gpumon health)", [target(f"gpumon_node_health_status{{{HOST}}}", instant=True, table=True)],
               description="0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, with the recommended action and the reason.",
               h=5, rename={"Value": "status"}),
