@@ -182,7 +182,9 @@ class Daemon:
             simulated=backend.name == "fake",
         )
         self.store.subscribe(self.health.on_snapshot)
-        self.tracker.subscribe(self.health.on_xid)
+        # with its GPU known, also when the kernel log is read before the first poll maps the bus ids
+        self.tracker.subscribe(self.health.on_xid, attributed=True)
+        self.tracker.subscribe_paired(self.health.on_xid_paired)
         self.collector = GpumonCollector(
             self.store,
             intervals_of(config),

@@ -143,7 +143,13 @@ class HealthService:
     def on_xid(self, event: XidEvent) -> None:
         with self._lock:
             self._generation += 1
-            self.lifecycle.record(event)
+            self.lifecycle.record(event, self._boot_id)
+            self._save()
+
+    def on_xid_paired(self, event: XidEvent) -> None:
+        """The other source's copy of a counted XID (``XidTracker.subscribe_paired``): remembered as seen."""
+        with self._lock:
+            self.lifecycle.note_seen(event, self._boot_id)
             self._save()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:

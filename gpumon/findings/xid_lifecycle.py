@@ -23,7 +23,10 @@ Pure and clock-free: events, snapshots, boot ids and operator clears come in; fi
   not counted on its own). XID 45 (``follow_other_xid``) alone is cleanup, not a fault.
 * Non-fatal XIDs (restart the job, investigate) are WARNING findings for
   ``transient_window_seconds`` after the last one.
-* The same event seen twice (event thread and kernel log, or a re-read of the log) counts once.
+* The same event seen twice (event thread and kernel log, or a re-read of the log) counts once: a
+  kernel-log record is named by the boot id and the kernel's own time of the record
+  (``XidEvent.identity``), not by when it was read, so a restart that reads the log again, with
+  any clock drift, finds it already seen.
 """
 
 from __future__ import annotations
@@ -136,11 +139,14 @@ class XidLifecycle:
         self._energy = {str(k): float(v) for k, v in (raw.get("energy_joules") or {}).items()}
 
     # ---- inputs ------------------------------------------------------------
-    def record(self, event: XidEvent) -> None:
-        """One XID event (GPU index known, or it is ignored: an XID on no known GPU is the tracker's to log)."""
+    def record(self, event: XidEvent, boot_id: str | None = None) -> None:
+        """One XID event (GPU index known, or it is ignored: an XID on no known GPU is the tracker's to log).
+
+        ``boot_id``: this boot's (names a kernel-log record with its kernel time: ``XidEvent.identity``),
+        so the same record read again, after a restart or from the other source, counts once."""
         if event.gpu_index is None:
             return
-        key = f"{event.gpu_index}:{event.xid}:{event.timestamp_seconds:.3f}"
+        key = event.identity(boot_id)
         if key in self.seen:
             return
         if any(c["gpu"] == event.gpu_index and event.timestamp_seconds <= c["at_seconds"] for c in self.clears_applied):
@@ -194,6 +200,15 @@ class XidLifecycle:
                 "window_seconds": escalation.window_seconds,
                 "action": escalation.action,
             }
+
+    def note_seen(self, event: XidEvent, boot_id: str | None = None) -> None:
+        """``event`` is the other source's copy of an XID already recorded: its identity is seen too (so the
+        kernel-log record of an XID that NVML reported first is not counted when the log is read again)."""
+        key = event.identity(boot_id)
+        if key not in self.seen:
+            self.seen.append(key)
+            del self.seen[:-_MAX_SEEN]
+            self.changed = True
 
     def observe(self, snapshot: Snapshot, boot_id: str | None) -> None:
         """Look for evidence of recovery in a snapshot and the host's boot id."""
