@@ -132,6 +132,14 @@ def complete(snapshot: Snapshot) -> bool:
     return bool(snapshot.nvml_up and snapshot.gpus and all(g.up and g.pci_bus_id is not None for g in snapshot.gpus))
 
 
+def missing_from_nvml(snapshot: Snapshot, pci_bus_ids: Sequence[str] | None) -> list[str]:
+    """Bus ids of NVIDIA GPUs on the PCI bus that NVML does not list (empty when NVML is down or PCI unknown)."""
+    if pci_bus_ids is None or not snapshot.nvml_up:
+        return []
+    nvml_buses = {normalize_bus_id(g.pci_bus_id) for g in snapshot.gpus if g.pci_bus_id}
+    return [bus for bus in pci_bus_ids if bus not in nvml_buses]
+
+
 def pci_gpus(sysfs_root: Path) -> list[str]:
     """Bus ids (NVML form, 00000000:BB:DD.F) of NVIDIA GPUs on the PCI bus, read-only from sysfs."""
     devices = sysfs_root / "bus" / "pci" / "devices"

@@ -1,17 +1,24 @@
 """The health verdict over time: owns the XID lifecycle and the inventory baseline under the state dir.
 
 The daemon feeds it every snapshot and XID event; ``gpumon health`` without a daemon feeds it one
-poll. Files (``STATE_DIR/health/``, atomic writes): ``inventory.json`` (the baseline),
-``xid.json`` (open faults, recent XIDs, boot id), ``clears.json`` (operator clears, with reason).
+poll. Files (``STATE_DIR/health/``, or ``STATE_DIR/simulated/<backend>/health/`` for simulated GPUs;
+folders 0755, files 0644 whatever the umask, see gpumon.state.files): ``inventory.json`` (the
+baseline), ``xid.json`` (open faults, recent XIDs, boot id), ``clears.d/`` (operator clears, one file
+each, never rewritten: the audit trail; ``clears.json``, where an older gpumon wrote them, is still
+read). Each read-modify-write holds ``.lock`` (gpumon.state.lock): runs that overlap lose nothing.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpumon.alerts.burn_marker import BurnMarkerReader
@@ -21,15 +28,24 @@ from gpumon.exporter.text import Family
 from gpumon.findings.burn_results import burn_findings
 from gpumon.findings.config import HealthConfig
 from gpumon.findings.gpu_state import snapshot_findings
-from gpumon.findings.inventory import Inventory, complete, drift, drift_inputs, inventory_of, pci_gpus
-from gpumon.findings.model import Finding, HealthReport, verdict
+from gpumon.findings.inventory import (
+    Inventory,
+    complete,
+    drift,
+    drift_inputs,
+    inventory_of,
+    missing_from_nvml,
+    pci_gpus,
+)
+from gpumon.findings.model import WARNING, Finding, HealthReport, verdict
 from gpumon.findings.stragglers import Deviation, StragglerDetector
 from gpumon.findings.trends import Increase, TrendTracker
 from gpumon.findings.xid_lifecycle import Clear, XidLifecycle, XidPolicy
 from gpumon.same import same_objects
 from gpumon.snapshot import Snapshot
 from gpumon.state.burn_files import LAST_NAME, burn_dir
-from gpumon.state.files import health_dir, read_json, write_json
+from gpumon.state.files import STATE_FILE_MODE, ensure_dir, health_dir, json_text, read_json, write_json
+from gpumon.state.lock import state_lock
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +54,11 @@ REPORT_REUSE_SECONDS = 1.0
 """How long the scrape may reuse an unchanged health report (the default poll interval)."""
 STATUS_VALUES = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
 """Nagios' numbers, used for exit codes and the ``gpumon_health_status`` series."""
+CLEARS_DIR = "clears.d"
+LEGACY_CLEARS = "clears.json"
+_MAX_CLEAR_FILES = 10_000
+_MAX_CLEAR_BYTES = 64 * 1024
+_MAX_PENDING = 10_000
 
 
 def read_boot_id(path: Path) -> str | None:
@@ -48,32 +69,88 @@ def read_boot_id(path: Path) -> str | None:
         return None
 
 
-def read_clears(state_dir: Path) -> list[Clear]:
-    raw = read_json(health_dir(state_dir) / "clears.json")
-    out = []
-    for entry in raw if isinstance(raw, list) else []:
+@dataclass(frozen=True)
+class ClearsRead:
+    """The operator clears in a health folder, and what could not be read (path: reason)."""
+
+    clears: list[Clear]
+    unreadable: list[str]
+
+
+def _clear_entries(path: Path) -> list[object]:
+    """The clear(s) in one file: a list (``clears.json``) or one mapping (``clears.d/*.json``).
+    Raises OSError (the file cannot be read) or ValueError (it is not a clears file)."""
+    with path.open("rb") as fh:
+        data = fh.read(_MAX_CLEAR_BYTES * 16 + 1)
+    if len(data) > _MAX_CLEAR_BYTES * 16:
+        raise ValueError("too large")
+    raw = json.loads(data.decode("utf-8"))
+    return raw if isinstance(raw, list) else [raw]
+
+
+def read_clears(folder: Path) -> ClearsRead:
+    """Every operator clear in the health ``folder``: ``clears.d/*.json`` and the older ``clears.json``."""
+    clears: list[Clear] = []
+    unreadable: list[str] = []
+    files = [folder / LEGACY_CLEARS] if (folder / LEGACY_CLEARS).exists() else []
+    try:
+        files += sorted(
+            folder / CLEARS_DIR / name
+            for name in os.listdir(folder / CLEARS_DIR)
+            if name.endswith(".json") and not name.startswith(".")
+        )[:_MAX_CLEAR_FILES]
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        unreadable.append(f"{folder / CLEARS_DIR}: {exc.strerror or exc}")
+    for path in files:
         try:
-            out.append(Clear.from_json(entry))
-        except (KeyError, TypeError, ValueError):
+            entries = _clear_entries(path)
+        except OSError as exc:
+            unreadable.append(f"{path}: {exc.strerror or exc}")
             continue
-    return out
+        except (ValueError, RecursionError):
+            unreadable.append(f"{path}: not a clear gpumon wrote")
+            continue
+        for entry in entries:
+            try:
+                clears.append(Clear.from_json(entry))  # type: ignore[arg-type]
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue
+    return ClearsRead(clears, unreadable)
 
 
-def add_clear(state_dir: Path, clear: Clear) -> None:
-    """Record an operator clear (kept: the list is the audit trail)."""
-    path = health_dir(state_dir) / "clears.json"
-    raw = read_json(path)
-    entries = raw if isinstance(raw, list) else []
-    entries.append(clear.to_json())
-    write_json(path, entries)
+def add_clear(state_dir: Path, clear: Clear, simulated: str | None = None) -> Path:
+    """Record an operator clear as a new file of ``clears.d`` in the health folder (``health_dir``) of
+    ``state_dir``, mode 0644 so the daemon reads it whoever wrote it, never replaced so every clear stays
+    (the audit trail). Returns the file."""
+    clears = health_dir(state_dir, simulated) / CLEARS_DIR
+    ensure_dir(clears)
+    user = re.sub(r"[^A-Za-z0-9_.-]+", "_", clear.user)[:32] or "unknown"
+    name = f"{int(clear.at_seconds * 1e9):020d}-{os.getpid()}-{user}.json"
+    tmp = clears / f".{name}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, STATE_FILE_MODE)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), STATE_FILE_MODE)  # whatever the umask
+            fh.write(json_text(clear.to_json()))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.link(tmp, clears / name)  # fails rather than replace an existing clear
+    finally:
+        tmp.unlink(missing_ok=True)
+    return clears / name
 
 
-def save_inventory(state_dir: Path, inventory: Inventory) -> None:
-    write_json(health_dir(state_dir) / "inventory.json", inventory.to_json())
+def save_inventory(state_dir: Path, inventory: Inventory, simulated: str | None = None) -> None:
+    """Write the baseline into the health folder of ``state_dir`` (under its lock)."""
+    folder = health_dir(state_dir, simulated)
+    with state_lock(folder):
+        write_json(folder / "inventory.json", inventory.to_json(), mode=STATE_FILE_MODE)
 
 
-def load_inventory(state_dir: Path) -> Inventory | None:
-    return Inventory.from_json(read_json(health_dir(state_dir) / "inventory.json"))
+def load_inventory(state_dir: Path, simulated: str | None = None) -> Inventory | None:
+    return Inventory.from_json(read_json(health_dir(state_dir, simulated) / "inventory.json"))
 
 
 class HealthService:
@@ -87,16 +164,25 @@ class HealthService:
         *,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
-        simulated: bool = False,
+        simulated: bool | str = False,
     ) -> None:
-        """``simulated``: the GPUs are the fake backend's, so the host's PCI bus is not theirs."""
+        """``simulated``: the GPUs are a simulated backend's (its spec, e.g. ``fake:xid-storm``; True: ``fake``),
+        so the host's PCI bus is not theirs and their state goes to a folder of its own (``health_dir``)."""
         self.state_dir = Path(state_dir)
-        self._clears_path = health_dir(self.state_dir) / "clears.json"
-        self._inventory_path = health_dir(self.state_dir) / "inventory.json"
+        spec = "fake" if simulated is True else (simulated or None)
+        self.folder = health_dir(self.state_dir, spec)
+        """Where this service's files are: ``STATE_DIR/health``, or the simulated backend's own."""
+        if spec is not None:
+            log.info("simulated GPUs (%s): health state in %s, apart from the node's own", spec, self.folder)
+        self._clear_folders = [self.folder] + ([health_dir(self.state_dir)] if spec is not None else [])
+        """Where clears are read: a simulated backend's folder, and the node's (read, never written: a clear
+        made without --backend fake, e.g. of a failed burn, which lives in the node's burn results)."""
+        self._clears_paths = [p for f in self._clear_folders for p in (f / CLEARS_DIR, f / LEGACY_CLEARS)]
+        self._inventory_path = self.folder / "inventory.json"
         self._burn_results_path = burn_dir(self.state_dir) / LAST_NAME
         """The files a report reads, whose stat keys decide whether a cached report still holds."""
         self.config = config or HealthConfig()
-        self._sysfs = self.config.sysfs_root or (None if simulated else Path("/sys"))
+        self._sysfs = self.config.sysfs_root or (None if spec is not None else Path("/sys"))
         self._monotonic = monotonic
         self._pci_cache: tuple[float, list[str]] | None = None
         self._drift_cache: tuple[tuple[object, ...], list[Finding]] | None = None
@@ -104,17 +190,16 @@ class HealthService:
         self._clock = clock
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
-        self.lifecycle = XidLifecycle(
-            catalog,
-            XidPolicy(
-                escalations=self.config.xid_escalation,
-                defer_window_seconds=self.config.defer_window_seconds,
-                transient_window_seconds=self.config.transient_window_seconds,
-            ),
-        )
-        self.lifecycle.load(read_json(self._xid_path))
-        self.baseline = load_inventory(self.state_dir)
+        self._catalog = catalog
+        self._xid_key = _stat_key(self._xid_path)  # before the read: a write in between is merged at the next save
+        self.lifecycle = self._new_lifecycle()
+        self._pending: deque[tuple[bool, XidEvent]] = deque(maxlen=_MAX_PENDING)
+        """XIDs taken in since the last save ((True, event) recorded, (False, event) a paired copy): what a save
+        replays over the file when another process wrote it meanwhile."""
+        self.baseline = Inventory.from_json(read_json(self._inventory_path))
         self._baseline_mtime = self._inventory_mtime()
+        self._baseline_refused: str | None = None
+        """Why the baseline was not recorded (said once per reason)."""
         self.stragglers = StragglerDetector(self.config.stragglers)
         self.trends = TrendTracker(self.config.trends, words=lambda code: self._xid_name(catalog, code))
         self._burn = BurnMarkerReader(self.state_dir)
@@ -123,10 +208,25 @@ class HealthService:
         self._generation = 0
         """Bumped by every input (snapshot, XID, accepted inventory): a cached report is then stale."""
         self._report_cache: tuple[tuple[object, ...], float, HealthReport] | None = None
-        self._clears_read: tuple[object, list[Clear]] | None = None
-        """The clears file's stat key when it was last read, and its clears."""
+        self._clears_read: tuple[object, ClearsRead] | None = None
+        """The clears files' stat keys when they were last read, and what was read."""
+        self._clears_said: tuple[str, ...] = ()
+        """The unreadable clears last logged (each problem is logged once)."""
         self._burn_read: tuple[object, list[Clear], list[Finding]] | None = None
         """The burn results file's stat key and the clears when it was last read, and its findings."""
+
+    def _new_lifecycle(self) -> XidLifecycle:
+        """The XID lifecycle as the file has it now."""
+        lifecycle = XidLifecycle(
+            self._catalog,
+            XidPolicy(
+                escalations=self.config.xid_escalation,
+                defer_window_seconds=self.config.defer_window_seconds,
+                transient_window_seconds=self.config.transient_window_seconds,
+            ),
+        )
+        lifecycle.load(read_json(self._xid_path))
+        return lifecycle
 
     @staticmethod
     def _xid_name(catalog: XidCatalog, code: str) -> str:
@@ -137,19 +237,21 @@ class HealthService:
 
     @property
     def _xid_path(self) -> Path:
-        return health_dir(self.state_dir) / "xid.json"
+        return self.folder / "xid.json"
 
     # ---- inputs ------------------------------------------------------------
     def on_xid(self, event: XidEvent) -> None:
         with self._lock:
             self._generation += 1
             self.lifecycle.record(event, self._boot_id)
+            self._pending.append((True, event))
             self._save()
 
     def on_xid_paired(self, event: XidEvent) -> None:
         """The other source's copy of a counted XID (``XidTracker.subscribe_paired``): remembered as seen."""
         with self._lock:
             self.lifecycle.note_seen(event, self._boot_id)
+            self._pending.append((False, event))
             self._save()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
@@ -167,10 +269,34 @@ class HealthService:
             self.trends.observe(snapshot)
             self.lifecycle.observe(snapshot, self._boot_id)
             if self.baseline is None and complete(snapshot):
-                self.baseline = inventory_of(snapshot, self._clock())
-                self._write_baseline()
-                log.info("recorded the inventory baseline: %d GPU(s)", len(snapshot.gpus))
+                self._record_baseline(snapshot)
             self._save()
+
+    def _record_baseline(self, snapshot: Snapshot) -> None:
+        """The first complete snapshot becomes the baseline, unless a GPU on the PCI bus is missing from it
+        (then a baseline would call the broken host normal: said once, recorded once all are seen)."""
+        missing = missing_from_nvml(snapshot, self._pci_gpus())
+        if missing:
+            why = ", ".join(missing)
+            if why != self._baseline_refused:
+                log.warning(
+                    "not recording the inventory baseline: %d NVIDIA GPU(s) on the PCI bus, NVML lists %d "
+                    "(missing: %s); recorded once NVML lists them all (or: gpumon health accept-inventory)",
+                    len(snapshot.gpus) + len(missing),
+                    len(snapshot.gpus),
+                    why,
+                )
+                self._baseline_refused = why
+            return
+        try:
+            with state_lock(self.folder):
+                self._reload_baseline()  # another run may have recorded it meanwhile
+                if self.baseline is None:
+                    self.baseline = inventory_of(snapshot, self._clock())
+                    self._write_baseline()
+                    log.info("recorded the inventory baseline: %d GPU(s)", len(snapshot.gpus))
+        except (OSError, TimeoutError) as exc:
+            log.error("cannot record the inventory baseline in %s: %s", self.folder, exc)
 
     def accept_inventory(self) -> Inventory | None:
         """Make the latest snapshot the baseline; None when there is no usable snapshot."""
@@ -179,7 +305,8 @@ class HealthService:
                 return None
             self._generation += 1
             self.baseline = inventory_of(self._snapshot, self._clock(), source="accepted")
-            self._write_baseline()
+            with state_lock(self.folder):
+                self._write_baseline()
             return self.baseline
 
     # ---- output ------------------------------------------------------------
@@ -194,6 +321,7 @@ class HealthService:
             findings = [*extra, *self.lifecycle.findings(now)]  # first: an XID names a fault best
             findings += snapshot_findings(snapshot) if snapshot is not None or not extra else []
             findings += self._burn_findings(clears)
+            findings += self._clears_findings()
             if self._burn.read() is None:  # a burn makes its GPUs unequal on purpose
                 findings += self.stragglers.findings(now)
             findings += self.trends.findings(now)
@@ -231,7 +359,7 @@ class HealthService:
         return (
             snapshot,
             generation,
-            _stat_key(self._clears_path),
+            *(_stat_key(p) for p in self._clears_paths),
             _stat_key(self._inventory_path),
             _stat_key(self._burn_results_path),
             self._burn.read(),
@@ -248,19 +376,44 @@ class HealthService:
 
     # ---- helpers -----------------------------------------------------------
     def _save(self) -> None:
+        """Write the lifecycle, under the folder's lock: when another process wrote the file since this one
+        read or wrote it (overlapping ``gpumon health`` runs), read it again and replay this one's XIDs over
+        it first, so neither loses the other's."""
         if not self.lifecycle.changed:
             return
         try:
-            write_json(self._xid_path, self.lifecycle.to_json())
+            with state_lock(self.folder):
+                if _stat_key(self._xid_path) != self._xid_key:
+                    self._merge_from_file()
+                write_json(self._xid_path, self.lifecycle.to_json(), mode=STATE_FILE_MODE)
+                self._xid_key = _stat_key(self._xid_path)
             self.lifecycle.changed = False
-        except OSError as exc:
+            self._pending.clear()
+        except (OSError, TimeoutError) as exc:
             log.error("cannot write the XID lifecycle state %s: %s", self._xid_path, exc)
 
+    def _merge_from_file(self) -> None:
+        """The lifecycle as the file has it, with this process's snapshot, XIDs and clears taken in again."""
+        self._xid_key = _stat_key(self._xid_path)
+        lifecycle = self._new_lifecycle()
+        if self._snapshot is not None:
+            lifecycle.observe(self._snapshot, self._boot_id)
+        for recorded, event in self._pending:
+            if recorded:
+                lifecycle.record(event, self._boot_id)
+            else:
+                lifecycle.note_seen(event, self._boot_id)
+        if self._clears_read is not None:
+            lifecycle.apply_clears(self._clears_read[1].clears)
+        lifecycle.changed = True
+        self.lifecycle = lifecycle
+
     def _write_baseline(self) -> None:
+        """Write the baseline (the caller holds the folder's lock)."""
         if self.baseline is None:
             return
         try:
-            save_inventory(self.state_dir, self.baseline)
+            write_json(self._inventory_path, self.baseline.to_json(), mode=STATE_FILE_MODE)
         except OSError as exc:
             log.error("cannot write the inventory baseline: %s", exc)
         self._baseline_mtime = self._inventory_mtime()
@@ -285,12 +438,44 @@ class HealthService:
         return found
 
     def _clears(self) -> list[Clear]:
-        """The operator clears, read again only when their file changed (a report is made every poll)."""
-        key = _stat_key(self._clears_path)
+        """The operator clears, read again only when their files changed (a report is made every poll).
+        Clears that cannot be read are logged once (and shown: ``_clears_findings``, a metric)."""
+        key = tuple(_stat_key(p) for p in self._clears_paths)
         kept = self._clears_read
-        if kept is None or kept[0] != key:
-            kept = self._clears_read = (key, read_clears(self.state_dir))
-        return kept[1]
+        if kept is None or kept[0] != key or kept[1].unreadable:  # unreadable: tried again (perhaps fixed)
+            parts = [read_clears(folder) for folder in self._clear_folders]
+            read = ClearsRead([c for p in parts for c in p.clears], [u for p in parts for u in p.unreadable])
+            kept = self._clears_read = (key, read)
+            said = tuple(kept[1].unreadable)
+            if said and said != self._clears_said:
+                log.error(
+                    "cannot read %d operator clear(s), not applied: %s (clears are written 0644 by gpumon "
+                    "health clear; one written otherwise must be made readable to this user)",
+                    len(said),
+                    "; ".join(said[:5]),
+                )
+            self._clears_said = said
+        return kept[1].clears
+
+    def unreadable_clears(self) -> int:
+        """How many clear files (or folders) the last read could not read."""
+        kept = self._clears_read
+        return len(kept[1].unreadable) if kept is not None else 0
+
+    def _clears_findings(self) -> list[Finding]:
+        kept = self._clears_read
+        if kept is None or not kept[1].unreadable:
+            return []
+        problems = kept[1].unreadable
+        return [
+            Finding(
+                kind="clears_unreadable",
+                severity=WARNING,
+                action="none",
+                summary=f"{len(problems)} operator clear(s) cannot be read and are not applied ({problems[0]})",
+                evidence={"unreadable": problems[:20]},
+            )
+        ]
 
     def _burn_findings(self, clears: list[Clear]) -> list[Finding]:
         """The last burn's findings, worked out again only when its results file or the clears changed."""
@@ -319,7 +504,7 @@ class HealthService:
         """Pick up a baseline accepted by another process (gpumon health accept-inventory)."""
         mtime = self._inventory_mtime()
         if mtime is not None and mtime != self._baseline_mtime:
-            self.baseline = load_inventory(self.state_dir) or self.baseline
+            self.baseline = Inventory.from_json(read_json(self._inventory_path)) or self.baseline
             self._baseline_mtime = mtime
 
 
@@ -346,6 +531,14 @@ class HealthCollector:
         if self._built is None or self._built[0] is not report:
             self._built = (report, list(self._report_families(report)))
         yield from self._built[1]
+        unreadable = Family(
+            "gpumon_health_clears_unreadable",
+            "gauge",
+            "Operator clears (files under the health state's clears.d) this daemon cannot read, so not applied.",
+            (),
+        )
+        unreadable.add([], self._service.unreadable_clears())
+        yield unreadable
         deviations, increases = self._service.signals()
         built = self._signals_built
         if built is None or not (same_objects(built[0], deviations) and same_objects(built[1], increases)):
