@@ -10,24 +10,24 @@ read). Each read-modify-write holds ``.lock`` (gpumon.state.lock): runs that ove
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpumon.alerts.burn_marker import BurnMarkerReader
 from gpumon.events.catalog import XidCatalog
 from gpumon.events.model import XidEvent
-from gpumon.exporter.text import Family
 from gpumon.findings.burn_results import burn_findings
+from gpumon.findings.clears import CLEARS_DIR, LEGACY_CLEARS, ClearsRead, read_clears
+from gpumon.findings.clears import add_clear as add_clear  # gpumon health clear, tests: where it always was
 from gpumon.findings.config import HealthConfig
 from gpumon.findings.gpu_state import snapshot_findings
+from gpumon.findings.health_series import STATUS_VALUES as STATUS_VALUES  # gpumon health's exit codes
+from gpumon.findings.health_series import HealthCollector as HealthCollector  # the verdict's series
 from gpumon.findings.inventory import (
     Inventory,
     complete,
@@ -41,10 +41,9 @@ from gpumon.findings.model import WARNING, Finding, HealthReport, verdict
 from gpumon.findings.stragglers import Deviation, StragglerDetector
 from gpumon.findings.trends import Increase, TrendTracker
 from gpumon.findings.xid_lifecycle import Clear, XidLifecycle, XidPolicy
-from gpumon.same import same_objects
 from gpumon.snapshot import Snapshot
 from gpumon.state.burn_files import LAST_NAME, burn_dir
-from gpumon.state.files import STATE_FILE_MODE, ensure_dir, health_dir, json_text, read_json, write_json
+from gpumon.state.files import STATE_FILE_MODE, health_dir, read_json, write_json
 from gpumon.state.lock import state_lock
 
 log = logging.getLogger(__name__)
@@ -52,12 +51,6 @@ log = logging.getLogger(__name__)
 PCI_RESCAN_SECONDS = 30.0
 REPORT_REUSE_SECONDS = 1.0
 """How long the scrape may reuse an unchanged health report (the default poll interval)."""
-STATUS_VALUES = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
-"""Nagios' numbers, used for exit codes and the ``gpumon_health_status`` series."""
-CLEARS_DIR = "clears.d"
-LEGACY_CLEARS = "clears.json"
-_MAX_CLEAR_FILES = 10_000
-_MAX_CLEAR_BYTES = 64 * 1024
 _MAX_PENDING = 10_000
 
 
@@ -67,79 +60,6 @@ def read_boot_id(path: Path) -> str | None:
         return path.read_text(encoding="ascii").strip() or None
     except OSError:
         return None
-
-
-@dataclass(frozen=True)
-class ClearsRead:
-    """The operator clears in a health folder, and what could not be read (path: reason)."""
-
-    clears: list[Clear]
-    unreadable: list[str]
-
-
-def _clear_entries(path: Path) -> list[object]:
-    """The clear(s) in one file: a list (``clears.json``) or one mapping (``clears.d/*.json``).
-    Raises OSError (the file cannot be read) or ValueError (it is not a clears file)."""
-    with path.open("rb") as fh:
-        data = fh.read(_MAX_CLEAR_BYTES * 16 + 1)
-    if len(data) > _MAX_CLEAR_BYTES * 16:
-        raise ValueError("too large")
-    raw = json.loads(data.decode("utf-8"))
-    return raw if isinstance(raw, list) else [raw]
-
-
-def read_clears(folder: Path) -> ClearsRead:
-    """Every operator clear in the health ``folder``: ``clears.d/*.json`` and the older ``clears.json``."""
-    clears: list[Clear] = []
-    unreadable: list[str] = []
-    files = [folder / LEGACY_CLEARS] if (folder / LEGACY_CLEARS).exists() else []
-    try:
-        files += sorted(
-            folder / CLEARS_DIR / name
-            for name in os.listdir(folder / CLEARS_DIR)
-            if name.endswith(".json") and not name.startswith(".")
-        )[:_MAX_CLEAR_FILES]
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        unreadable.append(f"{folder / CLEARS_DIR}: {exc.strerror or exc}")
-    for path in files:
-        try:
-            entries = _clear_entries(path)
-        except OSError as exc:
-            unreadable.append(f"{path}: {exc.strerror or exc}")
-            continue
-        except (ValueError, RecursionError):
-            unreadable.append(f"{path}: not a clear gpumon wrote")
-            continue
-        for entry in entries:
-            try:
-                clears.append(Clear.from_json(entry))  # type: ignore[arg-type]
-            except (KeyError, TypeError, ValueError, AttributeError):
-                continue
-    return ClearsRead(clears, unreadable)
-
-
-def add_clear(state_dir: Path, clear: Clear, simulated: str | None = None) -> Path:
-    """Record an operator clear as a new file of ``clears.d`` in the health folder (``health_dir``) of
-    ``state_dir``, mode 0644 so the daemon reads it whoever wrote it, never replaced so every clear stays
-    (the audit trail). Returns the file."""
-    clears = health_dir(state_dir, simulated) / CLEARS_DIR
-    ensure_dir(clears)
-    user = re.sub(r"[^A-Za-z0-9_.-]+", "_", clear.user)[:32] or "unknown"
-    name = f"{int(clear.at_seconds * 1e9):020d}-{os.getpid()}-{user}.json"
-    tmp = clears / f".{name}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, STATE_FILE_MODE)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            os.fchmod(fh.fileno(), STATE_FILE_MODE)  # whatever the umask
-            fh.write(json_text(clear.to_json()))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.link(tmp, clears / name)  # fails rather than replace an existing clear
-    finally:
-        tmp.unlink(missing_ok=True)
-    return clears / name
 
 
 def save_inventory(state_dir: Path, inventory: Inventory, simulated: str | None = None) -> None:
@@ -457,11 +377,6 @@ class HealthService:
             self._clears_said = said
         return kept[1].clears
 
-    def unreadable_clears(self) -> int:
-        """How many clear files (or folders) the last read could not read."""
-        kept = self._clears_read
-        return len(kept[1].unreadable) if kept is not None else 0
-
     def _clears_findings(self) -> list[Finding]:
         kept = self._clears_read
         if kept is None or not kept[1].unreadable:
@@ -515,89 +430,3 @@ def _stat_key(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
-class HealthCollector:
-    """``gpumon_health_status`` per GPU and ``gpumon_node_health_status``, with action and reason labels."""
-
-    def __init__(self, service: HealthService) -> None:
-        self._service = service
-        self._built: tuple[HealthReport, list[Family]] | None = None
-        self._signals_built: tuple[list[Deviation], list[Increase], list[Family]] | None = None
-        """The deviations and increases the signal families were last built of, and those families."""
-
-    def families(self) -> Iterator[Family]:
-        report = self._service.current_report()
-        if self._built is None or self._built[0] is not report:
-            self._built = (report, list(self._report_families(report)))
-        yield from self._built[1]
-        unreadable = Family(
-            "gpumon_health_clears_unreadable",
-            "gauge",
-            "Operator clears (files under the health state's clears.d) this daemon cannot read, so not applied.",
-            (),
-        )
-        unreadable.add([], self._service.unreadable_clears())
-        yield unreadable
-        deviations, increases = self._service.signals()
-        built = self._signals_built
-        if built is None or not (same_objects(built[0], deviations) and same_objects(built[1], increases)):
-            built = self._signals_built = (deviations, increases, list(self._signal_families(deviations, increases)))
-        yield from built[2]  # the engines keep their results while nothing changed: so are these families
-
-    @staticmethod
-    def _report_families(report: HealthReport) -> Iterator[Family]:
-        help_values = "0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (as gpumon health's exit code)"
-        node = Family(
-            "gpumon_node_health_status",
-            "gauge",
-            f"Node health verdict: {help_values}; action and reason of the worst finding.",
-            ("action", "reason"),
-        )
-        node.add([report.action, report.reason()], STATUS_VALUES[report.status])
-        yield node
-        gpu = Family(
-            "gpumon_health_status",
-            "gauge",
-            f"GPU health verdict: {help_values}; action and reason of its worst finding.",
-            ("gpu", "uuid", "action", "reason"),
-        )
-        for g in report.gpus:
-            gpu.add([str(g.index), g.uuid or "", g.action, g.reason], STATUS_VALUES[g.status])
-        yield gpu
-        findings = Family(
-            "gpumon_health_findings",
-            "gauge",
-            "Health findings now, by kind and severity.",
-            ("kind", "severity"),
-        )
-        counts: dict[tuple[str, str], int] = {}
-        for f in report.findings:
-            counts[(f.kind, f.severity)] = counts.get((f.kind, f.severity), 0) + 1
-        for (kind, severity), n in sorted(counts.items()):
-            findings.add([kind, severity], n)
-        yield findings
-
-    @staticmethod
-    def _signal_families(deviations: list[Deviation], increases: list[Increase]) -> Iterator[Family]:
-        deviation = Family(
-            "gpumon_straggler_deviation_ratio",
-            "gauge",
-            "A busy GPU's mean deviation from the median of its same-model peers over the straggler window, "
-            "by signal (sm_clock, compute_share, power, sm_active, tensor_active); -0.12 is 12 % below.",
-            ("gpu", "uuid", "signal"),
-        )
-        for d in deviations:
-            deviation.add([str(d.index), d.uuid, d.signal], d.ratio)
-        yield deviation
-        increase = Family(
-            "gpumon_error_trend_increase",
-            "gauge",
-            "How much an error counter rose within its trend window (window_seconds label), resets "
-            "counted as counters; counter is ecc_corrected, remapped_rows, retired_pages, pcie_replays, "
-            "nvlink_replay, nvlink_recovery, nvlink_crc or xid (with its code).",
-            ("gpu", "uuid", "counter", "xid", "window_seconds"),
-        )
-        for i in increases:
-            increase.add([str(i.index), i.uuid, i.counter, i.label, f"{i.window_seconds:g}"], i.increase)
-        yield increase
