@@ -80,6 +80,14 @@ class HealthCollector:
         problems = [f.evidence.get("unreadable") or [] for f in report.findings if f.kind == "clears_unreadable"]
         unreadable.add([], sum(len(p) for p in problems))
         yield unreadable
+        aside = Family(
+            "gpumon_health_state_files_set_aside",
+            "gauge",
+            "Health state files (xid.json, inventory.json) found damaged since start and moved aside.",
+            (),
+        )
+        aside.add([], sum(1 for f in report.findings if f.kind == "state_damaged"))
+        yield aside
 
     @staticmethod
     def _signal_families(deviations: list[Deviation], increases: list[Increase]) -> Iterator[Family]:

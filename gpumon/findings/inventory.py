@@ -91,6 +91,8 @@ class Inventory:
         """None when ``raw`` is not a baseline this version wrote."""
         if not isinstance(raw, dict) or raw.get("version") != 1:
             return None
+        if not _valid_inventory(raw):
+            return None
         try:
             return cls(
                 driver_version=raw.get("driver_version"),
@@ -114,6 +116,33 @@ class Inventory:
             )
         except (KeyError, TypeError, ValueError):
             return None
+
+
+def _valid_inventory(raw: dict[str, Any]) -> bool:
+    """Every value of the types ``to_json`` writes (a file of other types would fail later comparisons)."""
+
+    def text(v: Any) -> bool:
+        return v is None or isinstance(v, str)
+
+    def count(v: Any) -> bool:
+        return v is None or (isinstance(v, int) and not isinstance(v, bool))
+
+    gpus = raw.get("gpus") or []
+    return (
+        text(raw.get("driver_version"))
+        and isinstance(raw.get("recorded_seconds", 0.0), (int, float))
+        and isinstance(gpus, list)
+        and all(
+            isinstance(g, dict)
+            and count(g.get("index"))
+            and g.get("index") is not None
+            and isinstance(g.get("uuid"), str)
+            and all(text(g.get(k)) for k in ("name", "pci_bus_id", "vbios_version"))
+            and all(count(g.get(k)) for k in ("nvlinks_up", "pcie_generation_max", "pcie_width_max", "pcie_width"))
+            and isinstance(g.get("p2p_ok") or [], list)
+            for g in gpus
+        )
+    )
 
 
 def inventory_of(snapshot: Snapshot, now_seconds: float, source: str = "recorded") -> Inventory:

@@ -43,7 +43,16 @@ from gpumon.findings.trends import Increase, TrendTracker
 from gpumon.findings.xid_lifecycle import Clear, XidLifecycle, XidPolicy
 from gpumon.snapshot import Snapshot
 from gpumon.state.burn_files import LAST_NAME, burn_dir
-from gpumon.state.files import STATE_FILE_MODE, health_dir, read_json, write_json
+from gpumon.state.files import (
+    STATE_FILE_MODE,
+    DamagedFile,
+    health_dir,
+    move_aside,
+    read_json,
+    read_state_json,
+    remove_stale_temporaries,
+    write_json,
+)
 from gpumon.state.lock import state_lock
 
 log = logging.getLogger(__name__)
@@ -111,12 +120,17 @@ class HealthService:
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
         self._catalog = catalog
+        self._set_aside: list[Finding] = []
+        """State files found damaged and moved aside (shown as findings while this process runs)."""
+        if self.folder.is_dir():  # what a writer killed mid-write left (no writer runs while the lock is held)
+            with state_lock(self.folder):
+                remove_stale_temporaries(self.folder, ("xid.json", "inventory.json"))
         self._xid_key = _stat_key(self._xid_path)  # before the read: a write in between is merged at the next save
         self.lifecycle = self._new_lifecycle()
         self._pending: deque[tuple[bool, XidEvent]] = deque(maxlen=_MAX_PENDING)
         """XIDs taken in since the last save ((True, event) recorded, (False, event) a paired copy): what a save
         replays over the file when another process wrote it meanwhile."""
-        self.baseline = Inventory.from_json(read_json(self._inventory_path))
+        self.baseline = self._load_baseline()
         self._baseline_mtime = self._inventory_mtime()
         self._baseline_refused: str | None = None
         """Why the baseline was not recorded (said once per reason)."""
@@ -145,8 +159,46 @@ class HealthService:
                 transient_window_seconds=self.config.transient_window_seconds,
             ),
         )
-        lifecycle.load(read_json(self._xid_path))
+        raw = self._read_state(self._xid_path)
+        try:
+            lifecycle.load(raw)
+        except ValueError as exc:
+            self._damaged(self._xid_path, str(exc))
         return lifecycle
+
+    def _load_baseline(self) -> Inventory | None:
+        raw = self._read_state(self._inventory_path)
+        baseline = Inventory.from_json(raw)
+        if raw is not None and baseline is None:
+            self._damaged(self._inventory_path, "not an inventory of this gpumon (a key or a type is wrong)")
+        return baseline
+
+    def _read_state(self, path: Path) -> object:
+        """The JSON of a state file, None when absent, unreadable or damaged (then moved aside and said)."""
+        try:
+            return read_state_json(path)
+        except DamagedFile as exc:
+            self._damaged(path, str(exc))
+        except OSError as exc:
+            log.error("cannot read the health state %s: %s", path, exc.strerror or exc)
+        return None
+
+    def _damaged(self, path: Path, why: str) -> None:
+        """Move a damaged state file aside (kept for the operator), say so once, show it as a finding."""
+        try:
+            kept = f"moved aside to {move_aside(path, self._clock()).name}"
+        except OSError as exc:
+            kept = f"could not be moved aside: {exc.strerror or exc}"
+        log.error("health state file %s is damaged (%s): %s; going on without it", path, why, kept)
+        self._set_aside.append(
+            Finding(
+                kind="state_damaged",
+                severity=WARNING,
+                action="none",
+                summary=f"{path.name} was damaged ({why}) and {kept}: what it held is not known",
+                evidence={"path": str(path), "why": why},
+            )
+        )
 
     @staticmethod
     def _xid_name(catalog: XidCatalog, code: str) -> str:
@@ -241,7 +293,7 @@ class HealthService:
             findings = [*extra, *self.lifecycle.findings(now)]  # first: an XID names a fault best
             findings += snapshot_findings(snapshot) if snapshot is not None or not extra else []
             findings += self._burn_findings(clears)
-            findings += self._clears_findings()
+            findings += self._clears_findings() + self._set_aside
             if self._burn.read() is None:  # a burn makes its GPUs unequal on purpose
                 findings += self.stragglers.findings(now)
             findings += self.trends.findings(now)
@@ -419,7 +471,7 @@ class HealthService:
         """Pick up a baseline accepted by another process (gpumon health accept-inventory)."""
         mtime = self._inventory_mtime()
         if mtime is not None and mtime != self._baseline_mtime:
-            self.baseline = Inventory.from_json(read_json(self._inventory_path)) or self.baseline
+            self.baseline = self._load_baseline() or self.baseline
             self._baseline_mtime = mtime
 
 

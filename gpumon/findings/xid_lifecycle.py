@@ -31,8 +31,9 @@ Pure and clock-free: events, snapshots, boot ids and operator clears come in; fi
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,17 +127,31 @@ class XidLifecycle:
         }
 
     def load(self, raw: Any) -> None:
-        """Restore from ``to_json`` output; anything unreadable is ignored (starts empty)."""
-        if not isinstance(raw, dict) or raw.get("version") != 1:
+        """Restore from ``to_json`` output (None: nothing saved yet). Raises ValueError, saying what is
+        wrong, for anything else: the wrong version, a missing key or a value of the wrong type anywhere
+        (a file this gpumon did not write), and then changes nothing."""
+        if raw is None:
             return
+        if not isinstance(raw, dict) or raw.get("version") != 1:
+            raise ValueError("not an XID state of this gpumon (version 1)")
+        faults = _entries(raw, "faults", _valid_fault)
+        resolved = _entries(raw, "resolved", lambda e: True)
+        recent = _entries(raw, "recent", _valid_recent)
+        clears = _entries(raw, "clears_applied", _valid_clear)
+        seen = raw.get("seen") or []
+        energy = raw.get("energy_joules") or {}
+        if not isinstance(seen, list) or not all(isinstance(k, str) for k in seen):
+            raise ValueError("seen: not a list of strings")
+        if not isinstance(energy, dict) or not all(_number(v) for v in energy.values()):
+            raise ValueError("energy_joules: not a mapping of numbers")
+        for key in ("boot_id", "driver_version"):
+            if not isinstance(raw.get(key), (str, type(None))):
+                raise ValueError(f"{key}: not a string")
         self.boot_id = raw.get("boot_id")
         self.driver_version = raw.get("driver_version")
-        self.faults = [f for f in raw.get("faults") or [] if isinstance(f, dict)]
-        self.resolved = [f for f in raw.get("resolved") or [] if isinstance(f, dict)]
-        self.recent = [e for e in raw.get("recent") or [] if isinstance(e, dict)]
-        self.seen = [str(s) for s in raw.get("seen") or []]
-        self.clears_applied = [c for c in raw.get("clears_applied") or [] if isinstance(c, dict)]
-        self._energy = {str(k): float(v) for k, v in (raw.get("energy_joules") or {}).items()}
+        self.faults, self.resolved, self.recent, self.clears_applied = faults, resolved, recent, clears
+        self.seen = list(seen)
+        self._energy = {str(k): float(v) for k, v in energy.items()}
 
     # ---- inputs ------------------------------------------------------------
     def record(self, event: XidEvent, boot_id: str | None = None) -> None:
@@ -366,6 +381,65 @@ class XidLifecycle:
         if len(kept) != len(self.recent):
             self.recent = kept
             self.changed = True
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _optional(value: Any, kind: type) -> bool:
+    return value is None or isinstance(value, kind)
+
+
+def _valid_fault(f: dict[str, Any]) -> bool:
+    escalated = f.get("escalated")
+    return (
+        _integer(f.get("gpu"))
+        and _integer(f.get("xid"))
+        and _integer(f.get("count"))
+        and _number(f.get("first_seconds"))
+        and (f.get("last_seconds") is None or _number(f.get("last_seconds")))
+        and f.get("action") in LIFECYCLE_OF_ACTION
+        and f.get("lifecycle") in LIFECYCLE_OF_ACTION.values()
+        and isinstance(f.get("meaning", ""), str)
+        and _optional(f.get("uuid"), str)
+        and _optional(f.get("source"), str)
+        and (f.get("energy_joules") is None or _number(f.get("energy_joules")))
+        and isinstance(f.get("followed_by", []), list)
+        and all(_integer(c) for c in f.get("followed_by", []))
+        and (
+            escalated is None
+            or (
+                isinstance(escalated, dict)
+                and _integer(escalated.get("count"))
+                and _number(escalated.get("window_seconds"))
+                and escalated.get("action") in ACTIONS
+            )
+        )
+    )
+
+
+def _valid_recent(e: dict[str, Any]) -> bool:
+    return _integer(e.get("gpu")) and _integer(e.get("xid")) and _number(e.get("ts")) and _optional(e.get("uuid"), str)
+
+
+def _valid_clear(c: dict[str, Any]) -> bool:
+    return _integer(c.get("gpu")) and _number(c.get("at_seconds"))
+
+
+def _entries(raw: dict[str, Any], key: str, valid: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+    """``raw[key]``: a list of mappings each ``valid``; raises ValueError naming the key otherwise."""
+    entries = raw.get(key) or []
+    if not isinstance(entries, list):
+        raise ValueError(f"{key}: not a list")
+    for entry in entries:
+        if not isinstance(entry, dict) or not valid(entry):
+            raise ValueError(f"{key}: an entry without its keys or of the wrong types")
+    return entries
 
 
 def _duration(seconds: float) -> str:

@@ -11,6 +11,7 @@ still write beside it.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -122,11 +123,91 @@ def write_json(path: Path, data: Any, mode: int = 0o600) -> None:
     write_text_atomic(path, json_text(data), mode=mode)
 
 
-def read_json(path: Path) -> Any:
-    """The JSON in ``path``, or None when it is missing or unreadable (a damaged file is not fatal)."""
+MAX_STATE_BYTES = 16 * 1024 * 1024
+"""The largest state file gpumon reads (its own are kilobytes: a bigger one is not one it wrote)."""
+
+
+class DamagedFile(Exception):
+    """A state file that is not what gpumon writes: not a regular file, too large, not UTF-8, not JSON,
+    nested too deeply, or of the wrong shape. The message says which, in a few words."""
+
+
+def read_state_json(path: Path, max_bytes: int = MAX_STATE_BYTES) -> Any:
+    """The JSON in the state file ``path``; None when there is none. Bounded: a symbolic link, a FIFO or a
+    device (``/dev/zero``), more than ``max_bytes``, bytes that are not UTF-8, text that is not JSON or JSON
+    nested deeper than Python can parse raise DamagedFile; a file that cannot be read raises OSError."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DamagedFile("a symbolic link, not a file gpumon wrote") from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise DamagedFile("not a regular file")
+        if st.st_size > max_bytes:
+            raise DamagedFile(f"{st.st_size} bytes, more than the {max_bytes} a state file may have")
+        chunks = []
+        left = max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise DamagedFile(f"more than the {max_bytes} bytes a state file may have")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise DamagedFile("not UTF-8") from exc
+    except RecursionError as exc:
+        raise DamagedFile("nested too deeply") from exc
+    except ValueError as exc:
+        raise DamagedFile(f"not JSON ({exc})") from exc
+
+
+def move_aside(path: Path, now_seconds: float) -> Path:
+    """Rename a damaged state file to ``NAME.damaged-<unix time>`` beside it (kept for the operator)."""
+    target = path.with_name(f"{path.name}.damaged-{int(now_seconds)}")
+    n = 1
+    while target.exists() or target.is_symlink():
+        target = path.with_name(f"{path.name}.damaged-{int(now_seconds)}-{n}")
+        n += 1
+    os.rename(path, target)
+    return target
+
+
+def remove_stale_temporaries(folder: Path, names: tuple[str, ...]) -> list[Path]:
+    """Remove the temporary files ``write_text_atomic`` leaves when killed mid-write (``.NAME.*``) of each of
+    ``names`` in ``folder``; the caller holds the folder's lock, so no writer is using one."""
+    removed: list[Path] = []
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return removed
+    for entry in entries:
+        if any(entry.startswith(f".{name}.") for name in names):
+            try:
+                (folder / entry).unlink()
+                removed.append(folder / entry)
+            except OSError:
+                continue
+    return removed
+
+
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``, or None when it is missing, unreadable or damaged (``read_state_json``'s bounds:
+    a damaged file is not fatal, and /dev/zero or a FIFO in its place is not read for ever)."""
+    try:
+        return read_state_json(path)
+    except (OSError, DamagedFile):
         return None
 
 
