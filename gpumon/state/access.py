@@ -32,7 +32,7 @@ def _name_of_group(gid: int) -> str:
 
 
 def _existing(path: Path) -> Path:
-    """``path``, or the nearest folder above it that exists (whose owner decides for a state dir not made yet)."""
+    """``path``, or the nearest folder above it that exists."""
     path = path.absolute()
     while not path.exists() and path.parent != path:
         path = path.parent
@@ -45,6 +45,11 @@ def refusal(state_dir: Path, what: str) -> str | None:
     if euid == 0:
         return None
     where = _existing(Path(state_dir))
+    if where != Path(state_dir).absolute():
+        return (
+            f"cannot {what}: the state directory {state_dir} does not exist (no gpumon has used it); "
+            f"give the daemon's --state-dir (you are {_name_of_user(euid)}; nothing was written)"
+        )
     try:
         st = where.stat()
     except OSError as exc:
@@ -53,7 +58,7 @@ def refusal(state_dir: Path, what: str) -> str | None:
         return None
     group_writable = bool(st.st_mode & stat.S_IWGRP)
     member = st.st_gid == os.getegid() or st.st_gid in os.getgroups()
-    if group_writable and member and where == Path(state_dir).absolute():
+    if group_writable and member:
         return None
     admins = (
         f"members of group {_name_of_group(st.st_gid)}"
