@@ -7,14 +7,13 @@ read is listed (the health service says so), never silently ignored.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpumon.findings.xid_lifecycle import Clear
-from gpumon.state.files import STATE_FILE_MODE, ensure_dir, health_dir, json_text
+from gpumon.state.files import STATE_FILE_MODE, DamagedFile, ensure_dir, health_dir, json_text, read_state_json
 
 CLEARS_DIR = "clears.d"
 LEGACY_CLEARS = "clears.json"
@@ -31,13 +30,10 @@ class ClearsRead:
 
 
 def _clear_entries(path: Path) -> list[object]:
-    """The clear(s) in one file: a list (``clears.json``) or one mapping (``clears.d/*.json``).
-    Raises OSError (the file cannot be read) or ValueError (it is not a clears file)."""
-    with path.open("rb") as fh:
-        data = fh.read(_MAX_CLEAR_BYTES * 16 + 1)
-    if len(data) > _MAX_CLEAR_BYTES * 16:
-        raise ValueError("too large")
-    raw = json.loads(data.decode("utf-8"))
+    """The clear(s) in one file: a list (``clears.json``) or one mapping (``clears.d/*.json``), read through
+    the bounded state reader (no FIFO, device or link). Raises OSError (the file cannot be read) or
+    DamagedFile (it is not a clears file)."""
+    raw = read_state_json(path, max_bytes=_MAX_CLEAR_BYTES * 16)
     return raw if isinstance(raw, list) else [raw]
 
 
@@ -62,8 +58,8 @@ def read_clears(folder: Path) -> ClearsRead:
         except OSError as exc:
             unreadable.append(f"{path}: {exc.strerror or exc}")
             continue
-        except (ValueError, RecursionError):
-            unreadable.append(f"{path}: not a clear gpumon wrote")
+        except DamagedFile as exc:
+            unreadable.append(f"{path}: not a clear gpumon wrote ({exc})")
             continue
         for entry in entries:
             try:

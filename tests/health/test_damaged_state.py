@@ -85,3 +85,21 @@ def test_temporary_files_of_a_killed_writer_are_removed_at_start(
     place(folder / ".inventory.json.a8s7d6", b"")
     start_daemon("--backend", "fake")
     assert not list(folder.glob(".xid.json.*")) and not list(folder.glob(".inventory.json.*"))
+
+
+def test_damaged_clears_are_said_and_the_verdict_still_answers(
+    start_daemon: Callable[..., DaemonProcess], tmp_path: Path
+) -> None:
+    """A deeply nested clears.json and a FIFO among the clears: /api/health answers (no 500, no hang), the
+    health series stay on /metrics, and both show as clears that cannot be read."""
+    folder = health_dir(tmp_path / "state", "fake")
+    place(folder / "clears.json", b"[" * 100_000 + b"]" * 100_000)
+    (folder / "clears.d").mkdir()
+    os.mkfifo(folder / "clears.d" / "1-1-root.json")
+    daemon = start_daemon("--backend", "fake")
+    report = wait_for(lambda: (r := daemon.get("/api/health")).status_code == 200 and r.json(), 10, what="a verdict")
+    assert report["status"] == "WARNING"
+    assert [f["kind"] for f in report["findings"]] == ["clears_unreadable"]
+    text = daemon.metrics()
+    assert value(text, "gpumon_health_clears_unreadable") == 2.0
+    assert "gpumon_node_health_status{" in text
