@@ -142,7 +142,7 @@ class Daemon:
         self.config = config
         # one daemon per state directory (raises StateDirBusy): two would share, and fight over, one
         # alert spool and one health state; released by stop(), or by the kernel when the process ends
-        self._state_lock = DaemonLock(config.state_dir)
+        self._state_lock = DaemonLock.take(config.state_dir, log)
         for line in close_to_others([config.state_dir, health_dir(config.state_dir)]):
             log.warning("state directory: %s", line)
         try:

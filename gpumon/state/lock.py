@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -72,10 +73,33 @@ class DaemonLock:
         except OSError:
             pass  # opened read-only: the lock holds all the same
 
+    @classmethod
+    def take(cls, state_dir: Path, logger: logging.Logger) -> DaemonLock | _NoLock:
+        """The lock, or (where the lock file cannot be made at all, a read-only state directory) a stand-in,
+        said in one log line. Raises StateDirBusy when another daemon holds it."""
+        try:
+            return cls(state_dir)
+        except StateDirBusy:
+            raise
+        except OSError as exc:
+            logger.warning(
+                "cannot lock the state directory %s (%s): a second daemon on it would go unnoticed",
+                state_dir,
+                exc.strerror or exc,
+            )
+            return _NoLock()
+
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)  # closing the only descriptor drops the flock
             self._fd = None
+
+
+class _NoLock:
+    """What ``DaemonLock.take`` gives where no lock could be made."""
+
+    def release(self) -> None:
+        return None
 
 
 def _holder(fd: int) -> str:
