@@ -32,9 +32,9 @@ class XidEvent:
 
     def identity(self, boot_id: str | None) -> str:
         """What names this XID across sources and restarts: the kernel's record (boot id, kernel time,
-        bus, code) where known; else GPU, code and time to the millisecond (NVML events and the fake
-        backend's, which are never read twice)."""
+        bus, code) where known; else GPU, code and time to the microsecond (NVML events and the fake
+        backend's, which are never read twice: two processes' own events stay two)."""
         if self.kernel_usec is not None:
             where = self.pci_bus_id if self.pci_bus_id is not None else self.gpu_index
             return f"k:{boot_id or '-'}:{self.kernel_usec}:{where}:{self.xid}"
-        return f"{self.gpu_index}:{self.xid}:{self.timestamp_seconds:.3f}"
+        return f"{self.gpu_index}:{self.xid}:{self.timestamp_seconds:.6f}"

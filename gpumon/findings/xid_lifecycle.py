@@ -49,6 +49,9 @@ LIFECYCLE_OF_ACTION = {
     "replace": "needs_replacement",
 }
 _MAX_SEEN = 4000
+LEGACY_MATCH_SECONDS = 10.0
+"""How far apart an XID recorded by a gpumon without identities and its kernel record read again may be
+stamped (read time live, boot time + kernel time at start) and still be one."""
 _MAX_RESOLVED = 200
 _MAX_HISTORY = 200
 
@@ -169,10 +172,14 @@ class XidLifecycle:
         self.seen.append(key)
         del self.seen[:-_MAX_SEEN]
         self.changed = True
+        if event.kernel_usec is not None and self._recorded_before_identities(event):
+            return
         gpu, ts, code = event.gpu_index, event.timestamp_seconds, event.xid
         info = self.catalog.lookup(code)
         predecessor = self._predecessor(gpu, code, ts, info.follows)
-        self.recent.append({"gpu": gpu, "uuid": event.uuid, "xid": code, "ts": ts, "deferred": predecessor is not None})
+        self.recent.append(
+            {"gpu": gpu, "uuid": event.uuid, "xid": code, "ts": ts, "deferred": predecessor is not None, "id": key}
+        )
         if predecessor is not None:
             for open_fault in self.faults:
                 if open_fault["gpu"] == gpu and open_fault["xid"] == predecessor:
@@ -339,6 +346,22 @@ class XidLifecycle:
         return out
 
     # ---- helpers -----------------------------------------------------------
+    def _recorded_before_identities(self, event: XidEvent) -> bool:
+        """A kernel-log XID that a gpumon before XID identities recorded (its ``recent`` entry has no ``id``):
+        the same GPU and code within LEGACY_MATCH_SECONDS. Matched once each, so the first start after an
+        upgrade does not count again what the log still holds (XID 79 twice in a week escalates)."""
+        for entry in self.recent:
+            if (
+                "id" not in entry
+                and not entry.get("matched")
+                and entry["gpu"] == event.gpu_index
+                and entry["xid"] == event.xid
+                and abs(entry["ts"] - event.timestamp_seconds) <= LEGACY_MATCH_SECONDS
+            ):
+                entry["matched"] = True
+                return True
+        return False
+
     def _predecessor(self, gpu: int, code: int, ts: float, follows: tuple[int, ...] | None) -> int | None:
         if follows == ():
             return None
@@ -424,7 +447,13 @@ def _valid_fault(f: dict[str, Any]) -> bool:
 
 
 def _valid_recent(e: dict[str, Any]) -> bool:
-    return _integer(e.get("gpu")) and _integer(e.get("xid")) and _number(e.get("ts")) and _optional(e.get("uuid"), str)
+    return (
+        _integer(e.get("gpu"))
+        and _integer(e.get("xid"))
+        and _number(e.get("ts"))
+        and _optional(e.get("uuid"), str)
+        and _optional(e.get("id"), str)
+    )
 
 
 def _valid_clear(c: dict[str, Any]) -> bool:

@@ -198,3 +198,35 @@ def test_ten_restarts_over_the_same_kernel_log_count_one_xid_once(
         d.stop()
     [kept] = json.loads((state / "health" / "xid.json").read_text())["faults"]
     assert (kept["xid"], kept["count"], kept["action"]) == (79, 1, "reboot_node")
+
+
+def test_the_first_start_after_an_upgrade_does_not_count_again_what_an_older_gpumon_recorded() -> None:
+    """xid.json of a gpumon that named XIDs by their stamp: the kernel record read again at start (stamped
+    0.4 s apart) is that XID, not a second one (XID 79 twice in a week escalates to inspect hardware);
+    a new XID later still counts."""
+    from gpumon.events.catalog import XidCatalog
+    from gpumon.events.model import XidEvent
+    from gpumon.findings.xid_lifecycle import XidLifecycle
+
+    t = BOOT + 5.0
+    fault = {"gpu": 1, "xid": 79, "meaning": "fallen off the bus", "first_seconds": t, "last_seconds": t}
+    fault.update(count=1, action="reboot_node", lifecycle="needs_reboot", source="kernel_log")
+    older = {
+        "version": 1,
+        "faults": [fault],
+        "recent": [{"gpu": 1, "uuid": None, "xid": 79, "ts": t, "deferred": False}],
+        "seen": [f"1:79:{t:.3f}"],
+    }
+    life = XidLifecycle(XidCatalog.load())
+    life.load(older)
+
+    def record(ts: float, usec: int) -> None:
+        event = XidEvent(79, ts, "kernel_log", gpu_index=1, pci_bus_id="00000000:28:00.0", kernel_usec=usec)
+        life.record(event, "boot-1")
+
+    record(t + 0.4, 5_000_000)
+    [fault] = life.faults
+    assert (fault["count"], fault["action"]) == (1, "reboot_node")
+    record(t + 3600, 3_605_000_000)
+    [fault] = life.faults
+    assert (fault["count"], fault["action"]) == (2, "inspect_hardware")
