@@ -1,5 +1,6 @@
 """The health verdict as metric series: ``gpumon_node_health_status``, ``gpumon_health_status`` per GPU,
-``gpumon_health_findings``, ``gpumon_health_clears_unreadable``, and the straggler and trend signals."""
+``gpumon_health_findings`` (by kind: clears that cannot be read, state files set aside, …), and the
+straggler and trend signals."""
 
 from __future__ import annotations
 
@@ -71,23 +72,6 @@ class HealthCollector:
         for (kind, severity), n in sorted(counts.items()):
             findings.add([kind, severity], n)
         yield findings
-        unreadable = Family(
-            "gpumon_health_clears_unreadable",
-            "gauge",
-            "Operator clears (files under the health state's clears.d) this daemon cannot read, so not applied.",
-            (),
-        )
-        problems = [f.evidence.get("unreadable") or [] for f in report.findings if f.kind == "clears_unreadable"]
-        unreadable.add([], sum(len(p) for p in problems))
-        yield unreadable
-        aside = Family(
-            "gpumon_health_state_files_set_aside",
-            "gauge",
-            "Health state files (xid.json, inventory.json) found damaged since start and moved aside.",
-            (),
-        )
-        aside.add([], sum(1 for f in report.findings if f.kind == "state_damaged"))
-        yield aside
 
     @staticmethod
     def _signal_families(deviations: list[Deviation], increases: list[Increase]) -> Iterator[Family]:

@@ -84,8 +84,8 @@ class Daemon:
             raise AssertionError(f"the daemon exited {self.proc.returncode}: {self.log_path.read_text()}")
         return self.health()["status"]
 
-    def metric(self, name: str) -> float | None:
-        return value(requests.get(self.url + "/metrics", timeout=5).text, name)
+    def metric(self, name: str, **labels: str) -> float | None:
+        return value(requests.get(self.url + "/metrics", timeout=5).text, name, **labels)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -186,7 +186,7 @@ def test_a_clear_the_daemon_cannot_read_is_said_not_ignored(place: Path, daemons
     legacy.write_text(json.dumps([{"gpu": 0, "reason": "old", "at_seconds": 4e9, "user": "root"}]))
     legacy.chmod(0o600)
 
-    wait_for(lambda: d.metric("gpumon_health_clears_unreadable") == 1.0, 10, 0.1, "the metric")
+    wait_for(lambda: d.metric("gpumon_health_findings", kind="clears_unreadable") == 1.0, 10, 0.1, "the metric")
     kinds = {f["kind"] for f in d.health()["findings"]}  # type: ignore[union-attr]
     assert "clears_unreadable" in kinds
     assert "cannot read 1 operator clear" in d.log_path.read_text()

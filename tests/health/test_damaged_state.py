@@ -44,7 +44,7 @@ def check(daemon: DaemonProcess, name: str) -> None:
     [finding] = [f for f in report.json()["findings"] if f["kind"] == "state_damaged"]
     assert finding["severity"] == "WARNING" and name in finding["summary"]
     text = daemon.metrics()
-    assert value(text, "gpumon_health_state_files_set_aside") == 1.0
+    assert value(text, "gpumon_health_findings", kind="state_damaged", severity="WARNING") == 1.0
     assert "gpumon_node_health_status{" in text
     assert f"{name} is damaged" in daemon.log()
 
@@ -81,10 +81,11 @@ def test_temporary_files_of_a_killed_writer_are_removed_at_start(
     start_daemon: Callable[..., DaemonProcess], tmp_path: Path
 ) -> None:
     folder = health_dir(tmp_path / "state", "fake")
-    place(folder / ".xid.json.k3jd9x", b'{"version": 1')
-    place(folder / ".inventory.json.a8s7d6", b"")
+    left = [folder / ".xid.json.k3jd9x", folder / ".inventory.json.a8s7d6"]
+    place(left[0], b'{"version": 1')
+    place(left[1], b"")
     start_daemon("--backend", "fake")
-    assert not list(folder.glob(".xid.json.*")) and not list(folder.glob(".inventory.json.*"))
+    assert not [p for p in left if p.exists()]
 
 
 def test_damaged_clears_are_said_and_the_verdict_still_answers(
@@ -101,5 +102,7 @@ def test_damaged_clears_are_said_and_the_verdict_still_answers(
     assert report["status"] == "WARNING"
     assert [f["kind"] for f in report["findings"]] == ["clears_unreadable"]
     text = daemon.metrics()
-    assert value(text, "gpumon_health_clears_unreadable") == 2.0
+    assert value(text, "gpumon_health_findings", kind="clears_unreadable", severity="WARNING") == 1.0
+    [finding] = report["findings"]
+    assert len(finding["evidence"]["unreadable"]) == 2
     assert "gpumon_node_health_status{" in text
