@@ -15,6 +15,7 @@ from gpumon import __version__
 from gpumon.config import DEFAULT_PORT, DEFAULT_STATE_DIR, Config, ConfigError, load
 from gpumon.early_hangup import hold_hangups
 from gpumon.jsonout import add_json_option, emit_json, to_stdout
+from gpumon.state.files import ensure_dir
 
 if TYPE_CHECKING:
     from gpumon.exporter.webconfig import WebConfigError
@@ -174,7 +175,7 @@ def _usable_state_dir(config: Config, explicit: bool) -> Path | None:
         candidates.append(Path(base) / "gpumon")
     for path in candidates:
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            ensure_dir(path)  # 0755 whatever the umask (gpumon.state.files)
         except OSError:
             continue
         if os.access(path, os.W_OK):
@@ -191,11 +192,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gpumon.backends.factory import make_backend
     from gpumon.config import reloader
     from gpumon.daemon import Daemon, configure_logging
+    from gpumon.state.lock import StateDirBusy
 
     config = load_or_report(args)
     if config is None:
         return EXIT_USAGE
     configure_logging(config.log_level)
+    # nothing the daemon makes is writable by group or others whatever umask it was started with (a state
+    # directory made under umask 000 let any user clear a fault); the files that need more say so themselves
+    os.umask(os.umask(0o022) | 0o022)
     explicit_state = args.state_dir is not None or "GPUMON_STATE_DIR" in os.environ
     state_dir = _usable_state_dir(config, explicit_state)
     if state_dir is None:
@@ -219,6 +224,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"gpumon: web config {config.web_config_file}: {len(exc.problems)} problem(s):", file=sys.stderr)
         for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    except StateDirBusy as exc:  # two daemons on one state directory: a configuration problem
+        print(f"gpumon: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
         print(f"gpumon: cannot listen on {config.listen}: {exc.strerror or exc}", file=sys.stderr)

@@ -51,6 +51,8 @@ from gpumon.poller import Poller, PollIntervals
 from gpumon.processes import ProcessEnricher
 from gpumon.scheduling import PollJob, interval_trigger
 from gpumon.snapshot import to_jsonable
+from gpumon.state.files import close_to_others, health_dir
+from gpumon.state.lock import DaemonLock
 from gpumon.store import SnapshotStore
 from gpumon.systemd_notify import SystemdNotifier
 
@@ -139,10 +141,32 @@ class Daemon:
         notifier: SystemdNotifier | None = None,
         settle_memory: Callable[[], None] = process_memory.settle,
     ) -> None:
-        """Build every part; raises OSError when the port cannot be bound and
-        gpumon.exporter.webconfig.WebConfigError for an unusable web config.
+        """Build every part; raises OSError when the port cannot be bound,
+        gpumon.exporter.webconfig.WebConfigError for an unusable web config and
+        gpumon.state.lock.StateDirBusy when another daemon runs on the same state directory.
         ``settle_memory`` runs once, in run_forever after the first poll (a test passes its own)."""
         self.config = config
+        # one daemon per state directory (raises StateDirBusy): two would share, and fight over, one
+        # alert spool and one health state; released by stop(), or by the kernel when the process ends
+        self._state_lock = DaemonLock.take(config.state_dir, log)
+        for line in close_to_others([config.state_dir, health_dir(config.state_dir)]):
+            log.warning("state directory: %s", line)
+        try:
+            self._build(config, backend, reload_config, monotonic, wall_clock, notifier, settle_memory)
+        except BaseException:
+            self._state_lock.release()
+            raise
+
+    def _build(
+        self,
+        config: Config,
+        backend: GpuBackend,
+        reload_config: Callable[[], Config] | None,
+        monotonic: Callable[[], float],
+        wall_clock: Callable[[], float],
+        notifier: SystemdNotifier | None,
+        settle_memory: Callable[[], None],
+    ) -> None:
         self._settle_memory = settle_memory
         self._reload_config = reload_config
         self._mono = monotonic
@@ -188,10 +212,15 @@ class Daemon:
             config.health,
             clock=wall_clock,
             monotonic=monotonic,
-            simulated=backend.name == "fake",
+            # simulated GPUs keep their state apart from the node's, one folder per scenario
+            simulated=(config.backend if config.backend.startswith("fake") else "fake")
+            if backend.name == "fake"
+            else False,
         )
         self.store.subscribe(self.health.on_snapshot)
-        self.tracker.subscribe(self.health.on_xid)
+        # with its GPU known, also when the kernel log is read before the first poll maps the bus ids
+        self.tracker.subscribe(self.health.on_xid, attributed=True)
+        self.tracker.subscribe_paired(self.health.on_xid_paired)
         self.collector = GpumonCollector(
             self.store,
             intervals_of(config),
@@ -276,6 +305,7 @@ class Daemon:
         if self.kernel_log is not None:
             self.kernel_log.stop(timeout=0.5)
         self.alerts.stop(timeout=0.5)
+        self._state_lock.release()
         if not stuck:
             try:
                 self.backend.shutdown()

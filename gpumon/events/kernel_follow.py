@@ -11,7 +11,9 @@ Sources, in order:
 * ``/dev/kmsg``: the kernel ring buffer (root, or anyone with ``kernel.dmesg_restrict=0``).
   Backfilled records are stamped with boot time + their kernel time; records read live are
   stamped with the time they were read (the kernel's clock drifts from the wall clock over a
-  long uptime, and a live record is read within ``poll_seconds``). Record sequence numbers
+  long uptime, and a live record is read within ``poll_seconds``). Either way each event also
+  carries the kernel's own time of the record (``XidEvent.kernel_usec``), which names it the same
+  on every read, so a restart that reads it again does not count it again. Record sequence numbers
   guard against reading a record twice after the file is reopened.
 * ``journalctl -k -b -f --no-tail -o json`` (groups ``systemd-journal`` / ``adm``), stamped
   with the journal's own receive time; restarted after the last cursor if it ends.
@@ -335,8 +337,9 @@ class _KmsgReader:
             parsed = parse_xid_message(m.group("msg"))
             if parsed is None:
                 continue
-            stamp = read_at if read_at is not None else self._boot + int(m.group("usec")) / 1e6
-            events.append(to_event(parsed, stamp))
+            usec = int(m.group("usec"))
+            stamp = read_at if read_at is not None else self._boot + usec / 1e6
+            events.append(to_event(parsed, stamp, usec, seq))
         return events
 
 

@@ -122,13 +122,18 @@ def parse_xid_message(text: str) -> ParsedXid | None:
     )
 
 
-def to_event(parsed: ParsedXid, timestamp_seconds: float) -> XidEvent:
+def to_event(
+    parsed: ParsedXid, timestamp_seconds: float, kernel_usec: int | None = None, kernel_seq: int | None = None
+) -> XidEvent:
+    """``kernel_usec``: the record's kernel time (µs since boot), when the source says it."""
     return XidEvent(
         xid=parsed.xid,
         timestamp_seconds=timestamp_seconds,
         source="kernel_log",
         pci_bus_id=parsed.pci_bus_id,
         message=parsed.message,
+        kernel_usec=kernel_usec,
+        kernel_seq=kernel_seq,
     )
 
 
@@ -143,10 +148,14 @@ def parse_log_line(line: str, boot_time_seconds: float, now_seconds: float) -> X
     try:
         timestamp = now_seconds
         message = line
+        usec: int | None = None
+        seq: int | None = None
         if m := KMSG_RECORD_RE.match(line):
-            timestamp = boot_time_seconds + int(m.group("usec")) / 1e6
+            usec, seq = int(m.group("usec")), int(m.group("seq"))
+            timestamp = boot_time_seconds + usec / 1e6
             message = m.group("msg")
         elif m := _DMESG_RE.match(line):
+            usec = int(m.group("sec")) * 1_000_000 + int((m.group("frac") + "000000")[:6])
             timestamp = boot_time_seconds + float(f"{m.group('sec')}.{m.group('frac')}")
             message = m.group("msg")
         elif m := _ISO_RE.match(line):
@@ -155,7 +164,7 @@ def parse_log_line(line: str, boot_time_seconds: float, now_seconds: float) -> X
                 timestamp = parsed_ts
             message = m.group("msg")
         parsed = parse_xid_message(message)
-        return None if parsed is None else to_event(parsed, timestamp)
+        return None if parsed is None else to_event(parsed, timestamp, usec, seq)
     except (ValueError, OverflowError):
         return None
 
@@ -183,7 +192,11 @@ def parse_journal_json_line(line: str) -> XidEvent | None:
         timestamp = int(entry["__REALTIME_TIMESTAMP"]) / 1e6
     except (KeyError, TypeError, ValueError):
         return None
-    return to_event(parsed, timestamp)
+    try:  # the kernel's own stamp of the record, as /dev/kmsg gives it (journald keeps it for kernel messages)
+        kernel_usec: int | None = int(entry["_SOURCE_MONOTONIC_TIMESTAMP"])
+    except (KeyError, TypeError, ValueError):
+        kernel_usec = None
+    return to_event(parsed, timestamp, kernel_usec)
 
 
 def _parse_iso(text: str) -> float | None:

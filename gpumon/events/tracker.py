@@ -16,6 +16,13 @@ NVML events, while NVML was down) is counted from that source.
 Events that carry only a PCI bus id (kernel log) are matched to a GPU index through
 the map given to ``set_gpus``. Events of a bus id no known GPU has are counted under
 ``None`` and logged; they move to the right GPU if a later ``set_gpus`` knows the bus.
+
+Listeners: ``subscribe`` hears each counted event at once, its GPU filled in when known (the
+alert engine). ``subscribe(..., attributed=True)`` hears each counted event once it has a GPU:
+at once when the GPU is known, else when a later ``set_gpus`` maps its bus (the health verdict:
+an XID read from the kernel log at start, before the first poll mapped the bus ids, reaches it
+whatever the order). ``subscribe_paired`` hears the events not counted because they are the other
+source's copy of a counted one, so their identity (``XidEvent.identity``) is known to be counted.
 """
 
 from __future__ import annotations
@@ -76,6 +83,8 @@ class XidTracker:
         self._by_gpu: dict[int | None, _Counts] = {}
         self._unmatched: list[XidEvent] = []
         self._listeners: list[XidListener] = []
+        self._attributed_listeners: list[XidListener] = []
+        self._paired_listeners: list[XidListener] = []
         self._seen: dict[tuple[str, int], deque[_Seen]] = {}
         """(source, code) -> recent counted events of that source, for pairing with the other source."""
         self._none = _Counts()
@@ -91,6 +100,7 @@ class XidTracker:
             key = normalize_bus_id(bus)
             if key is not None:
                 normalized[key] = gpu
+        rehomed: list[XidEvent] = []
         with self._lock:
             self._bus_to_index = normalized
             self._last_snapshot_buses = None
@@ -100,11 +110,15 @@ class XidTracker:
                 if match is None:
                     still.append(event)
                 else:
-                    self._by_gpu.setdefault(match, _Counts()).add(dataclasses.replace(event, gpu_index=match))
+                    rehomed.append(dataclasses.replace(event, gpu_index=match))
+                    self._by_gpu.setdefault(match, _Counts()).add(rehomed[-1])
             self._unmatched = still
             self._by_gpu.pop(None, None)
             for event in still:
                 self._by_gpu.setdefault(None, _Counts()).add(event)
+            listeners = list(self._attributed_listeners)
+        for event in rehomed:  # counted before its GPU was known: those that wait for a GPU hear it now
+            self._notify(listeners, event)
 
     def set_gpus_from_snapshot(self, snapshot: Snapshot) -> None:
         """``set_gpus`` from a snapshot's pci_bus_id of each GPU; a no-op when nothing changed.
@@ -120,10 +134,18 @@ class XidTracker:
             self.set_gpus(mapping)
         self._last_snapshot_buses = mapping
 
-    def subscribe(self, listener: XidListener) -> None:
-        """Call ``listener(event)`` for each counted event (GPU index filled in when known), e.g. the alert engine."""
+    def subscribe(self, listener: XidListener, *, attributed: bool = False) -> None:
+        """Call ``listener(event)`` for each counted event (GPU index filled in when known), e.g. the alert engine.
+
+        ``attributed``: call it only with the GPU known: at once when it is, else when ``set_gpus`` maps the
+        event's bus (an event on a bus no GPU ever has never reaches it)."""
         with self._lock:
-            self._listeners.append(listener)
+            (self._attributed_listeners if attributed else self._listeners).append(listener)
+
+    def subscribe_paired(self, listener: XidListener) -> None:
+        """Call ``listener(event)`` for each event not counted because the other source's copy was."""
+        with self._lock:
+            self._paired_listeners.append(listener)
 
     def record(self, event: XidEvent) -> bool:
         """Count one event; False when it is a kernel-log copy of a live event (not counted)."""
@@ -135,37 +157,44 @@ class XidTracker:
             index = event.gpu_index
             if index is None and bus is not None:
                 index = self._bus_to_index.get(bus)
+            attributed = dataclasses.replace(event, gpu_index=index, pci_bus_id=bus or event.pci_bus_id)
             keys = frozenset(k for k in (("gpu", index), ("bus", bus)) if k[1] is not None)
             twin = self._twin(event, keys)
             if twin is not None:
                 twin.paired = True
-                self._log.debug(
-                    "XID %d from %s at %.3f is already counted from the other source",
-                    event.xid,
-                    event.source,
-                    event.timestamp_seconds,
+                listeners = list(self._paired_listeners)
+            else:
+                self._seen.setdefault((event.source, event.xid), deque(maxlen=_MAX_UNPAIRED)).append(
+                    _Seen(keys, event.timestamp_seconds)
                 )
-                return False
-            self._seen.setdefault((event.source, event.xid), deque(maxlen=_MAX_UNPAIRED)).append(
-                _Seen(keys, event.timestamp_seconds)
+                self._by_gpu.setdefault(index, _Counts()).add(attributed)
+                if index is None and len(self._unmatched) < _MAX_UNMATCHED:
+                    self._unmatched.append(attributed)
+                listeners = list(self._listeners) + (list(self._attributed_listeners) if index is not None else [])
+        if twin is not None:
+            self._log.debug(
+                "XID %d from %s at %.3f is already counted from the other source",
+                event.xid,
+                event.source,
+                event.timestamp_seconds,
             )
-            attributed = dataclasses.replace(event, gpu_index=index, pci_bus_id=bus or event.pci_bus_id)
-            self._by_gpu.setdefault(index, _Counts()).add(attributed)
-            if index is None and len(self._unmatched) < _MAX_UNMATCHED:
-                self._unmatched.append(attributed)
-            listeners = list(self._listeners)
+            self._notify(listeners, attributed)
+            return False
         if index is None and warn_unmatched:
             self._log.warning(
                 "XID %d on PCI %s, which is none of the GPUs gpumon watches; counted without a GPU",
                 event.xid,
                 bus or "(no bus id)",
             )
+        self._notify(listeners, attributed)
+        return True
+
+    def _notify(self, listeners: list[XidListener], event: XidEvent) -> None:
         for listener in listeners:
             try:
-                listener(attributed)
+                listener(event)
             except Exception:  # a listener's bug must not stop the event thread
                 self._log.exception("XID listener failed")
-        return True
 
     def _twin(self, event: XidEvent, keys: frozenset[tuple[str, object]]) -> _Seen | None:
         """A counted, unpaired event of another source for the same GPU and code close in time (lock held)."""

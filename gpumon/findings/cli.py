@@ -177,21 +177,6 @@ def _state_dir(config: Config, args: argparse.Namespace) -> Path | None:
     return _usable_state_dir(config, explicit)
 
 
-def _setup(args: argparse.Namespace) -> tuple[Config, Path] | int:
-    """clear / accept-inventory: the config and state directory, or the exit code (2 bad config, 1 no state dir)."""
-    from gpumon.cli import load_or_report
-
-    config = load_or_report(args)
-    if config is None:
-        return EXIT_USAGE
-    _logging(args)
-    state_dir = _state_dir(config, args)
-    if state_dir is None:
-        print(f"gpumon: state directory {config.state_dir} cannot be created or written", file=sys.stderr)
-        return 1
-    return dataclasses.replace(config, state_dir=state_dir), state_dir
-
-
 def _judge_setup(args: argparse.Namespace) -> tuple[Config, Path]:
     """The check's config and state directory; CannotJudge (every config problem on stderr) when not usable."""
     from gpumon.cli import _flags, checked_config
@@ -344,14 +329,14 @@ def _seconds_left(deadline: float) -> Callable[[], float]:
     return lambda: deadline - time.monotonic()
 
 
-def node_gpus(config: Config, state_dir: Path) -> list[int]:
+def node_gpus(config: Config, state_dir: Path, simulated: str | None = None) -> list[int]:
     """The GPU indices of this node: the inventory baseline's and those a poll sees now (empty when
     neither can be read)."""
     from gpumon.backends.base import ScenarioError
     from gpumon.backends.factory import make_backend
 
     indices: set[int] = set()
-    inventory = load_inventory(state_dir)
+    inventory = load_inventory(state_dir, simulated)
     if inventory is not None:
         indices.update(g.index for g in inventory.gpus)
     try:
@@ -370,17 +355,20 @@ def node_gpus(config: Config, state_dir: Path) -> list[int]:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
+    """Record an operator clear where the daemon reads it (docs/health.md "Who may clear"): root, the state
+    directory's owner or its admin group only, refused with nothing written otherwise; never in another
+    folder than the configured state directory (a clear the daemon never sees is no clear)."""
     if args.gpu < 0:
         print(f"gpumon: --gpu must be a GPU index (0 or more), got {args.gpu}", file=sys.stderr)
         return EXIT_USAGE
     if not args.reason.strip():
         print("gpumon: --reason must say what was done (it is recorded)", file=sys.stderr)
         return EXIT_USAGE
-    setup = _setup(args)
-    if isinstance(setup, int):
-        return setup
-    config, state_dir = setup
-    gpus = node_gpus(config, state_dir)
+    state = _admin_state(args, "clear faults")
+    if isinstance(state, int):
+        return state
+    config, simulated = state
+    gpus = node_gpus(config, Path(config.state_dir), simulated)
     if gpus and args.gpu not in gpus:
         listed = ", ".join(str(i) for i in gpus)
         print(f"gpumon: this node has no GPU {args.gpu} (its GPUs: {listed}); nothing recorded", file=sys.stderr)
@@ -393,22 +381,41 @@ def cmd_clear(args: argparse.Namespace) -> int:
         user = str(os.getuid())
     clear = Clear(gpu=args.gpu, reason=args.reason.strip(), at_seconds=time.time(), user=user)
     try:
-        add_clear(state_dir, clear)
+        add_clear(config.state_dir, clear, simulated)
     except OSError as exc:
-        print(f"gpumon: cannot record the clear in {state_dir}: {exc}", file=sys.stderr)
+        print(f"gpumon: cannot record the clear in {config.state_dir}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     print(f"cleared GPU {args.gpu}'s XID faults and failed burns up to now ({user}: {clear.reason})")
     return 0
 
 
+def _admin_state(args: argparse.Namespace, what: str) -> tuple[Config, str | None] | int:
+    """The configuration, whose state directory the caller may ``what`` in, and the simulated backend's spec
+    (its state apart, gpumon.state.files.health_dir) or None; else an exit code."""
+    from gpumon.cli import load_or_report
+    from gpumon.state.access import refusal
+
+    config = load_or_report(args)
+    if config is None:
+        return EXIT_USAGE
+    level = getattr(logging, (args.log_level or "warning").upper())
+    logging.basicConfig(level=level, format="gpumon: %(message)s", stream=sys.stderr)
+    refused = refusal(config.state_dir, what)
+    if refused is not None:
+        print(f"gpumon: {refused}", file=sys.stderr)
+        return 1
+    return config, (config.backend if config.backend.startswith("fake") else None)
+
+
 def cmd_accept_inventory(args: argparse.Namespace) -> int:
-    setup = _setup(args)
-    if isinstance(setup, int):
-        return setup
-    config, state_dir = setup
+    state = _admin_state(args, "accept the inventory")
+    if isinstance(state, int):
+        return state
+    config, simulated = state
+    state_dir = config.state_dir
     from gpumon.backends.base import ScenarioError
     from gpumon.backends.factory import make_backend
-    from gpumon.findings.inventory import inventory_of
+    from gpumon.findings.inventory import drift, inventory_of, pci_gpus
     from gpumon.findings.service import save_inventory
     from gpumon.poller import Poller
     from gpumon.store import SnapshotStore
@@ -423,9 +430,18 @@ def cmd_accept_inventory(args: argparse.Namespace) -> int:
     if not snapshot.nvml_up:
         print(f"gpumon: NVML unavailable ({snapshot.nvml_error}); the inventory is unchanged", file=sys.stderr)
         return 1
-    old = load_inventory(state_dir)
+    old = load_inventory(state_dir, simulated)
     inventory = inventory_of(snapshot, time.time(), source="accepted")
-    save_inventory(state_dir, inventory)
+    try:
+        save_inventory(state_dir, inventory, simulated)
+    except (OSError, TimeoutError) as exc:
+        print(f"gpumon: cannot write the inventory in {state_dir}: {exc}", file=sys.stderr)
+        return 1
     before = f" (was {len(old.gpus)} GPU(s), driver {old.driver_version})" if old else ""
     print(f"inventory accepted: {len(inventory.gpus)} GPU(s), driver {inventory.driver_version}{before}")
+    health = _health_config(config)
+    sysfs = health.sysfs_root or (None if backend.name == "fake" else Path("/sys"))
+    remaining = drift(inventory, snapshot, pci_gpus(sysfs) if sysfs else None, health.expected_gpu_count)
+    for finding in remaining:  # what an accepted inventory does not silence (docs/health.md)
+        print(f"still reported: {finding.severity} {finding.summary}")
     return 0

@@ -1,16 +1,23 @@
 """The host's expected inventory and drift from it.
 
-The baseline is recorded the first time gpumon sees every GPU up (or accepted with
-``gpumon health accept-inventory``). Drift findings:
+The baseline is recorded the first time gpumon sees every GPU up and every NVIDIA GPU on the PCI bus
+listed by NVML (or accepted with ``gpumon health accept-inventory``). Drift findings:
 
-* a GPU on the PCI bus (sysfs: vendor 0x10de, class 0x0300xx or 0x0302xx) that NVML does not list
-  — it fell off the bus before gpumon started, so no XID and no lost-GPU state shows it;
+* a GPU on the PCI bus (sysfs: vendor 0x10de, class 0x0300xx or 0x0302xx, bound to the nvidia
+  driver or to none) that NVML does not list — it fell off the bus before gpumon started, so no XID
+  and no lost-GPU state shows it (a GPU bound to another driver, vfio-pci for a VM, is not NVML's);
 * fewer GPUs than the baseline (or than ``health.expected_gpu_count``);
 * fewer NVLinks up on a GPU than in the baseline (a link that did not come up after a reboot);
-* a PCIe link trained narrower than its maximum, or a maximum generation/width lower than the
-  baseline's (the current generation is not compared: idle GPUs lower it to save power);
+* a PCIe link trained narrower than its maximum (and than the baseline's trained width, so an accepted
+  narrow link is quiet), or a maximum generation/width lower than the baseline's (the current
+  generation is not compared: idle GPUs lower it to save power);
 * a P2P capability that worked in the baseline and does not now;
 * the driver, a VBIOS or a GPU model changed.
+
+An accepted inventory silences what differs from the baseline; it cannot silence a GPU on the PCI bus
+that NVML does not list (repair it, or give it to another driver) nor fewer GPUs than
+``health.expected_gpu_count`` (change the setting); XID faults and failed burns are cleared with
+``gpumon health clear``.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ class InventoryGpu:
     pcie_width_max: int | None
     p2p_ok: tuple[str, ...]
     """``peer:capability`` pairs that worked, e.g. ``1:nvlink``."""
+    pcie_width: int | None = None
+    """The width the link trained at when accepted (None in a baseline recorded on its own): a link known
+    narrow (a riser, a slot) and accepted is not reported again while it trains at least that wide."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,7 @@ class Inventory:
                     "nvlinks_up": g.nvlinks_up,
                     "pcie_generation_max": g.pcie_generation_max,
                     "pcie_width_max": g.pcie_width_max,
+                    "pcie_width": g.pcie_width,
                     "p2p_ok": list(g.p2p_ok),
                 }
                 for g in self.gpus
@@ -79,6 +90,8 @@ class Inventory:
     def from_json(cls, raw: Any) -> Inventory | None:
         """None when ``raw`` is not a baseline this version wrote."""
         if not isinstance(raw, dict) or raw.get("version") != 1:
+            return None
+        if not _valid_inventory(raw):
             return None
         try:
             return cls(
@@ -95,6 +108,7 @@ class Inventory:
                         nvlinks_up=int(g.get("nvlinks_up", 0)),
                         pcie_generation_max=g.get("pcie_generation_max"),
                         pcie_width_max=g.get("pcie_width_max"),
+                        pcie_width=g.get("pcie_width"),
                         p2p_ok=tuple(str(p) for p in g.get("p2p_ok") or []),
                     )
                     for g in raw.get("gpus") or []
@@ -102,6 +116,33 @@ class Inventory:
             )
         except (KeyError, TypeError, ValueError):
             return None
+
+
+def _valid_inventory(raw: dict[str, Any]) -> bool:
+    """Every value of the types ``to_json`` writes (a file of other types would fail later comparisons)."""
+
+    def text(v: Any) -> bool:
+        return v is None or isinstance(v, str)
+
+    def count(v: Any) -> bool:
+        return v is None or (isinstance(v, int) and not isinstance(v, bool))
+
+    gpus = raw.get("gpus") or []
+    return (
+        text(raw.get("driver_version"))
+        and isinstance(raw.get("recorded_seconds", 0.0), (int, float))
+        and isinstance(gpus, list)
+        and all(
+            isinstance(g, dict)
+            and count(g.get("index"))
+            and g.get("index") is not None
+            and isinstance(g.get("uuid"), str)
+            and all(text(g.get(k)) for k in ("name", "pci_bus_id", "vbios_version"))
+            and all(count(g.get(k)) for k in ("nvlinks_up", "pcie_generation_max", "pcie_width_max", "pcie_width"))
+            and isinstance(g.get("p2p_ok") or [], list)
+            for g in gpus
+        )
+    )
 
 
 def inventory_of(snapshot: Snapshot, now_seconds: float, source: str = "recorded") -> Inventory:
@@ -120,6 +161,7 @@ def inventory_of(snapshot: Snapshot, now_seconds: float, source: str = "recorded
                 nvlinks_up=sum(1 for up in (g.nvlink_up or {}).values() if up),
                 pcie_generation_max=g.pcie_link_generation_max,
                 pcie_width_max=g.pcie_link_width_max,
+                pcie_width=g.pcie_link_width if source == "accepted" else None,  # narrow by choice, not at first sight
                 p2p_ok=tuple(sorted(f"{p.peer_index}:{p.capability}" for p in g.p2p_status or () if p.ok)),
             )
             for g in snapshot.gpus
@@ -130,6 +172,14 @@ def inventory_of(snapshot: Snapshot, now_seconds: float, source: str = "recorded
 def complete(snapshot: Snapshot) -> bool:
     """Worth recording as a baseline: NVML up, GPUs present, all up and their static tier read."""
     return bool(snapshot.nvml_up and snapshot.gpus and all(g.up and g.pci_bus_id is not None for g in snapshot.gpus))
+
+
+def missing_from_nvml(snapshot: Snapshot, pci_bus_ids: Sequence[str] | None) -> list[str]:
+    """Bus ids of NVIDIA GPUs on the PCI bus that NVML does not list (empty when NVML is down or PCI unknown)."""
+    if pci_bus_ids is None or not snapshot.nvml_up:
+        return []
+    nvml_buses = {normalize_bus_id(g.pci_bus_id) for g in snapshot.gpus if g.pci_bus_id}
+    return [bus for bus in pci_bus_ids if bus not in nvml_buses]
 
 
 def pci_gpus(sysfs_root: Path) -> list[str]:
@@ -147,6 +197,9 @@ def pci_gpus(sysfs_root: Path) -> list[str]:
         except OSError:
             continue
         if vendor == NVIDIA_VENDOR and klass.startswith(GPU_CLASSES):
+            driver = (dev / "driver").resolve().name if (dev / "driver").exists() else None
+            if driver not in (None, "nvidia"):
+                continue  # given to another driver on purpose (vfio-pci for a VM): not NVML's to list
             bus = normalize_bus_id(dev.name)
             if bus is not None:
                 out.append(bus)
@@ -217,12 +270,15 @@ def drift(
                 evidence={"seen": seen, "expected": expected, "missing": missing},
             )
         )
+    accepted_width = {b.pci_bus_id: b.pcie_width for b in baseline.gpus} if baseline is not None else {}
     for g in snapshot.gpus:
+        known = accepted_width.get(normalize_bus_id(g.pci_bus_id) if g.pci_bus_id else None)
         if (
             g.up
             and g.pcie_link_width is not None
             and g.pcie_link_width_max
             and g.pcie_link_width < g.pcie_link_width_max
+            and (known is None or g.pcie_link_width < known)
         ):
             out.append(
                 Finding(

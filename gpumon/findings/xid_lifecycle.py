@@ -23,13 +23,17 @@ Pure and clock-free: events, snapshots, boot ids and operator clears come in; fi
   not counted on its own). XID 45 (``follow_other_xid``) alone is cleanup, not a fault.
 * Non-fatal XIDs (restart the job, investigate) are WARNING findings for
   ``transient_window_seconds`` after the last one.
-* The same event seen twice (event thread and kernel log, or a re-read of the log) counts once.
+* The same event seen twice (event thread and kernel log, or a re-read of the log) counts once: a
+  kernel-log record is named by the boot id and the kernel's own time of the record
+  (``XidEvent.identity``), not by when it was read, so a restart that reads the log again, with
+  any clock drift, finds it already seen.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +49,9 @@ LIFECYCLE_OF_ACTION = {
     "replace": "needs_replacement",
 }
 _MAX_SEEN = 4000
+LEGACY_MATCH_SECONDS = 10.0
+"""How far apart an XID recorded by a gpumon without identities and its kernel record read again may be
+stamped (read time live, boot time + kernel time at start) and still be one."""
 _MAX_RESOLVED = 200
 _MAX_HISTORY = 200
 
@@ -123,24 +130,41 @@ class XidLifecycle:
         }
 
     def load(self, raw: Any) -> None:
-        """Restore from ``to_json`` output; anything unreadable is ignored (starts empty)."""
-        if not isinstance(raw, dict) or raw.get("version") != 1:
+        """Restore from ``to_json`` output (None: nothing saved yet). Raises ValueError, saying what is
+        wrong, for anything else: the wrong version, a missing key or a value of the wrong type anywhere
+        (a file this gpumon did not write), and then changes nothing."""
+        if raw is None:
             return
+        if not isinstance(raw, dict) or raw.get("version") != 1:
+            raise ValueError("not an XID state of this gpumon (version 1)")
+        faults = _entries(raw, "faults", _valid_fault)
+        resolved = _entries(raw, "resolved", lambda e: True)
+        recent = _entries(raw, "recent", _valid_recent)
+        clears = _entries(raw, "clears_applied", _valid_clear)
+        seen = raw.get("seen") or []
+        energy = raw.get("energy_joules") or {}
+        if not isinstance(seen, list) or not all(isinstance(k, str) for k in seen):
+            raise ValueError("seen: not a list of strings")
+        if not isinstance(energy, dict) or not all(_number(v) for v in energy.values()):
+            raise ValueError("energy_joules: not a mapping of numbers")
+        for key in ("boot_id", "driver_version"):
+            if not isinstance(raw.get(key), (str, type(None))):
+                raise ValueError(f"{key}: not a string")
         self.boot_id = raw.get("boot_id")
         self.driver_version = raw.get("driver_version")
-        self.faults = [f for f in raw.get("faults") or [] if isinstance(f, dict)]
-        self.resolved = [f for f in raw.get("resolved") or [] if isinstance(f, dict)]
-        self.recent = [e for e in raw.get("recent") or [] if isinstance(e, dict)]
-        self.seen = [str(s) for s in raw.get("seen") or []]
-        self.clears_applied = [c for c in raw.get("clears_applied") or [] if isinstance(c, dict)]
-        self._energy = {str(k): float(v) for k, v in (raw.get("energy_joules") or {}).items()}
+        self.faults, self.resolved, self.recent, self.clears_applied = faults, resolved, recent, clears
+        self.seen = list(seen)
+        self._energy = {str(k): float(v) for k, v in energy.items()}
 
     # ---- inputs ------------------------------------------------------------
-    def record(self, event: XidEvent) -> None:
-        """One XID event (GPU index known, or it is ignored: an XID on no known GPU is the tracker's to log)."""
+    def record(self, event: XidEvent, boot_id: str | None = None) -> None:
+        """One XID event (GPU index known, or it is ignored: an XID on no known GPU is the tracker's to log).
+
+        ``boot_id``: this boot's (names a kernel-log record with its kernel time: ``XidEvent.identity``),
+        so the same record read again, after a restart or from the other source, counts once."""
         if event.gpu_index is None:
             return
-        key = f"{event.gpu_index}:{event.xid}:{event.timestamp_seconds:.3f}"
+        key = event.identity(boot_id)
         if key in self.seen:
             return
         if any(c["gpu"] == event.gpu_index and event.timestamp_seconds <= c["at_seconds"] for c in self.clears_applied):
@@ -148,10 +172,14 @@ class XidLifecycle:
         self.seen.append(key)
         del self.seen[:-_MAX_SEEN]
         self.changed = True
+        if event.kernel_usec is not None and self._recorded_before_identities(event):
+            return
         gpu, ts, code = event.gpu_index, event.timestamp_seconds, event.xid
         info = self.catalog.lookup(code)
         predecessor = self._predecessor(gpu, code, ts, info.follows)
-        self.recent.append({"gpu": gpu, "uuid": event.uuid, "xid": code, "ts": ts, "deferred": predecessor is not None})
+        self.recent.append(
+            {"gpu": gpu, "uuid": event.uuid, "xid": code, "ts": ts, "deferred": predecessor is not None, "id": key}
+        )
         if predecessor is not None:
             for open_fault in self.faults:
                 if open_fault["gpu"] == gpu and open_fault["xid"] == predecessor:
@@ -194,6 +222,15 @@ class XidLifecycle:
                 "window_seconds": escalation.window_seconds,
                 "action": escalation.action,
             }
+
+    def note_seen(self, event: XidEvent, boot_id: str | None = None) -> None:
+        """``event`` is the other source's copy of an XID already recorded: its identity is seen too (so the
+        kernel-log record of an XID that NVML reported first is not counted when the log is read again)."""
+        key = event.identity(boot_id)
+        if key not in self.seen:
+            self.seen.append(key)
+            del self.seen[:-_MAX_SEEN]
+            self.changed = True
 
     def observe(self, snapshot: Snapshot, boot_id: str | None) -> None:
         """Look for evidence of recovery in a snapshot and the host's boot id."""
@@ -309,6 +346,22 @@ class XidLifecycle:
         return out
 
     # ---- helpers -----------------------------------------------------------
+    def _recorded_before_identities(self, event: XidEvent) -> bool:
+        """A kernel-log XID that a gpumon before XID identities recorded (its ``recent`` entry has no ``id``):
+        the same GPU and code within LEGACY_MATCH_SECONDS. Matched once each, so the first start after an
+        upgrade does not count again what the log still holds (XID 79 twice in a week escalates)."""
+        for entry in self.recent:
+            if (
+                "id" not in entry
+                and not entry.get("matched")
+                and entry["gpu"] == event.gpu_index
+                and entry["xid"] == event.xid
+                and abs(entry["ts"] - event.timestamp_seconds) <= LEGACY_MATCH_SECONDS
+            ):
+                entry["matched"] = True
+                return True
+        return False
+
     def _predecessor(self, gpu: int, code: int, ts: float, follows: tuple[int, ...] | None) -> int | None:
         if follows == ():
             return None
@@ -351,6 +404,71 @@ class XidLifecycle:
         if len(kept) != len(self.recent):
             self.recent = kept
             self.changed = True
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _optional(value: Any, kind: type) -> bool:
+    return value is None or isinstance(value, kind)
+
+
+def _valid_fault(f: dict[str, Any]) -> bool:
+    escalated = f.get("escalated")
+    return (
+        _integer(f.get("gpu"))
+        and _integer(f.get("xid"))
+        and _integer(f.get("count"))
+        and _number(f.get("first_seconds"))
+        and (f.get("last_seconds") is None or _number(f.get("last_seconds")))
+        and f.get("action") in LIFECYCLE_OF_ACTION
+        and f.get("lifecycle") in LIFECYCLE_OF_ACTION.values()
+        and isinstance(f.get("meaning", ""), str)
+        and _optional(f.get("uuid"), str)
+        and _optional(f.get("source"), str)
+        and (f.get("energy_joules") is None or _number(f.get("energy_joules")))
+        and isinstance(f.get("followed_by", []), list)
+        and all(_integer(c) for c in f.get("followed_by", []))
+        and (
+            escalated is None
+            or (
+                isinstance(escalated, dict)
+                and _integer(escalated.get("count"))
+                and _number(escalated.get("window_seconds"))
+                and escalated.get("action") in ACTIONS
+            )
+        )
+    )
+
+
+def _valid_recent(e: dict[str, Any]) -> bool:
+    return (
+        _integer(e.get("gpu"))
+        and _integer(e.get("xid"))
+        and _number(e.get("ts"))
+        and _optional(e.get("uuid"), str)
+        and _optional(e.get("id"), str)
+    )
+
+
+def _valid_clear(c: dict[str, Any]) -> bool:
+    return _integer(c.get("gpu")) and _number(c.get("at_seconds"))
+
+
+def _entries(raw: dict[str, Any], key: str, valid: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+    """``raw[key]``: a list of mappings each ``valid``; raises ValueError naming the key otherwise."""
+    entries = raw.get(key) or []
+    if not isinstance(entries, list):
+        raise ValueError(f"{key}: not a list")
+    for entry in entries:
+        if not isinstance(entry, dict) or not valid(entry):
+            raise ValueError(f"{key}: an entry without its keys or of the wrong types")
+    return entries
 
 
 def _duration(seconds: float) -> str:

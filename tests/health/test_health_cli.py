@@ -95,7 +95,8 @@ def test_clear_records_who_why_and_when(tmp_path: Path) -> None:
     state = tmp_path / "state"
     done = run_cli("health", "clear", "--gpu", "1", "--reason", "reseated", "--state-dir", str(state))
     assert done.returncode == 0 and "cleared GPU 1" in done.stdout
-    [entry] = json.loads((state / "health" / "clears.json").read_text())
+    [path] = (state / "health" / "clears.d").glob("*.json")
+    entry = json.loads(path.read_text())
     assert entry["gpu"] == 1 and entry["reason"] == "reseated" and entry["user"] and entry["at_seconds"] > 0
 
 

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from gpumon.state.files import health_dir
 from tests.helpers import DaemonProcess, run_cli, wait_for
 
 REASON = "GPU 1 xid 79 fallen off the bus: reboot node"
@@ -29,15 +30,20 @@ def test_fault_seen_by_the_daemon_survives_a_restart_until_cleared(
     assert f'gpumon_health_status{{action="reboot_node",gpu="1",reason="{REASON}"' in metrics
     daemon.stop()
 
-    # Restarted with GPUs that look fine: the XID's state survives (same boot, no repair seen).
-    daemon = start_daemon("--backend", "fake")
+    # Restarted with GPUs that look fine (the same simulated node, its scenario file now without the XID):
+    # the XID's state survives (same boot, no repair seen).
+    xid79_scenario.write_text("count: 2\n")
+    daemon = start_daemon("--backend", f"fake:{xid79_scenario}")
     asked = run_cli("health", "--daemon-url", f"{daemon.url}/api/health", "--state-dir", str(daemon.state_dir))
     assert asked.returncode == 2, asked.stdout + asked.stderr
     assert asked.stdout.splitlines()[0] == f"gpumon health: CRITICAL - {REASON} (from the daemon)"
 
-    cleared = run_cli("health", "clear", "--gpu", "1", "--reason", "reseated", "--state-dir", str(daemon.state_dir))
+    cleared = run_cli(
+        "health", "clear", "--gpu", "1", "--reason", "reseated", "--state-dir", str(daemon.state_dir),
+        "--backend", f"fake:{xid79_scenario}",
+    )  # fmt: skip
     assert cleared.returncode == 0
     wait_for(lambda: daemon.get("/api/health").json()["status"] == "OK", 10, 0.1, "OK after the clear")
     assert 'gpumon_node_health_status{action="none",reason="all GPUs healthy"} 0.0' in daemon.metrics()
-    xid_state = json.loads((daemon.state_dir / "health" / "xid.json").read_text())
+    xid_state = json.loads((health_dir(daemon.state_dir, f"fake:{xid79_scenario}") / "xid.json").read_text())
     assert xid_state["resolved"][-1]["resolved_by"].endswith(": reseated")

@@ -10,6 +10,7 @@ from gpumon.findings.inventory import Inventory, drift, inventory_of, pci_gpus
 from gpumon.findings.model import CRITICAL, WARNING
 from gpumon.poller import Poller
 from gpumon.snapshot import Snapshot
+from gpumon.state.files import health_dir
 from gpumon.store import SnapshotStore
 from tests.helpers import run_cli
 
@@ -117,7 +118,7 @@ def test_first_run_records_the_baseline_and_accept_inventory_replaces_it(tmp_pat
     state = tmp_path / "state"
     first = run_cli("health", "--local", "--backend", "fake", "--fake-gpus", "2", "--state-dir", str(state))
     assert first.returncode == 0, first.stdout + first.stderr
-    assert (state / "health" / "inventory.json").exists()
+    assert (health_dir(state, "fake") / "inventory.json").exists()  # simulated GPUs: a state of their own
 
     fewer = run_cli("health", "--local", "--backend", "fake", "--fake-gpus", "1", "--state-dir", str(state))
     assert fewer.returncode == 2
