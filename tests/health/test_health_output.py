@@ -73,8 +73,9 @@ def test_clear_of_a_gpu_the_node_does_not_have_fails_and_records_nothing(tmp_pat
 def test_clear_knows_the_gpus_of_the_baseline_while_one_is_missing(tmp_path: Path) -> None:
     """GPU 1 fell off the bus and is not listed now: it is still the node's GPU (the inventory baseline)."""
     state = tmp_path / "state"
-    assert run_cli("health", "accept-inventory", "--backend", "fake", "--state-dir", str(state)).returncode == 0
-    one = _scenario(tmp_path, "count: 1\n")
+    one = _scenario(tmp_path, "count: 2\n")  # one scenario file, so both runs share its simulated state
+    assert run_cli("health", "accept-inventory", "--backend", one, "--state-dir", str(state)).returncode == 0
+    _scenario(tmp_path, "count: 1\n")
     ok = run_cli("health", "clear", "--gpu", "1", "--reason", "reseated", "--backend", one, "--state-dir", str(state))
     assert ok.returncode == 0, ok.stderr
     bad = run_cli("health", "clear", "--gpu", "2", "--reason", "x", "--backend", one, "--state-dir", str(state))
