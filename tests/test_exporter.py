@@ -23,7 +23,7 @@ from gpumon.exporter.collector import GpumonCollector
 from gpumon.exporter.text import Family, go_float
 from gpumon.poller import Poller, PollIntervals
 from gpumon.store import SnapshotStore
-from tests.helpers import DATA
+from tests.helpers import DATA, examples
 
 GOLDEN = DATA / "golden-metrics.txt"
 
@@ -333,7 +333,7 @@ def test_a_family_is_the_prometheus_client_family_of_the_same_samples() -> None:
         Family("h", "histogram", "h")
 
 
-@settings(max_examples=2000)
+@settings(max_examples=examples(2000))
 @example(0.1)
 @example(1e7)
 @example(12345678.0)

@@ -29,7 +29,7 @@ from gpumon.exporter.tls import HTTP_ON_HTTPS_RESPONSE
 from gpumon.exporter.webconfig import WebConfig, WebConfigError, parse_duration_seconds
 from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 from gpumon.store import SnapshotStore
-from tests.helpers import DaemonProcess, free_port, run_cli, wait_for
+from tests.helpers import DaemonProcess, examples, free_port, run_cli, wait_for
 from tests.pki import OPENSSL, Pki
 from tests.prometheus_helpers import needs_prometheus, run_prometheus
 
@@ -393,13 +393,13 @@ def auth_watcher(tmp_path_factory: pytest.TempPathFactory) -> WebConfigWatcher:
     return WebConfigWatcher(write_web_config(path, {"basic_auth_users": {"prometheus": bcrypt_hash("s3cret")}}))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(header=st.text())
 def test_authorization_header_parsing_never_raises(auth_watcher: WebConfigWatcher, header: str) -> None:
     assert auth_watcher.check_basic_auth(header) in (True, False)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(user=st.text(min_size=1).filter(lambda u: ":" not in u), password=st.text(max_size=20))
 def test_basic_auth_round_trip(auth_watcher: WebConfigWatcher, user: str, password: str) -> None:
     header = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
