@@ -1,6 +1,7 @@
 """Fixtures shared by every test module (helpers live in tests/helpers.py)."""
 
 import os
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import settings
@@ -9,6 +10,7 @@ from gpumon.backends.nvml import NvmlBackend
 from tests.fake_pynvml import FakeNvml, h200_pair
 from tests.helpers import FULL_EXAMPLES_FACTOR, start_daemon
 from tests.pki import OPENSSL, Pki, make_pki
+from tests.prometheus_helpers import PROMETHEUS, SharedPrometheus, run_shared_prometheus
 
 __all__ = ["pki", "start_daemon"]
 
@@ -33,6 +35,16 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     if OPENSSL is None:
         pytest.skip("openssl command not installed (Debian package: openssl)")
     return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="session")
+def shared_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedPrometheus]:
+    """One real Prometheus for the test files that only need one scraping gpumon over plain HTTP
+    (the dashboard files): each adds its daemon with ``scrape``; started at first use."""
+    if PROMETHEUS is None:
+        pytest.skip("prometheus not installed (Debian package: prometheus)")
+    with run_shared_prometheus(tmp_path_factory.mktemp("prometheus")) as prometheus:
+        yield prometheus
 
 
 @pytest.fixture
