@@ -43,9 +43,9 @@ def main() -> int:
     parser.add_argument("other", type=Path, nargs="?", default=HERE, help="the other checkout (default: this one)")
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=250.0)
-    parser.add_argument("--quick", action="store_true", help="2 GPUs for 1 s (checks the script runs)")
+    parser.add_argument("--quick", action="store_true", help="2 GPUs for 3 s (checks the script runs)")
     args = parser.parse_args()
-    gpus, seconds = (2, 1.0) if args.quick else (args.gpus, args.seconds)
+    gpus, seconds = (2, 3.0) if args.quick else (args.gpus, args.seconds)
     trees = [args.reference.resolve(), args.other.resolve()]
     with contextlib.ExitStack() as stack:  # both started, one right after the other, before either is measured
         procs, ports = zip(*(stack.enter_context(daemon(gpus, tree=tree)) for tree in trees), strict=True)

@@ -10,18 +10,9 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from tests.burn.conftest import CPU
-
-
-def _wait_for(path: Path, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if path.exists():
-            return True
-        time.sleep(0.05)
-    return False
+from tests.helpers import wait_for
 
 
 def test_healthy_run_passes_writes_reports_and_removes_the_marker(burn, tmp_path):
@@ -128,7 +119,7 @@ def test_ctrl_c_stops_workers_and_removes_the_marker(tmp_path):
     )
     marker = state / "burn" / "running.json"
     try:
-        assert _wait_for(marker, 60)
+        wait_for(marker.exists, 60, what="the running marker")
         data = json.loads(marker.read_text())
         assert set(data) == {"pid", "gpus", "uuids", "started_at"}
         assert data["pid"] == proc.pid and data["gpus"] == [0, 1] and len(data["uuids"]) == 2
