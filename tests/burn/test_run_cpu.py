@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.burn.conftest import CPU
 from tests.helpers import wait_for
 
@@ -149,3 +151,36 @@ def test_a_hung_rank_is_ended_by_the_watchdog_and_named_and_a_healthy_gpu_keeps_
     assert healthy["tests"]["matmul"] is None  # shown, not judged
     row = next(line for line in r.out.splitlines() if line.strip().startswith("│ 0"))
     assert "—" not in row.split("│")[4], row  # the verdict table shows GPU 0's TFLOP/s
+
+
+def test_an_allocation_failure_in_the_memory_test_is_out_of_memory_on_that_gpu_only():
+    """The memory test in process (the whole run's path through the worker and the judge is the
+    corrupt-and-oom run above, where the injected failure hits matmul's allocation first)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from gpumon.burn.orchestration.protocol import WorkerSpec
+    from gpumon.burn.workloads import inject
+    from gpumon.burn.workloads.context import Context, classify_error
+    from gpumon.burn.workloads.memory import memory
+
+    injection, _ = inject.parse("oom:0")
+
+    def context(gpu: int) -> Context:
+        spec = WorkerSpec(
+            rank=gpu, world_size=2, gpu=gpu, node_gpus=(0, 1), expected_uuid=None, device="cpu", dtype="auto",
+            tests=("memory",), duration_seconds=0.0, quick=True, store_host="", store_port=0, store_prefix="",
+            injection=injection, allreduce_floor_bytes_per_second=None, link_fraction=0.5,
+        )  # fmt: skip
+        hb = SimpleNamespace(progress=lambda *args, **kwargs: None)
+        return Context(spec=spec, hb=hb, device=torch.device("cpu"), dist=None, torch=torch)
+
+    failing = context(0)
+    with pytest.raises(MemoryError) as raised:
+        memory(failing)
+    assert classify_error(raised.value, failing) == (
+        "oom",
+        "GPU 0 (rank 0): out of memory (injected out of memory allocating (1048576,) torch.int32)",
+    )
+    assert memory(context(1))["mismatched_words"] == 0
