@@ -291,10 +291,11 @@ def stack(shared_prometheus: SharedPrometheus, tmp_path_factory: pytest.TempPath
         prometheus = shared_prometheus
         prometheus.scrape("gpumon", instance)
         prometheus.wait_instance_up("gpumon", instance)
-        # Enough samples for rate() over 15s windows and the NVLink that goes down at tick 3.
+        # Enough samples for rate() and increase() (two in a window; the NVLink that goes down at tick 3
+        # and the XIDs of ticks 2 and 3 are in by then: gpumon ran during the ~5 s Prometheus takes to scrape).
         wait_for(
-            lambda: prometheus.query(f'count_over_time(gpumon_gpu_up{{gpu="0",instance="{instance}"}}[1m]) >= 8'),
-            60, 0.5, "8 scrapes of gpumon",
+            lambda: prometheus.query(f'count_over_time(gpumon_gpu_up{{gpu="0",instance="{instance}"}}[1m]) >= 4'),
+            60, 0.5, "4 scrapes of gpumon",
         )  # fmt: skip
         exposition = gpumon.metrics()
         first = prometheus.query(
