@@ -83,11 +83,11 @@ def main() -> None:
     )
     parser.add_argument("--profile", action="store_true", help="run each daemon under the sampling profiler")
     parser.add_argument("--top", type=int, default=15, help="profile lines shown per GPU count")
-    parser.add_argument("--quick", action="store_true", help="8 GPUs for 3 s (checks the script runs)")
+    parser.add_argument("--quick", action="store_true", help="8 GPUs for 1 s (checks the script runs)")
     args = parser.parse_args()
     counts = [int(c) for c in args.gpus.split(",")]
     if args.quick:
-        counts, args.seconds = [8], 3.0
+        counts, args.seconds = [8], 1.0
     rows = []
     profiles = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -25,6 +25,18 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
 
+FULL_EXAMPLES_FACTOR = 10
+"""HYPOTHESIS_PROFILE=full draws this many times the examples of a plain run (see tests/conftest.py)."""
+
+
+def examples(full: int) -> int:
+    """How many examples a property test draws: ``full`` under HYPOTHESIS_PROFILE=full, a tenth of it
+    (at least 10, at most ``full``) otherwise."""
+    if os.environ.get("HYPOTHESIS_PROFILE") == "full":
+        return full
+    return min(full, max(10, full // FULL_EXAMPLES_FACTOR))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

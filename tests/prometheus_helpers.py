@@ -6,6 +6,7 @@ than sleeping (Prometheus 2.42 hands new targets to the scrape loop ~5 s after s
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -75,3 +76,41 @@ def run_prometheus(
     ]
     with run_server("prometheus", argv, port, tmp_path / "prometheus.log") as server:
         yield PrometheusServer(server.url, server.proc, server.log_path)
+
+
+class SharedPrometheus(PrometheusServer):
+    """One Prometheus for a whole session (tests/conftest.py ``shared_prometheus``), scraping every
+    second whatever targets the tests add: each ``scrape`` call writes a file_sd file (one per job)."""
+
+    targets_dir: Path
+
+    def scrape(self, job: str, instance: str) -> None:
+        """Scrape ``instance`` (host:port, plain HTTP) under ``job`` from now on; returns at once
+        (Prometheus hands new targets to its scrape loop within about 5 s: wait for the target)."""
+        path = self.targets_dir / f"{job}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps([{"targets": [instance], "labels": {"job": job}}]))
+        tmp.rename(path)
+
+    def wait_instance_up(self, job: str, instance: str, timeout: float = 30.0) -> None:
+        def up() -> bool:
+            return any(
+                t["labels"].get("job") == job and t["labels"].get("instance") == instance and t["health"] == "up"
+                for t in self.targets()
+            )
+
+        wait_for(up, timeout, 0.2, f"target {job} {instance} up; log:\n{self.log()}")
+
+
+@contextmanager
+def run_shared_prometheus(tmp_path: Path) -> Iterator[SharedPrometheus]:
+    """Prometheus scraping every second the targets of the ``*.json`` files in ``tmp_path/targets``."""
+    targets_dir = tmp_path / "targets"
+    targets_dir.mkdir()
+    scrape = [
+        {"job_name": "shared", "file_sd_configs": [{"files": [f"{targets_dir}/*.json"], "refresh_interval": "1s"}]}
+    ]
+    with run_prometheus(tmp_path, scrape) as server:
+        shared = SharedPrometheus(server.url, server.proc, server.log_path)
+        shared.targets_dir = targets_dir
+        yield shared

@@ -111,3 +111,9 @@ def test_the_memory_benchmarks_say_when_gpumon_runs_without_its_bytecode(tmp_pat
     assert f"python3 -m compileall -q {package}" in note
     assert compileall.compile_dir(str(package), quiet=1)
     assert daemon_proc.bytecode_note(tmp_path) is None
+
+
+def test_reuse_benchmark_times_each_step_reused_and_made_again() -> None:
+    out = _quick("bench_reuse.py")
+    assert "scrape after a poll" in out and "no GPU changed" in out and "every GPU changed" in out
+    assert "snapshot scraped before" in out and "fresh collector" in out

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpumon.config import DEFAULT_PORT, ConfigError, load
-from tests.helpers import run_cli
+from tests.helpers import examples, run_cli
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -111,7 +111,7 @@ documents = st.dictionaries(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(documents)
 def test_any_yaml_document_gives_a_config_or_a_config_error(doc: dict[str, object]) -> None:
     import tempfile

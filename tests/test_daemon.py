@@ -62,7 +62,9 @@ def test_hung_nvml_call_scrape_answers_fast_with_the_snapshot_age(
         response = daemon.get("/metrics")
         latencies.append(time.monotonic() - start)
         assert response.status_code == 200
-    assert sorted(latencies)[len(latencies) // 2] < 0.1, latencies
+    # a scrape never waits for the stuck poll (it would take its 5 s timeout): about 10 ms here, and a
+    # 1 s bound keeps a loaded CI box from failing it
+    assert sorted(latencies)[len(latencies) // 2] < 1.0, latencies
     text = daemon.get("/metrics").text
     assert value(text, "gpumon_gpu_up", gpu="0") == 1.0, "the last snapshot is still served"
     ready = daemon.get("/ready")

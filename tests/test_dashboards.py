@@ -19,7 +19,7 @@ import yaml
 
 from gpumon.exporter.metrics import gpu_rows
 from tests.helpers import DaemonProcess, wait_for
-from tests.prometheus_helpers import PrometheusServer, needs_prometheus, run_prometheus
+from tests.prometheus_helpers import PrometheusServer, SharedPrometheus, needs_prometheus
 
 REPO = Path(__file__).resolve().parent.parent
 DASHBOARD_DIR = REPO / "dashboards"
@@ -273,7 +273,7 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(shared_prometheus: SharedPrometheus, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("dashboards")
     scenario = tmp / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
@@ -288,17 +288,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     try:
         gpumon.wait_ready()
         instance = f"127.0.0.1:{gpumon.port}"
-        scrape = [{"job_name": "gpumon", "static_configs": [{"targets": [instance]}]}]
-        with run_prometheus(tmp, scrape) as prometheus:
-            prometheus.wait_target_health("gpumon", "up")
-            # Enough samples for rate() over 15s windows and the NVLink that goes down at tick 3.
-            wait_for(
-                lambda: prometheus.query('count_over_time(gpumon_gpu_up{gpu="0"}[1m]) >= 8'),
-                60, 0.5, "8 scrapes of gpumon",
-            )  # fmt: skip
-            exposition = gpumon.metrics()
-            first = prometheus.query("min(timestamp(gpumon_build_info offset 1m) or timestamp(gpumon_build_info))")
-            yield Stack(prometheus, gpumon, exposition, instance, float(first[0]["value"][1]) if first else 0.0)
+        prometheus = shared_prometheus
+        prometheus.scrape("gpumon", instance)
+        prometheus.wait_instance_up("gpumon", instance)
+        # Enough samples for rate() and increase() (two in a window; the NVLink that goes down at tick 3
+        # and the XIDs of ticks 2 and 3 are in by then: gpumon ran during the ~5 s Prometheus takes to scrape).
+        wait_for(
+            lambda: prometheus.query(f'count_over_time(gpumon_gpu_up{{gpu="0",instance="{instance}"}}[1m]) >= 4'),
+            60, 0.5, "4 scrapes of gpumon",
+        )  # fmt: skip
+        exposition = gpumon.metrics()
+        first = prometheus.query(
+            f'min(timestamp(gpumon_build_info{{instance="{instance}"}} offset 1m)'
+            f' or timestamp(gpumon_build_info{{instance="{instance}"}}))'
+        )
+        yield Stack(prometheus, gpumon, exposition, instance, float(first[0]["value"][1]) if first else 0.0)
     finally:
         gpumon.stop()
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.helpers import DaemonProcess, wait_for
-from tests.prometheus_helpers import PrometheusServer, needs_prometheus, run_prometheus
+from tests.prometheus_helpers import PrometheusServer, SharedPrometheus, needs_prometheus
 
 pytestmark = [pytest.mark.integration, needs_prometheus]
 
@@ -69,7 +69,7 @@ def grafana_regex(values: list[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(shared_prometheus: SharedPrometheus, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("dcgm-dashboard")
     scenario = tmp / "two-gpus.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
@@ -82,14 +82,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             0.2,
             "DCGM_FI_* series on gpumon's /metrics with --compat dcgm (is DcgmCompatCollector wired in daemon.py?)",
         )
-        scrape = [{"job_name": "gpumon", "static_configs": [{"targets": [f"127.0.0.1:{gpumon.port}"]}]}]
-        with run_prometheus(tmp, scrape) as prometheus:
-            prometheus.wait_target_health("gpumon", "up")
-            prometheus.wait_query("DCGM_FI_DEV_GPU_TEMP")
-            # the dashboard's variables: label_values(DCGM_FI_DEV_GPU_TEMP, instance) and (…, gpu)
-            instances = prometheus.api("label/instance/values", **{"match[]": "DCGM_FI_DEV_GPU_TEMP"})
-            gpus = prometheus.api("label/gpu/values", **{"match[]": "DCGM_FI_DEV_GPU_TEMP"})
-            yield Stack(prometheus, gpumon, instances, gpus)
+        prometheus = shared_prometheus  # it may scrape other gpumons too: only this one serves DCGM_FI_*
+        instance = f"127.0.0.1:{gpumon.port}"
+        prometheus.scrape("gpumon-dcgm", instance)
+        prometheus.wait_instance_up("gpumon-dcgm", instance)
+        prometheus.wait_query("DCGM_FI_DEV_GPU_TEMP")
+        # the dashboard's variables: label_values(DCGM_FI_DEV_GPU_TEMP, instance) and (…, gpu)
+        instances = prometheus.api("label/instance/values", **{"match[]": "DCGM_FI_DEV_GPU_TEMP"})
+        gpus = prometheus.api("label/gpu/values", **{"match[]": "DCGM_FI_DEV_GPU_TEMP"})
+        yield Stack(prometheus, gpumon, instances, gpus)
     finally:
         gpumon.stop()
 

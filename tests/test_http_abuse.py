@@ -26,7 +26,7 @@ from gpumon.exporter.basic_auth import BcryptPool
 from gpumon.exporter.server import MetricsServer, RenderedBytes
 from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 from gpumon.store import SnapshotStore
-from tests.helpers import DaemonProcess
+from tests.helpers import DaemonProcess, wait_for
 
 ATTACKER = "127.0.0.2"
 """Loopback has the whole 127/8: attackers come from here, the normal client from 127.0.0.1."""
@@ -187,7 +187,7 @@ def test_a_correct_password_does_not_wait_behind_fifty_wrong_ones(
     try:
         for thread in attackers:
             thread.start()
-        time.sleep(1.5)  # the flood is on: bcrypt is busy with wrong passwords
+        wait_for(lambda: len(started) >= 10, 30, 0.02, "the flood on: bcrypt busy with wrong passwords")
         assert _status(server.port, _basic("prometheus", "s3cret"), "127.0.0.1") == 200
     finally:
         stop.set()

@@ -37,6 +37,7 @@ from gpumon.burn.orchestration.options import MAX_GPU_INDEX, parse_gpus
 from gpumon.config import SECONDS_RANGES, Config, ConfigError, reloader
 from gpumon.events.catalog import override_problems
 from gpumon.snapshot import Tier
+from tests.helpers import examples
 from tests.pki import Pki
 
 BCRYPT = "$2b$04$hgzcSTkbTXedRCfbmcp2F.9mmNX7lKYsVzjPB79EtYqc1XDzRbxeu"
@@ -46,7 +47,7 @@ SCALE = float(os.environ.get("PROPERTY_EXAMPLES_SCALE", "1"))
 
 def cases(n: int) -> settings:
     return settings(
-        max_examples=max(1, int(n * SCALE)),
+        max_examples=max(1, int(examples(n) * SCALE)),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     )

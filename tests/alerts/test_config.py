@@ -13,6 +13,7 @@ from gpumon import config as gpumon_config
 from gpumon.alerts.config import parse
 from gpumon.alerts.config_values import format_duration, parse_duration
 from gpumon.alerts.rules import PLACEHOLDERS, render, template_problems
+from tests.helpers import examples
 
 
 def test_absent_section_means_builtin_pack_and_no_receivers() -> None:
@@ -231,7 +232,7 @@ _values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.dictionaries(_keys, _values, max_size=6))
 def test_parse_never_raises_and_gives_a_config_or_problems(raw: dict[str, Any]) -> None:
     config, problems = parse(raw)
@@ -289,7 +290,7 @@ _receiver_items = st.one_of(
 )
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.one_of(_yaml_scalars, st.lists(_receiver_items, max_size=4)))
 def test_receiver_lists_of_any_shape_give_problems_never_exceptions(receivers: Any) -> None:
     cfg, problems = parse({"alertmanagers": receivers, "webhooks": receivers})

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpumon.burn.workloads.context import checksum
+from tests.helpers import examples
 
 CTX = SimpleNamespace(torch=torch)
 N_WORDS = 64 * 64
@@ -36,7 +37,7 @@ def test_two_opposite_flips_that_cancel_in_a_sum_of_words_change_the_fingerprint
     assert checksum(CTX, flipped) != checksum(CTX, out)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.tuples(st.integers(0, N_WORDS - 1), st.integers(0, 15)),
     st.tuples(st.integers(0, N_WORDS - 1), st.integers(0, 15)),

@@ -216,6 +216,7 @@ def test_watchdog_names_the_computing_rank_not_the_ones_waiting_for_it():
     hang = decide([_v(0, "allreduce", "all_reduce", 30), _v(1, "matmul", None, 25)], 20, 180)
     assert hang is not None and hang.ranks == (1,)
     assert hang.message.startswith("rank 1 (GPU 1) hung in matmul: no progress for 25 s")
+    assert hang.message.endswith("waiting for it: rank 0"), hang.message
 
 
 def test_watchdog_names_ranks_that_stopped_together_not_only_the_first_past_the_limit():

@@ -1,4 +1,10 @@
-"""Two "nodes" on loopback: torchrun and the --nnodes flags both give one merged report on rank 0."""
+"""Two "nodes" on loopback: torchrun and the --nnodes flags both give one merged report on rank 0.
+
+One run per launch path: torchrun on a healthy pair, the --nnodes flags with a node killed mid-run.
+A hang on another node (its agent publishes the abort, ours adopts it) is tested through the store in
+tests/burn/test_judge_rules.py, which rank is named over every node's views by the watchdog tests
+there, and a hang end to end on one node in tests/burn/test_run_cpu.py.
+"""
 
 from __future__ import annotations
 
@@ -91,43 +97,6 @@ def test_torchrun_two_nodes_one_merged_report(tmp_path):
     assert all(g["tests"]["allreduce"] for g in report["gpus"])
     # each node keeps the merged report for its own daemon
     assert json.loads((tmp_path / "node1" / "burn" / "last.json").read_text())["node"] == 1
-
-
-def test_node_flags_two_nodes_hang_is_named_on_both(tmp_path):
-    port = _free_port()
-
-    def cmd(rank: int, state: Path) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "gpumon.burn",
-            "--nnodes",
-            "2",
-            "--node-rank",
-            str(rank),
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            str(port),
-            "--device",
-            "cpu",
-            "--gpus",
-            "0,1",
-            "--tests",
-            "matmul,allreduce",
-            "--duration",
-            "1",
-            "--heartbeat-timeout",
-            "4",
-            "--state-dir",
-            str(state),
-        ]
-
-    (c0, o0, e0), (c1, _o1, e1) = _two_nodes(cmd, tmp_path, _env({"GPUMON_BURN_INJECT": "hang:1"}))
-    assert (c0, c1) == (1, 1), e0 + e1
-    fault = next(line for line in o0.splitlines() if line.startswith("FAULT"))
-    assert "(node 0 GPU 1) hung in matmul" in fault or "(node 1 GPU 1) hung in matmul" in fault
-    assert "Traceback" not in e0 + e1
 
 
 def test_a_node_killed_mid_run_is_named_within_the_heartbeat_timeout_and_survivors_keep_their_results(tmp_path):

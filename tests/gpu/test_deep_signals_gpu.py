@@ -55,10 +55,21 @@ def test_kernel_log_xids_since_boot_are_attributed_to_this_hosts_gpus(backend: N
     buses = {str(backend.read(i, Tier.STATIC)["pci_bus_id"]): i for i in range(backend.device_count())}
     tracker = XidTracker(live_since_seconds=time.time())
     tracker.set_gpus(buses)
-    tracker.record_all(result.events)
+    assert tracker.record_all(result.events) == len(result.events), "one source: nothing is paired away"
     for index in sorted(set(buses.values())):
         print(f"GPU {index}: XIDs since boot {tracker.counts(index)}")
     print(f"not on a watched GPU: {tracker.counts(None)}")
+    # each event is counted on the GPU at its bus id (NVML's ids are in the kernel log's form, see
+    # above), and under no GPU when none of this host's GPUs has that bus id
+    index_of_bus = {normalize_bus_id(bus): index for bus, index in buses.items() if normalize_bus_id(bus)}
+    expected: dict[int | None, dict[str, int]] = {}
+    for event in result.events:
+        bus = normalize_bus_id(event.pci_bus_id) if event.pci_bus_id else None
+        index = event.gpu_index if event.gpu_index is not None else (index_of_bus.get(bus) if bus else None)
+        per_code = expected.setdefault(index, {})
+        per_code[str(event.xid)] = per_code.get(str(event.xid), 0) + 1
+    for index in {*buses.values(), None}:
+        assert tracker.counts(index) == expected.get(index, {}), f"GPU {index}"
     for event in result.events[-10:]:
         print(f"  {event.pci_bus_id} xid {event.xid} at {event.timestamp_seconds:.0f}: {event.message}")
     if result.source is None:
