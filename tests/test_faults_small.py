@@ -78,11 +78,6 @@ def _error_lines(log: str) -> list[str]:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(
-    strict=True,
-    reason="the XID state write in gpumon/findings/service.py (helper xidstate's file) logs an ERROR "
-    "on every failed write, one a second; the alert spool's writer is logged once",
-)
 def test_a_state_directory_that_cannot_be_written_is_logged_once_not_once_a_second(
     start_daemon: Callable[..., DaemonProcess],
 ) -> None:

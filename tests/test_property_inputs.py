@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpumon import cli
@@ -591,6 +591,7 @@ gpus_texts = st.one_of(
 
 @cases(10000)
 @given(text=gpus_texts, count=st.one_of(st.none(), st.integers(0, 16)))
+@example(text="0000000000\x1f" + "\U0002ebe1" * 30, count=None)  # repr writes each as 10 characters
 def test_any_gpus_value_is_indices_or_problems(text: str, count: int | None) -> None:
     gpus, problems = parse_gpus(text, count)
     assert all(isinstance(p, str) and p.startswith("--gpus: ") and len(p) < 200 for p in problems)

@@ -133,8 +133,10 @@ def parse_gpus(text: str | None, device_count: int | None) -> tuple[tuple[int, .
 
 
 def _shown(text: str) -> str:
-    """``text`` quoted for a message, cut to 40 characters (a 4,301-digit argument stays readable)."""
-    return repr(text) if len(text) <= 40 else repr(text[:40]) + f"... ({len(text)} characters)"
+    """``text`` quoted for a message, cut to about 60 characters as written (a 4,301-digit argument, or 30
+    rare characters that repr writes as ``\\U0002ebe1`` each, stays one readable line)."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= 60 else quoted[:60] + f"... ({len(text)} characters)"
 
 
 def parse_tests(text: str | None) -> tuple[tuple[str, ...], list[str]]:
