@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpumon.fields.spec import DETAILS
 from gpumon.yamlfile import YamlFileError, brief, read_yaml
 
 if TYPE_CHECKING:
@@ -56,6 +57,9 @@ class ExporterConfig:
     """Per-process series (gpumon_process_*); off by default for cardinality."""
     compat: tuple[str, ...] = ()
     """Extra name sets; ``dcgm`` adds dcgm-exporter's DCGM_FI_* names."""
+    detail: tuple[str, ...] = ()
+    """Opt-ins to series the default leaves out (gpumon.fields.spec.DETAILS; ``all`` for every one):
+    each NVLink link's series, every P2P row, topology, rows that say nothing happened, GPM profiling detail."""
 
 
 @dataclass(frozen=True)
@@ -276,12 +280,12 @@ def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig
     if raw is None:
         return ExporterConfig()
     if not isinstance(raw, dict):
-        problems.append(f"{where}: exporter must be a mapping with processes and compat, got {brief(raw)}")
+        problems.append(f"{where}: exporter must be a mapping with processes, compat and detail, got {brief(raw)}")
         return ExporterConfig()
     for key in raw:
-        if key not in ("processes", "compat"):
+        if key not in ("processes", "compat", "detail"):
             shown = key if isinstance(key, str) and key.isprintable() and len(key) <= 60 else brief(key)
-            problems.append(f"{where}: unknown key exporter.{shown} (known: processes, compat)")
+            problems.append(f"{where}: unknown key exporter.{shown} (known: processes, compat, detail)")
     processes = _convert("exporter.processes", raw.get("processes", False), bool, problems, where)
     compat_raw = raw.get("compat", [])
     if compat_raw is None:
@@ -297,7 +301,28 @@ def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig
                 problems.append(f"{where}: exporter.compat: unknown mode {brief(c)} (known: {', '.join(COMPAT_MODES)})")
             elif c not in compat:
                 compat.append(c)
-    return ExporterConfig(processes=bool(processes), compat=tuple(compat))
+    detail = _parse_detail(raw.get("detail", []), problems, where)
+    return ExporterConfig(processes=bool(processes), compat=tuple(compat), detail=detail)
+
+
+def _parse_detail(raw: Any, problems: list[str], where: str) -> tuple[str, ...]:
+    """``exporter.detail``: a list (or comma-separated words) of DETAILS, or ``all``."""
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        raw = [d.strip() for d in raw.split(",") if d.strip()]
+    if not isinstance(raw, list):
+        problems.append(f"{where}: exporter.detail must be a list, got {brief(raw)}")
+        return ()
+    detail: list[str] = []
+    for d in raw:
+        if d == "all":
+            detail.extend(x for x in DETAILS if x not in detail)
+        elif d not in DETAILS:
+            problems.append(f"{where}: exporter.detail: unknown opt-in {brief(d)} (known: {', '.join(DETAILS)}, all)")
+        elif d not in detail:
+            detail.append(d)
+    return tuple(detail)
 
 
 def _parse_xid_catalog(raw: Any, problems: list[str], where: str) -> dict[int, dict[str, str]]:
@@ -433,7 +458,7 @@ def load(
         key = name[len("GPUMON_") :].lower()
         if key in _SCALARS:
             env_raw[key] = value
-        elif key in ("exporter_compat", "exporter_processes"):
+        elif key in ("exporter_compat", "exporter_processes", "exporter_detail"):
             _set_exporter(values, key[len("exporter_") :], value)
         elif key in _NOT_CONFIGURATION:
             continue

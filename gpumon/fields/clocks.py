@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpumon.fields.spec import Dcgm, Metric, Tier, declare, declare_mapping
+from gpumon.fields.spec import Dcgm, Metric, Tier, declare, declare_mapping, nonzero
 
 if TYPE_CHECKING:
     from gpumon.snapshot import GpuSnapshot
@@ -73,6 +73,7 @@ class ClockFields:
             "gauge",
             "Maximum clock by domain, hertz (nvidia-smi clocks.max.*).",
             labels=("domain",),
+            detail="limits",
         ),
         fake={"sm": 1980e6, "memory": 3201e6, "graphics": 1980e6},
     )
@@ -103,6 +104,8 @@ class ClockFields:
             "1 while a clock event (throttle) reason holds the clocks down, per reason the GPU reports"
             " (nvidia-smi clocks_event_reasons.*).",
             labels=("reason",),
+            detail="zero_rows",
+            keep=nonzero,
         ),
         dcgm=(
             Dcgm(
@@ -135,6 +138,8 @@ class ClockFields:
             "counter",
             "Time the clocks were held below the requested value, by reason, seconds (NVML violation status).",
             labels=("reason",),
+            detail="zero_rows",
+            keep=nonzero,
         ),
         dcgm=(
             _violation("power", "DCGM_FI_DEV_POWER_VIOLATION", "power constraints"),

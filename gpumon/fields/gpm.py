@@ -74,6 +74,7 @@ class GpmFields:
             "gpumon_sm_occupancy_ratio",
             "gauge",
             "Resident warps over the SM maximum, 0-1 (NVML GPM; DCGM_FI_PROF_SM_OCCUPANCY).",
+            detail="profiling",
         ),
         dcgm=Dcgm("DCGM_FI_PROF_SM_OCCUPANCY", "gauge", "The ratio of number of warps resident on an SM.", unit=_UNIT),
     )
@@ -116,7 +117,12 @@ class GpmFields:
         nvml=_gpm("FP64_UTIL"),
         conversion=_RATIO,
         smi=_SMI,
-        metric=Metric("gpumon_fp64_active_ratio", "gauge", "Share of cycles the FP64 pipe was active, 0-1 (NVML GPM)."),
+        metric=Metric(
+            "gpumon_fp64_active_ratio",
+            "gauge",
+            "Share of cycles the FP64 pipe was active, 0-1 (NVML GPM).",
+            detail="profiling",
+        ),
         dcgm=Dcgm("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "gauge", "Ratio of cycles the fp64 pipes are active.", unit=_UNIT),
     )
     fp32_active_ratio: float | None = declare(
@@ -125,7 +131,12 @@ class GpmFields:
         nvml=_gpm("FP32_UTIL"),
         conversion=_RATIO,
         smi=_SMI,
-        metric=Metric("gpumon_fp32_active_ratio", "gauge", "Share of cycles the FP32 pipe was active, 0-1 (NVML GPM)."),
+        metric=Metric(
+            "gpumon_fp32_active_ratio",
+            "gauge",
+            "Share of cycles the FP32 pipe was active, 0-1 (NVML GPM).",
+            detail="profiling",
+        ),
         dcgm=Dcgm("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "gauge", "Ratio of cycles the fp32 pipes are active.", unit=_UNIT),
     )
     fp16_active_ratio: float | None = declare(
@@ -134,7 +145,12 @@ class GpmFields:
         nvml=_gpm("FP16_UTIL"),
         conversion=_RATIO,
         smi=_SMI,
-        metric=Metric("gpumon_fp16_active_ratio", "gauge", "Share of cycles the FP16 pipe was active, 0-1 (NVML GPM)."),
+        metric=Metric(
+            "gpumon_fp16_active_ratio",
+            "gauge",
+            "Share of cycles the FP16 pipe was active, 0-1 (NVML GPM).",
+            detail="profiling",
+        ),
         dcgm=Dcgm("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "gauge", "Ratio of cycles the fp16 pipes are active.", unit=_UNIT),
     )
     gpm_throughput_bytes_per_second: Mapping[str, float] | None = declare_mapping(
@@ -148,6 +164,7 @@ class GpmFields:
             "Throughput by link nvlink|pcie and direction tx|rx from NVML GPM, bytes per second.",
             labels=("link", "direction"),
             keys=_gpm_key,
+            detail="profiling",
         ),
         dcgm=(
             Dcgm(

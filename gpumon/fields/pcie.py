@@ -94,6 +94,7 @@ class PcieFields:
             "gauge",
             "PCIe throughput by direction tx|rx over a 20 ms sample, bytes per second (NVML PCIe throughput).",
             labels=("direction",),
+            detail="profiling",
         ),
         dcgm=(
             Dcgm(

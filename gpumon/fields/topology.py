@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpumon.fields.spec import Metric, Sample, Tier, declare, declare_mapping, natural
+from gpumon.fields.spec import Metric, Sample, Tier, declare, declare_mapping, natural, zero
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ class TopologyFields:
             " (nvidia-smi topo -p2p).",
             labels=("peer_gpu", "capability"),
             samples=_p2p_samples,
+            detail="p2p",
+            keep=zero,
         ),
     )
     topology_level: Mapping[str, str] | None = declare_mapping(
@@ -57,5 +59,6 @@ class TopologyFields:
             "Path to peer_gpu as level nvlink|internal|single|multiple|hostbridge|node|system (nvidia-smi topo -m).",
             labels=("peer_gpu", "level"),
             samples=_topology_samples,
+            detail="topology",
         ),
     )
