@@ -8,6 +8,10 @@ from typing import TYPE_CHECKING
 
 from gpumon.fields.spec import Dcgm, Metric, Tier, declare, declare_mapping, nonzero
 
+VIOLATIONS_SECONDS = 30.0
+"""The daemon (``gpumon run``) reads the violation (throttle time) counters at most this often
+(~1 ms of CPU per GPU on an H100): cumulative, none is lost."""
+
 if TYPE_CHECKING:
     from gpumon.snapshot import GpuSnapshot
 
@@ -140,6 +144,7 @@ class ClockFields:
             labels=("reason",),
             detail="zero_rows",
             keep=nonzero,
+            read_every_seconds=VIOLATIONS_SECONDS,
         ),
         dcgm=(
             _violation("power", "DCGM_FI_DEV_POWER_VIOLATION", "power constraints"),

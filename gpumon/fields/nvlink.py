@@ -12,11 +12,12 @@ if TYPE_CHECKING:
     from gpumon.snapshot import GpuSnapshot
 
 LINKS_H200 = 18
-NVLINK_ERRORS_SECONDS = 30.0
-"""The daemon (``gpumon run``) asks NVML for the NVLink error counters at most this often: one nvmlDeviceGetFieldValues call for
-every link and type costs about 40 ms of CPU per GPU on an H200 (the driver spins), 0.4 % of a core
-per GPU at the slow tier's 10 s (docs/benchmarks.md). They are cumulative: a longer interval makes
-an increase show later, it loses none. dcgm-exporter collects every field every 30 s by default."""
+NVLINK_ERRORS_SECONDS = 300.0
+"""The daemon (``gpumon run``) asks NVML for the NVLink error counters at most this often: one
+nvmlDeviceGetFieldValues call for every link and type costs about 43 ms of CPU per GPU on an H100
+(18 links; the driver spins), 0.14 % of a core per GPU at 30 s (docs/nvml-notes.md). They are
+cumulative: a longer interval makes an increase show later, it loses none; a fatal NVLink error
+comes at once as XID 74, a link down at once in gpumon_nvlink_links_up (read every second)."""
 
 
 def _error_samples(errors: Mapping[str, Mapping[str, int]]) -> Iterable[Sample]:
@@ -82,7 +83,7 @@ class NvlinkFields:
             Metric(
                 "gpumon_nvlink_link_up",
                 "gauge",
-                "1 when the NVLink link is active (nvidia-smi nvlink --status): links down, by default.",
+                "1 when the NVLink link is active (nvidia-smi nvlink --status).",
                 labels=("link",),
                 samples=_link_states,
                 detail="nvlink_per_link",
@@ -111,7 +112,7 @@ class NvlinkFields:
             Metric(
                 "gpumon_nvlink_link_errors_total",
                 "counter",
-                "NVLink errors by link and type replay|recovery|crc (nvidia-smi nvlink -e): counts above 0, by default.",
+                "NVLink errors by link and type replay|recovery|crc (nvidia-smi nvlink -e).",
                 labels=("link", "type"),
                 samples=_error_samples,
                 read_every_seconds=NVLINK_ERRORS_SECONDS,
