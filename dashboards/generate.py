@@ -281,9 +281,9 @@ def fleet() -> dict[str, Any]:
              description="Clock event reasons hw_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown, "
              "sw_thermal_slowdown active now."),
         stat("GPUs with an NVLink down",
-             count(f"count by (instance, gpu) (gpumon_nvlink_link_up{{{SEL}}} == 0 "
-                   f"and max_over_time(gpumon_nvlink_link_up{{{SEL}}}[1h]) == 1)"),
-             description="A link that was up in the last hour is down now."),
+             count(f"count by (instance, gpu) (gpumon_nvlink_links_up{{{SEL}}} "
+                   f"< max_over_time(gpumon_nvlink_links_up{{{SEL}}}[1h]))"),
+             description="Fewer links up than in the last hour: a link that was up is down now."),
         stat("GPUs whose driver asks for recovery", count(f'gpumon_recovery_action_info{{action!="none", {SEL}}}'),
              description="nvidia-smi gpu_recovery_action is not None: the GPU needs a reset, a drain or a reboot."),
         stat("GPUs not registered in the NVSwitch fabric", count(f"gpumon_fabric_status_ok{{{SEL}}} == 0"),
@@ -302,11 +302,13 @@ def fleet() -> dict[str, Any]:
              "names them once it lasts). See docs/early-signals.md."),
         stat("Health findings", f"sum(gpumon_health_findings{{{HOST}}}) or vector(0)",
              description="Findings behind the verdicts: XIDs waiting for a repair, inventory drift, lost GPUs."),
-        stat("Jobs let through unjudged (1 h)",
-             f"sum(increase(gpumon_health_unjudged_total{{{HOST}}}[1h])) or vector(0)",
-             description="Slurm prologs and epilogs where gpumon could not judge the node (a bad config, a named "
-             "daemon silent, the GPUs not answering within the prolog's budget) and let the job through "
-             "(gpumon_health_unjudged_total; docs/health.md#exit-codes)."),
+        table("Jobs let through unjudged (gpumon health)", [
+            target(f"gpumon_health_unjudged_total{{{HOST}}}", instant=True, table=True),
+            target(f"max by (instance, hook) (gpumon_health_unjudged_last_timestamp_seconds{{{HOST}}})"
+                   f" or max by (instance, hook) (0 * gpumon_health_unjudged_total{{{HOST}}})", instant=True, table=True),
+        ], description="Slurm prologs and epilogs whose check could not judge (UNKNOWN) and let the job through, "
+            "by hook, and when the last one did.", h=5, w=12,
+            rename={"Value #A": "jobs let through", "Value #B": "last (unix s, 0: never)"}),
         table("Node verdicts (gpumon health)", [target(f"gpumon_node_health_status{{{HOST}}}", instant=True, table=True)],
               description="0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, with the recommended action and the reason.",
               h=5, rename={"Value": "status"}),
@@ -329,9 +331,11 @@ def fleet() -> dict[str, Any]:
                        instant=True, table=True),
                 target(f"max by (instance, gpu) (gpumon_row_remap_pending{{{SEL}}} + gpumon_row_remap_failure{{{SEL}}})",
                        instant=True, table=True),
-                target(f'sum by (instance, gpu) (gpumon_clock_event_active{{reason=~"{HW_REASONS}", {SEL}}})',
+                target(f'sum by (instance, gpu) (gpumon_clock_event_active{{reason=~"{HW_REASONS}", {SEL}}})'
+                       f" or max by (instance, gpu) (0 * gpumon_gpu_up{{{SEL}}})",
                        instant=True, table=True),
-                target(f"sum by (instance, gpu) (1 - gpumon_nvlink_link_up{{{SEL}}})", instant=True, table=True),
+                target(f"max by (instance, gpu) (gpumon_nvlink_links{{{SEL}}} - gpumon_nvlink_links_up{{{SEL}}})",
+                       instant=True, table=True),
             ],
             description="One line per GPU; blank cells mean the GPU does not report that field.",
             h=10,
@@ -405,8 +409,15 @@ def unplaced_families(panels: list[Panel]) -> list[Panel]:
 
 def _unit_of(name: str) -> str:
     """Grafana's unit for a family by its base-unit suffix."""
-    for suffix, unit in (("_ratio", "percentunit"), ("_bytes", "bytes"), ("_bytes_total", "Bps"),
-                         ("_celsius", "celsius"), ("_watts", "watt"), ("_hertz", "hertz"), ("_seconds", "s")):
+    for suffix, unit in (
+        ("_ratio", "percentunit"),
+        ("_bytes", "bytes"),
+        ("_bytes_total", "Bps"),
+        ("_celsius", "celsius"),
+        ("_watts", "watt"),
+        ("_hertz", "hertz"),
+        ("_seconds", "s"),
+    ):
         if name.endswith(suffix):
             return unit
     return "short"
@@ -496,9 +507,9 @@ def gpu_detail() -> dict[str, Any]:
             target(f"gpumon_pcie_link_width{{{SEL}}}", lg("width {{state}}")),
         ], "none", dashed=".* max$", description="Idle GPUs lower the link generation on purpose."),
         timeseries("PCIe throughput", [
-            target(f"gpumon_pcie_throughput_bytes_per_second{{{SEL}}}", lg("{{direction}} (20 ms sample)")),
             target(f"rate(gpumon_pcie_bytes_total{{{SEL}}}[$__rate_interval])", lg("{{direction}} (counter rate)")),
-        ], "Bps"),
+            target(f"gpumon_pcie_throughput_bytes_per_second{{{SEL}}}", lg("{{direction}} (gpumon, slow tier)")),
+        ], "Bps", description="gpumon_pcie_throughput_bytes_per_second only with exporter.detail profiling."),
         ts("PCIe replays", f"increase(gpumon_pcie_replays_total{{{SEL}}}[$__rate_interval])", "short", w=12),
         row("ECC and memory health"),
         ts("ECC errors", f"gpumon_ecc_errors_total{{{SEL}}}", "short", lg("{{type}} {{scope}}")),
@@ -529,13 +540,20 @@ def gpu_detail() -> dict[str, Any]:
         row("NVLink and topology"),
         ts("NVLink links down", f"gpumon_nvlink_link_up{{{SEL}}} == 0", "bool", lg("link {{link}}"),
            draw="points", description="Links that report down now (links never trained also show here)."),
-        ts("NVLink links up", f"sum by (instance, gpu) (gpumon_nvlink_link_up{{{SEL}}})", "short"),
+        timeseries("NVLink links up", [
+            target(f"gpumon_nvlink_links_up{{{SEL}}}", lg("up")),
+            target(f"gpumon_nvlink_links{{{SEL}}}", lg("links")),
+        ], "short"),
         ts("NVLink errors", f"sum by (instance, gpu, type) (increase(gpumon_nvlink_errors_total{{{SEL}}}[$__rate_interval]))",
            "short", lg("{{type}}")),
+        ts("NVLink errors by link", f"gpumon_nvlink_link_errors_total{{{SEL}}}", "short", lg("link {{link}} {{type}}"),
+           description="Links with errors (every link with exporter.detail nvlink_per_link)."),
         table("Peer-to-peer and topology", [
             target(f"gpumon_p2p_status{{{SEL}}}", instant=True, table=True),
             target(f"gpumon_topology_info{{{SEL}}}", instant=True, table=True),
-        ], hide=("Time", "__name__", "job", "uuid", "Value #B"), rename={"Value #A": "p2p ok"}, w=12),
+        ], hide=("Time", "__name__", "job", "uuid", "Value #B"), rename={"Value #A": "p2p ok"}, w=12,
+            description="P2P capabilities that fail; every one with exporter.detail p2p, the topology with "
+            "exporter.detail topology."),
         row("XID errors"),
         ts("XID events", f"sum by (instance, gpu, xid) (increase(gpumon_xid_errors_total{{{SEL}}}[$__rate_interval]))",
            "short", lg("XID {{xid}}"), draw="bars"),

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpumon.compat_config import parse_compat
+from gpumon.fields.spec import DETAILS
 from gpumon.yamlfile import YamlFileError, brief, read_yaml
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ has 9400, nvidia_gpu_exporter 9835), so gpumon sits just outside it."""
 DEFAULT_CONFIG_PATH = Path("/etc/gpumon/gpumon.yaml")
 DEFAULT_STATE_DIR = Path("/var/lib/gpumon")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-_EXPORTER_KEYS = ("processes", "compat", "compat_hostname_label", "compat_labels")
+_EXPORTER_KEYS = ("processes", "compat", "compat_hostname_label", "compat_labels", "detail")
 
 
 class ConfigError(Exception):
@@ -62,6 +63,9 @@ class ExporterConfig:
     compat_labels: tuple[str, ...] = ()
     """Optional labels of the DCGM sets: nvml_version, serial, vbios_version (dcgm-exporter's label
     rows) and hpc_job (the Slurm job of the GPU's processes)."""
+    detail: tuple[str, ...] = ()
+    """Opt-ins to series the default leaves out (gpumon.fields.spec.DETAILS; ``all`` for every one):
+    each NVLink link's series, every P2P row, topology, rows that say nothing happened, GPM profiling detail."""
 
 
 @dataclass(frozen=True)
@@ -281,7 +285,7 @@ def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig
     if raw is None:
         return ExporterConfig()
     if not isinstance(raw, dict):
-        problems.append(f"{where}: exporter must be a mapping with processes and compat, got {brief(raw)}")
+        problems.append(f"{where}: exporter must be a mapping with processes, compat and detail, got {brief(raw)}")
         return ExporterConfig()
     for key in raw:
         if key not in _EXPORTER_KEYS:
@@ -289,9 +293,34 @@ def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig
             problems.append(f"{where}: unknown key exporter.{shown} (known: {', '.join(_EXPORTER_KEYS)})")
     processes = _convert("exporter.processes", raw.get("processes", False), bool, problems, where)
     compat, spelling, labels = parse_compat(raw, problems, where)
+    detail = _parse_detail(raw.get("detail", []), problems, where)
     return ExporterConfig(
-        processes=bool(processes), compat=compat, compat_hostname_label=spelling, compat_labels=labels
+        processes=bool(processes),
+        compat=compat,
+        compat_hostname_label=spelling,
+        compat_labels=labels,
+        detail=detail,
     )
+
+
+def _parse_detail(raw: Any, problems: list[str], where: str) -> tuple[str, ...]:
+    """``exporter.detail``: a list (or comma-separated words) of DETAILS, or ``all``."""
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        raw = [d.strip() for d in raw.split(",") if d.strip()]
+    if not isinstance(raw, list):
+        problems.append(f"{where}: exporter.detail must be a list, got {brief(raw)}")
+        return ()
+    detail: list[str] = []
+    for d in raw:
+        if d == "all":
+            detail.extend(x for x in DETAILS if x not in detail)
+        elif d not in DETAILS:
+            problems.append(f"{where}: exporter.detail: unknown opt-in {brief(d)} (known: {', '.join(DETAILS)}, all)")
+        elif d not in detail:
+            detail.append(d)
+    return tuple(detail)
 
 
 def _parse_xid_catalog(raw: Any, problems: list[str], where: str) -> dict[int, dict[str, str]]:

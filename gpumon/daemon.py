@@ -227,6 +227,7 @@ class Daemon:
             monotonic=monotonic,
             self_stats=self._self_stats,
             processes=config.exporter.processes,
+            detail=frozenset(config.exporter.detail),
         )
         self.store.subscribe(self.collector.prepare)
         self.collector.add("alerts", self.alerts.collector())
@@ -438,7 +439,9 @@ class Daemon:
         if plan.trigger is not None:
             self.poll_job.set_interval(plan.trigger, new.interval_seconds)
         self.poller.set_intervals(intervals_of(new))
-        self.collector.set_options(intervals_of(new), processes=new.exporter.processes)
+        self.collector.set_options(
+            intervals_of(new), processes=new.exporter.processes, detail=frozenset(new.exporter.detail)
+        )
         self.server.set_stale_after(new.stale_after)
         if plan.catalog is not None:
             self.catalog = plan.catalog

@@ -200,7 +200,8 @@ GPUMON_CONFIG = {
     "interval_seconds": 1,
     "slow_interval_seconds": 1,
     "static_interval_seconds": 5,
-    "exporter": {"processes": True},
+    # every opt-in: each panel must show data; the default serves rows that say nothing happened on none
+    "exporter": {"processes": True, "detail": ["all"]},
     "alerting": {
         "builtin_rules": True,
         "webhooks": ["http://127.0.0.1:9/hook"],

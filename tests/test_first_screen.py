@@ -46,7 +46,10 @@ def test_fake_backend_log_says_simulated_gpus_not_nvml(start_daemon: Callable[..
 
 
 def test_default_fake_gpus_carry_gpm_profiling_for_the_panels(start_daemon: Callable[..., DaemonProcess]) -> None:
-    daemon = start_daemon("--backend", "fake", "--fake-gpus", "2", "--compat", "dcgm")
+    # the profiling breakdown (SM occupancy, FP pipes, GPM throughput) is an opt-in of the series budget
+    daemon = start_daemon(
+        "--backend", "fake", "--fake-gpus", "2", "--compat", "dcgm", env={"GPUMON_EXPORTER_DETAIL": "profiling"}
+    )  # fmt: skip
     text = daemon.metrics()
     for name in GPM_METRICS:
         assert sorted(labels["gpu"] for labels, _ in samples(text, name)) == ["0", "1"], name

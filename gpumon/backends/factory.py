@@ -10,9 +10,9 @@ from gpumon.backends.base import GpuBackend
 def make_backend(spec: str, fake_gpus: int = 2, *, daemon: bool = False) -> GpuBackend:
     """Build the backend a user asked for. The fake one is only ever used when named.
 
-    ``daemon``: for ``gpumon run``, which reads all day: NVML's costliest cumulative counters (the
-    NVLink error counters) are asked at most every NVLINK_ERRORS_SECONDS; the other commands read
-    them fresh every time.
+    ``daemon``: for ``gpumon run``, which reads all day: NVML's costliest calls (NVLink error
+    counters, energy, GPM, violations, P2P, topology) are made at most every
+    ``ReaderSpec.every_seconds`` (docs/nvml-notes.md); the other commands read them fresh every time.
 
     ``fake:NAME`` plays a named scenario shipped with gpumon (``gpumon scenarios`` lists them);
     anything else after ``fake:`` is a scenario file. Raises gpumon.backends.fake.ScenarioError
@@ -41,7 +41,6 @@ def make_backend(spec: str, fake_gpus: int = 2, *, daemon: bool = False) -> GpuB
         return FakeBackend.from_file(target)
     if spec == "nvml":
         from gpumon.backends.nvml import NvmlBackend
-        from gpumon.fields.nvlink import NVLINK_ERRORS_SECONDS
 
-        return NvmlBackend.from_system(nvlink_errors_seconds=NVLINK_ERRORS_SECONDS if daemon else 0.0)
+        return NvmlBackend.from_system(spaced=daemon)
     raise ValueError(f"unknown backend {spec!r} (nvml, fake, fake:NAME, fake:PATH)")

@@ -76,6 +76,7 @@ class GpumonCollector:
         monotonic: Callable[[], float] = time.monotonic,
         self_stats: Callable[[], SelfStats] = SelfStats,
         processes: bool = False,
+        detail: frozenset[str] = frozenset(),
         extra: Sequence[tuple[str, FamilySource]] = (),
         version: str = __version__,
         python_version: str | None = None,
@@ -85,7 +86,8 @@ class GpumonCollector:
         self._mono = monotonic
         self._self_stats = self_stats
         self._processes = processes
-        self._gpu = GpuFamilies(intervals, processes=processes)
+        self._detail = detail
+        self._gpu = GpuFamilies(intervals, processes=processes, detail=detail)
         self._extra = list(extra)
         self._per_snapshot: set[str] = set()
         self._version = version
@@ -104,11 +106,13 @@ class GpumonCollector:
         self._extras_rendered: tuple[Rendered, list[tuple[str, float, float]]] | None = None
         """The extra sources' families of the last scrape and their bytes, and the sources' timings."""
 
-    def set_options(self, intervals: PollIntervals, *, processes: bool) -> None:
-        """New intervals (for HELP texts) and per-process opt-in after a reload."""
+    def set_options(self, intervals: PollIntervals, *, processes: bool, detail: frozenset[str] | None = None) -> None:
+        """New intervals (for HELP texts), per-process and detail (``exporter.detail``) opt-ins after a reload."""
         self._intervals = intervals
         self._processes = processes
-        self._gpu.set_options(intervals, processes=processes)
+        self._gpu.set_options(intervals, processes=processes, detail=detail)
+        if detail is not None:
+            self._detail = detail  # a snapshot rendered with other opt-ins is rendered again
 
     def add(self, name: str, source: FamilySource, *, per_snapshot: bool = False) -> None:
         """Take ``source``'s families in every scrape, guarded and timed as ``name``.
@@ -339,7 +343,7 @@ class GpumonCollector:
         comes meanwhile serves the snapshot before (see ``body``). Nothing is rendered ahead
         when no scrape came since the last snapshot rendered."""
         self._gpu.prepare_slower(snapshot)
-        options = (self._intervals, self._processes)
+        options = (self._intervals, self._processes, self._detail)
         with self._lock:
             self._prepared = snapshot
             newest = self._newest
@@ -379,7 +383,7 @@ class GpumonCollector:
         is to be rendered (or there is none)."""
         if latest is None:
             return None, False
-        options = (self._intervals, self._processes)
+        options = (self._intervals, self._processes, self._detail)
         with self._lock:
             newest = self._newest
             if newest is not None and newest.options == options:
@@ -401,7 +405,7 @@ class GpumonCollector:
             newest = self._newest
             if newest is not None and newest.snapshot is snapshot and newest.families is families:
                 return newest
-        return self._keep(RenderedSnapshot(snapshot, (self._intervals, self._processes), families))
+        return self._keep(RenderedSnapshot(snapshot, (self._intervals, self._processes, self._detail), families))
 
     def _keep(self, rendered: RenderedSnapshot) -> RenderedSnapshot:
         """Keep ``rendered`` as the newest, unless one of the same or a newer snapshot is kept already

@@ -86,10 +86,19 @@ class _GpuParts:
 class GpuFamilies:
     """The per-GPU families of snapshots, with the text of what did not change kept."""
 
-    def __init__(self, intervals: PollIntervals, *, processes: bool) -> None:
+    def __init__(self, intervals: PollIntervals, *, processes: bool, detail: frozenset[str] = frozenset()) -> None:
         self._intervals = intervals
         self._processes = processes
-        self._rows = gpu_rows()
+        self._build_lock = threading.Lock()
+        """Held while the per-GPU families of a snapshot are built or its slow rows made (everything
+        kept below is changed under it): a scrape that needs the ones the polling thread is building
+        waits for them instead of building them too."""
+        self._setup(detail)
+
+    def _setup(self, detail: frozenset[str]) -> None:
+        """The rows served with the ``detail`` opt-ins (``exporter.detail``), and nothing kept yet."""
+        self._detail = detail
+        self._rows = tuple(served for row in gpu_rows() if (served := row.served(detail)) is not None)
         self._values_of = [_values_of(row.fields) for row in self._rows]
         kept = {Tier.SLOW, Tier.STATIC}
         self._groups = tuple(
@@ -119,15 +128,14 @@ class GpuFamilies:
         self._heads: tuple[PollIntervals, list[tuple[Family, Callable[..., str]]]] | None = None
         """The intervals the rows' HELP texts were written for; per row, its family without samples
         (``rendered``: its HELP and TYPE lines) and its sample template."""
-        self._build_lock = threading.Lock()
-        """Held while the per-GPU families of a snapshot are built or its slow rows made (everything
-        kept above is changed under it): a scrape that needs the ones the polling thread is building
-        waits for them instead of building them too."""
 
-    def set_options(self, intervals: PollIntervals, *, processes: bool) -> None:
-        """New intervals (for HELP texts) and per-process opt-in after a reload."""
-        self._intervals = intervals
-        self._processes = processes
+    def set_options(self, intervals: PollIntervals, *, processes: bool, detail: frozenset[str] | None = None) -> None:
+        """New intervals (for HELP texts), per-process and detail opt-ins after a reload."""
+        with self._build_lock:
+            self._intervals = intervals
+            self._processes = processes
+            if detail is not None and detail != self._detail:
+                self._setup(detail)
 
     def prepare_slower(self, snapshot: Snapshot) -> None:
         """Render the slow and static rows of ``snapshot`` now (the polling thread, right after a read)."""

@@ -8,7 +8,7 @@ docs/architecture.md, "Adding a field".
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpumon.fields.spec import FieldSpec, Metric, MetricPart, Sample, Sampler, as_number, natural
 from gpumon.snapshot import GpuSnapshot, Tier, field_specs
@@ -34,6 +34,24 @@ class MetricRow:
     """The GpuSnapshot fields ``samples`` reads: a GPU's samples change only when these values do."""
     read_every_seconds: float | None = None
     """Read at most this often though its tier is read more often (``Metric.read_every_seconds``)."""
+    detail: str | None = None
+    """The ``exporter.detail`` opt-in that serves every sample (``Metric.detail``); None: always all."""
+    keep: Callable[[Sample], bool] | None = None
+    """Without that opt-in, the samples served (``Metric.keep``); None: the row is not served."""
+
+    def served(self, detail: frozenset[str]) -> MetricRow | None:
+        """This row as served with the ``detail`` opt-ins: itself, the row with only the samples
+        ``keep`` passes, or None (not served)."""
+        if self.detail is None or self.detail in detail:
+            return self
+        if self.keep is None:
+            return None
+        keep, samples = self.keep, self.samples
+        return replace(
+            self,
+            help=f"{self.help} Only the rows that say something (exporter.detail {self.detail}: every row).",
+            samples=lambda gpu: [s for s in samples(gpu) if keep(s)],
+        )
 
 
 def scalar(field: str) -> Callable[[GpuSnapshot], Iterable[Sample]]:
@@ -98,7 +116,8 @@ def _sampler(field: str, spec: FieldSpec, metric: Metric) -> Callable[[GpuSnapsh
 
 
 def gpu_rows() -> tuple[MetricRow, ...]:
-    """Every per-GPU metric except gpumon_gpu_info and gpumon_gpu_up (built by the collector), in declaration order.
+    """Every per-GPU metric except gpumon_gpu_info and gpumon_gpu_up (built by the collector), in declaration order,
+    each with all its samples (``MetricRow.served`` gives it as a set of opt-ins serves it).
 
     A family comes where its first field is declared; ``MetricPart`` fields add their label value to it.
     """
@@ -135,6 +154,8 @@ def gpu_rows() -> tuple[MetricRow, ...]:
                 metric.labels,
                 fields=fields,
                 read_every_seconds=metric.read_every_seconds,
+                detail=metric.detail,
+                keep=metric.keep,
             )
         )
     return tuple(rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpumon.fields.spec import Dcgm, Metric, Sample, Tier, declare, declare_mapping
+from gpumon.fields.spec import Dcgm, Metric, Sample, Tier, declare, declare_mapping, nonzero
 
 _REMAPPED_ROWS = "nvmlDeviceGetRemappedRows"
 _RETIRED = "nvmlDeviceGetRetiredPages(cause), …PendingStatus (pre-Ampere; NOT_SUPPORTED on Hopper)"
@@ -23,6 +23,11 @@ def _ecc(key: str, name: str, what: str) -> Dcgm:
 _BANK_WORDS = {"max": "full", "high": "high", "partial": "partial", "low": "low", "none": "no"}
 """The histogram's levels, from most spare rows left to none (nvmlRowRemapperHistogramValues)."""
 BANK_LEVELS = tuple(_BANK_WORDS)
+
+
+def _volatile_or_counted(sample: Sample) -> bool:
+    """``keep`` of gpumon_ecc_errors_total: the volatile counts, and the aggregate ones above 0."""
+    return sample[0][1] == "volatile" or sample[1] != 0
 
 
 def _bank_samples(banks: Mapping[str, int]) -> Iterable[Sample]:
@@ -52,6 +57,8 @@ class EccFields:
             "ECC errors by type corrected|uncorrected and scope volatile|aggregate (nvidia-smi ecc.errors.*.total).",
             labels=("type", "scope"),
             keys=_ecc_key,
+            detail="zero_rows",
+            keep=_volatile_or_counted,
         ),
         dcgm=(
             _ecc("corrected_volatile", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "single-bit volatile"),
@@ -164,6 +171,8 @@ class EccFields:
             " (nvidia-smi remapped_rows.histogram.*).",
             labels=("availability",),
             samples=_bank_samples,
+            detail="zero_rows",
+            keep=nonzero,
         ),
         dcgm=tuple(
             Dcgm(

@@ -19,6 +19,9 @@ def _gpm(metric: str) -> str:
 _RATIO = "% / 100; from the 2nd read"
 _SMI = "— (DCGM_FI_PROF_*)"
 _UNIT = "ratio 0–1"
+GPM_SECONDS = 30.0
+"""The daemon (``gpumon run``) takes a GPM sample at most this often (~2 ms of CPU per GPU and read
+on an H100): the profiling metrics are averages over it, dcgm-exporter's default interval."""
 
 
 def _gpm_key(key: str) -> tuple[str, ...]:
@@ -59,6 +62,7 @@ class GpmFields:
             "gpumon_sm_active_ratio",
             "gauge",
             "Share of time at least one warp was resident on an SM, 0-1 (NVML GPM; DCGM_FI_PROF_SM_ACTIVE).",
+            read_every_seconds=GPM_SECONDS,
         ),
         dcgm=Dcgm(
             "DCGM_FI_PROF_SM_ACTIVE", "gauge", "The ratio of cycles an SM has at least 1 warp assigned.", unit=_UNIT
@@ -74,6 +78,8 @@ class GpmFields:
             "gpumon_sm_occupancy_ratio",
             "gauge",
             "Resident warps over the SM maximum, 0-1 (NVML GPM; DCGM_FI_PROF_SM_OCCUPANCY).",
+            detail="profiling",
+            read_every_seconds=GPM_SECONDS,
         ),
         dcgm=Dcgm("DCGM_FI_PROF_SM_OCCUPANCY", "gauge", "The ratio of number of warps resident on an SM.", unit=_UNIT),
     )
@@ -87,6 +93,7 @@ class GpmFields:
             "gpumon_tensor_active_ratio",
             "gauge",
             "Share of cycles the tensor pipes were active, 0-1 (NVML GPM; DCGM_FI_PROF_PIPE_TENSOR_ACTIVE).",
+            read_every_seconds=GPM_SECONDS,
         ),
         dcgm=Dcgm(
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active.", unit=_UNIT
@@ -102,6 +109,7 @@ class GpmFields:
             "gpumon_dram_active_ratio",
             "gauge",
             "Share of cycles device memory was transferring data, 0-1 (NVML GPM; DCGM_FI_PROF_DRAM_ACTIVE).",
+            read_every_seconds=GPM_SECONDS,
         ),
         dcgm=Dcgm(
             "DCGM_FI_PROF_DRAM_ACTIVE",
@@ -116,7 +124,13 @@ class GpmFields:
         nvml=_gpm("FP64_UTIL"),
         conversion=_RATIO,
         smi=_SMI,
-        metric=Metric("gpumon_fp64_active_ratio", "gauge", "Share of cycles the FP64 pipe was active, 0-1 (NVML GPM)."),
+        metric=Metric(
+            "gpumon_fp64_active_ratio",
+            "gauge",
+            "Share of cycles the FP64 pipe was active, 0-1 (NVML GPM).",
+            detail="profiling",
+            read_every_seconds=GPM_SECONDS,
+        ),
         dcgm=Dcgm("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "gauge", "Ratio of cycles the fp64 pipes are active.", unit=_UNIT),
     )
     fp32_active_ratio: float | None = declare(
@@ -125,7 +139,13 @@ class GpmFields:
         nvml=_gpm("FP32_UTIL"),
         conversion=_RATIO,
         smi=_SMI,
-        metric=Metric("gpumon_fp32_active_ratio", "gauge", "Share of cycles the FP32 pipe was active, 0-1 (NVML GPM)."),
+        metric=Metric(
+            "gpumon_fp32_active_ratio",
+            "gauge",
+            "Share of cycles the FP32 pipe was active, 0-1 (NVML GPM).",
+            detail="profiling",
+            read_every_seconds=GPM_SECONDS,
+        ),
         dcgm=Dcgm("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "gauge", "Ratio of cycles the fp32 pipes are active.", unit=_UNIT),
     )
     fp16_active_ratio: float | None = declare(
@@ -134,7 +154,13 @@ class GpmFields:
         nvml=_gpm("FP16_UTIL"),
         conversion=_RATIO,
         smi=_SMI,
-        metric=Metric("gpumon_fp16_active_ratio", "gauge", "Share of cycles the FP16 pipe was active, 0-1 (NVML GPM)."),
+        metric=Metric(
+            "gpumon_fp16_active_ratio",
+            "gauge",
+            "Share of cycles the FP16 pipe was active, 0-1 (NVML GPM).",
+            detail="profiling",
+            read_every_seconds=GPM_SECONDS,
+        ),
         dcgm=Dcgm("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "gauge", "Ratio of cycles the fp16 pipes are active.", unit=_UNIT),
     )
     gpm_throughput_bytes_per_second: Mapping[str, float] | None = declare_mapping(
@@ -148,6 +174,8 @@ class GpmFields:
             "Throughput by link nvlink|pcie and direction tx|rx from NVML GPM, bytes per second.",
             labels=("link", "direction"),
             keys=_gpm_key,
+            detail="profiling",
+            read_every_seconds=GPM_SECONDS,
         ),
         dcgm=(
             Dcgm(
@@ -200,6 +228,7 @@ class GpmFields:
             "gpumon_graphics_active_ratio",
             "gauge",
             "Share of time the graphics or compute engine was active, 0-1 (NVML GPM; DCGM_FI_PROF_GR_ENGINE_ACTIVE).",
+            read_every_seconds=GPM_SECONDS,
         ),
         dcgm=Dcgm(
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE",

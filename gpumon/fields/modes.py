@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpumon.fields.spec import Dcgm, Metric, Tier, declare, info_label
+from gpumon.fields.spec import Dcgm, Metric, Sample, Tier, declare, info_label
 
 if TYPE_CHECKING:
     from gpumon.snapshot import GpuSnapshot
@@ -29,6 +29,16 @@ RECOVERY_ACTIONS = {  # nvmlDeviceGpuRecoveryAction_t (NVML_GPU_RECOVERY_ACTION_
 }
 """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION's value -> the ``recovery_action`` word."""
 _RECOVERY_CODES = {word: code for code, word in RECOVERY_ACTIONS.items()}
+
+
+def _not_completed(sample: Sample) -> bool:
+    """``keep`` of gpumon_fabric_state_info: a state other than completed (gpumon_fabric_status_ok says that)."""
+    return sample[0] != ("completed",)
+
+
+def acted(sample: Sample) -> bool:
+    """``keep`` of gpumon_recovery_action_info: an action other than none."""
+    return sample[0] != ("none",)
 
 
 def _recovery_code(gpu: GpuSnapshot) -> float | None:
@@ -89,6 +99,8 @@ class ModeFields:
             " (nvidia-smi -q Fabric State).",
             labels=("state",),
             samples=info_label,
+            detail="zero_rows",
+            keep=_not_completed,
         ),
         fake="completed",
     )
@@ -120,6 +132,8 @@ class ModeFields:
             " as a label (nvidia-smi gpu_recovery_action).",
             labels=("action",),
             samples=info_label,
+            detail="zero_rows",
+            keep=acted,
         ),
         dcgm=Dcgm(
             "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",

@@ -6,17 +6,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpumon.fields.spec import Dcgm, Metric, Sample, Tier, declare_mapping, natural
+from gpumon.fields.spec import Dcgm, Metric, Sample, Tier, declare_mapping, natural, nonzero, zero
 
 if TYPE_CHECKING:
     from gpumon.snapshot import GpuSnapshot
 
 LINKS_H200 = 18
-NVLINK_ERRORS_SECONDS = 30.0
-"""The daemon (``gpumon run``) asks NVML for the NVLink error counters at most this often: one nvmlDeviceGetFieldValues call for
-every link and type costs about 40 ms of CPU per GPU on an H200 (the driver spins), 0.4 % of a core
-per GPU at the slow tier's 10 s (docs/benchmarks.md). They are cumulative: a longer interval makes
-an increase show later, it loses none. dcgm-exporter collects every field every 30 s by default."""
+NVLINK_ERRORS_SECONDS = 300.0
+"""The daemon (``gpumon run``) asks NVML for the NVLink error counters at most this often: one
+nvmlDeviceGetFieldValues call for every link and type costs about 43 ms of CPU per GPU on an H100
+(18 links; the driver spins), 0.14 % of a core per GPU at 30 s (docs/nvml-notes.md). They are
+cumulative: a longer interval makes an increase show later, it loses none; a fatal NVLink error
+comes at once as XID 74, a link down at once in gpumon_nvlink_links_up (read every second)."""
 
 
 def _error_samples(errors: Mapping[str, Mapping[str, int]]) -> Iterable[Sample]:
@@ -25,6 +26,26 @@ def _error_samples(errors: Mapping[str, Mapping[str, int]]) -> Iterable[Sample]:
         for link in sorted(errors, key=natural)
         for kind, count in sorted(errors[link].items())
     ]
+
+
+def _links_up(up: Mapping[str, bool]) -> Iterable[Sample]:
+    return [((), float(sum(1 for state in up.values() if state)))]
+
+
+def _links_total(up: Mapping[str, bool]) -> Iterable[Sample]:
+    return [((), float(len(up)))]
+
+
+def _link_states(up: Mapping[str, bool]) -> Iterable[Sample]:
+    return [((link,), 1.0 if up[link] else 0.0) for link in sorted(up, key=natural)]
+
+
+def _errors_by_type(errors: Mapping[str, Mapping[str, int]]) -> Iterable[Sample]:
+    totals: dict[str, int] = {}
+    for counts in errors.values():
+        for kind, count in counts.items():
+            totals[kind] = totals.get(kind, 0) + count
+    return [((kind,), float(count)) for kind, count in sorted(totals.items())]
 
 
 def _summed(kind: str) -> Callable[[GpuSnapshot], float | None]:
@@ -46,11 +67,28 @@ class NvlinkFields:
         "NVLink state by link index (nvidia-smi nvlink --status)",
         nvml="nvmlDeviceGetNvLinkState per link; links counted once (0.. until NOT_SUPPORTED / INVALID_ARGUMENT)",
         smi="nvlink --status",
-        metric=Metric(
-            "gpumon_nvlink_link_up",
-            "gauge",
-            "1 when the NVLink link is active (nvidia-smi nvlink --status).",
-            labels=("link",),
+        metric=(
+            Metric(
+                "gpumon_nvlink_links_up",
+                "gauge",
+                "NVLink links of the GPU that are active (nvidia-smi nvlink --status).",
+                samples=_links_up,
+            ),
+            Metric(
+                "gpumon_nvlink_links",
+                "gauge",
+                "NVLink links the GPU has (nvidia-smi nvlink --status).",
+                samples=_links_total,
+            ),
+            Metric(
+                "gpumon_nvlink_link_up",
+                "gauge",
+                "1 when the NVLink link is active (nvidia-smi nvlink --status).",
+                labels=("link",),
+                samples=_link_states,
+                detail="nvlink_per_link",
+                keep=zero,
+            ),
         ),
         fake={str(link): True for link in range(LINKS_H200)},
     )
@@ -62,13 +100,25 @@ class NvlinkFields:
         " nvmlDeviceGetNvLinkErrorCounter(link, DL_REPLAY / DL_RECOVERY / DL_CRC_FLIT)."
         " DL_CRC_DATA and DL_ECC_DATA are not read (below); gpumon run asks at most every 30 s",
         smi="`nvlink -e`: Replay Errors, Recovery Errors, CRC Errors",
-        metric=Metric(
-            "gpumon_nvlink_errors_total",
-            "counter",
-            "NVLink errors by link and type replay|recovery|crc, as nvidia-smi nvlink -e shows them.",
-            labels=("link", "type"),
-            samples=_error_samples,
-            read_every_seconds=NVLINK_ERRORS_SECONDS,
+        metric=(
+            Metric(
+                "gpumon_nvlink_errors_total",
+                "counter",
+                "NVLink errors of the GPU's links summed, by type replay|recovery|crc (nvidia-smi nvlink -e).",
+                labels=("type",),
+                samples=_errors_by_type,
+                read_every_seconds=NVLINK_ERRORS_SECONDS,
+            ),
+            Metric(
+                "gpumon_nvlink_link_errors_total",
+                "counter",
+                "NVLink errors by link and type replay|recovery|crc (nvidia-smi nvlink -e).",
+                labels=("link", "type"),
+                samples=_error_samples,
+                read_every_seconds=NVLINK_ERRORS_SECONDS,
+                detail="nvlink_per_link",
+                keep=nonzero,
+            ),
         ),
         dcgm=(
             Dcgm(

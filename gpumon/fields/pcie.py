@@ -85,15 +85,18 @@ class PcieFields:
     )
     pcie_throughput_bytes_per_second: Mapping[str, float] | None = declare_mapping(
         Tier.SLOW,
-        "PCIe throughput by direction tx|rx over a 20 ms sample, bytes/s (nvidia-smi dmon -s t, KB/s × 1024)",
-        nvml="nvmlDeviceGetPcieThroughput (blocks ~21 ms)",
-        conversion="KB/s × 1024",
+        "PCIe throughput by direction tx|rx since the last slow read, bytes/s (nvidia-smi dmon -s t)",
+        nvml="the rate of pcie_bytes_total between slow reads (no call); nvmlDeviceGetPcieThroughput"
+        " (a ~20 ms sample, the call blocks ~21-42 ms) where the driver lacks the byte counters",
+        conversion="Δbytes / Δs; KB/s × 1024",
         smi="dmon -s t",
         metric=Metric(
             "gpumon_pcie_throughput_bytes_per_second",
             "gauge",
-            "PCIe throughput by direction tx|rx over a 20 ms sample, bytes per second (NVML PCIe throughput).",
+            "PCIe throughput by direction tx|rx since the last slow read, bytes per second (the rate of"
+            " gpumon_pcie_bytes_total).",
             labels=("direction",),
+            detail="profiling",
         ),
         dcgm=(
             Dcgm(

@@ -36,6 +36,24 @@ Sample = tuple[tuple[str, ...], float]
 Sampler = Callable[[Any], Iterable[Sample]]
 """The field's value (never read when the field is None) -> its samples."""
 
+DETAILS = ("nvlink_per_link", "p2p", "topology", "zero_rows", "profiling", "limits")
+"""The opt-ins of ``exporter.detail``, each bringing series the default leaves out (the series
+budget, docs/benchmarks.md): every NVLink link's own series; every P2P status row, the OK ones
+too; the topology rows; rows whose value says nothing happened (an inactive clock event reason,
+a throttle reason at 0 s, ...); the GPM profiling breakdown (SM occupancy, FP pipes, throughput);
+the limits that never change but the slowdown temperature (maximum clocks, the other temperature
+thresholds, the memory the driver reserves)."""
+
+
+def nonzero(sample: Sample) -> bool:
+    """``keep`` for rows whose 0 says nothing happened."""
+    return sample[1] != 0
+
+
+def zero(sample: Sample) -> bool:
+    """``keep`` for rows whose 1 says all is well (a link up, a P2P capability OK)."""
+    return sample[1] == 0
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -59,6 +77,12 @@ class Metric:
     read_every_seconds: float | None = None
     """The NVML backend reads the field at most this often (a costly call), though its tier is read
     more often: HELP then says the longer interval."""
+    detail: str | None = None
+    """An opt-in of ``exporter.detail`` (one of ``DETAILS``): with it, every sample is served;
+    without it, only the samples ``keep`` passes (none when ``keep`` is None). None: always served."""
+    keep: Callable[[Sample], bool] | None = None
+    """Without the ``detail`` opt-in, the samples served: those that say something happened (a link
+    down, a reason active, a counter above 0)."""
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpumon.fields.spec import Dcgm, Metric, MetricPart, Tier, declare
+from gpumon.fields.spec import Dcgm, Metric, MetricPart, Sample, Tier, declare
 
 _THRESHOLD = "nvmlDeviceGetTemperatureThreshold"
 _THRESHOLDS = "gpumon_temperature_threshold_celsius"
+
+
+def _slowdown(sample: Sample) -> bool:
+    """Without the ``limits`` opt-in, the slowdown threshold alone (the alerts' and dashboards' margin)."""
+    return sample[0] == ("slowdown",)
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,8 @@ class ThermalFields:
             " (nvidia-smi -q Temperature).",
             labels=("kind",),
             label="slowdown",
+            detail="limits",
+            keep=_slowdown,
         ),
         dcgm=Dcgm("DCGM_FI_DEV_SLOWDOWN_TEMP", "gauge", "Slowdown temperature (in C).", unit="C"),
         fake=90.0,

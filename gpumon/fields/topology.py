@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpumon.fields.spec import Metric, Sample, Tier, declare, declare_mapping, natural
+from gpumon.fields.spec import Metric, Sample, Tier, declare, declare_mapping, natural, zero
+
+P2P_TOPOLOGY_SECONDS = 3600.0
+"""The daemon (``gpumon run``) reads P2P status and topology at most this often, though the static
+tier comes every 300 s: they cost ~22 ms and ~6 ms of CPU per GPU on an H100 and change only with
+the hardware (a link that goes down shows at once in gpumon_nvlink_links_up)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,9 @@ class TopologyFields:
             " (nvidia-smi topo -p2p).",
             labels=("peer_gpu", "capability"),
             samples=_p2p_samples,
+            detail="p2p",
+            keep=zero,
+            read_every_seconds=P2P_TOPOLOGY_SECONDS,
         ),
     )
     topology_level: Mapping[str, str] | None = declare_mapping(
@@ -57,5 +65,7 @@ class TopologyFields:
             "Path to peer_gpu as level nvlink|internal|single|multiple|hostbridge|node|system (nvidia-smi topo -m).",
             labels=("peer_gpu", "level"),
             samples=_topology_samples,
+            detail="topology",
+            read_every_seconds=P2P_TOPOLOGY_SECONDS,
         ),
     )

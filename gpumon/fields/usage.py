@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpumon.fields.spec import Dcgm, Metric, Tier, declare
+from gpumon.fields.spec import Dcgm, Metric, Tier, declare, nonzero
 
 MIB = 1024 * 1024
 _MEMORY_INFO = "nvmlDeviceGetMemoryInfo(h, version=nvmlMemory_v2); v1 fallback (no reserved)"
@@ -82,6 +82,7 @@ class UsageFields:
             "gpumon_memory_reserved_bytes",
             "gauge",
             "Framebuffer memory reserved by the driver, bytes (nvidia-smi memory.reserved).",
+            detail="limits",
         ),
         dcgm=Dcgm(
             "DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", unit="MiB", whole_mib=True
@@ -98,6 +99,8 @@ class UsageFields:
             "gpumon_encoder_utilization_ratio",
             "gauge",
             "Share of time the video encoder was busy, 0-1 (nvidia-smi utilization.encoder / 100).",
+            detail="zero_rows",
+            keep=nonzero,
         ),
         dcgm=Dcgm("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", unit="%", scale=100),
         fake=0.0,
@@ -112,6 +115,8 @@ class UsageFields:
             "gpumon_decoder_utilization_ratio",
             "gauge",
             "Share of time the video decoder was busy, 0-1 (nvidia-smi utilization.decoder / 100).",
+            detail="zero_rows",
+            keep=nonzero,
         ),
         dcgm=Dcgm("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", unit="%", scale=100),
         fake=0.0,

@@ -35,9 +35,9 @@ DEFAULT_RULES: Mapping[str, TrendRule] = {
     "remapped_rows": TrendRule(86400.0, 0.0),
     "retired_pages": TrendRule(86400.0, 0.0),
     "pcie_replays": TrendRule(60.0, 8.0),
-    "nvlink_replay": TrendRule(60.0, 100.0),
+    "nvlink_replay": TrendRule(300.0, 100.0),  # the daemon reads NVLink errors every 300 s (NVLINK_ERRORS_SECONDS)
     "nvlink_recovery": TrendRule(3600.0, 0.0),
-    "nvlink_crc": TrendRule(60.0, 100.0),
+    "nvlink_crc": TrendRule(300.0, 100.0),
     "xid": TrendRule(3600.0, 2.0),
 }
 """Sources: docs/early-signals.md (PCIe: DCGM's health watch; the others are gpumon's choice)."""

@@ -6,6 +6,7 @@ from typing import Any
 
 from gpumon.backends.nvml.codes import UNSUPPORTED_CODES, Unsupported, code_of
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_values, function, gather, opt
+from gpumon.fields.clocks import VIOLATIONS_SECONDS
 from gpumon.nvml_vocabulary import CLOCK_EVENT_BITS
 from gpumon.snapshot import Tier
 
@@ -116,6 +117,6 @@ READERS = (
     ReaderSpec("clocks", Tier.FAST, read_clocks),
     ReaderSpec("performance_state", Tier.FAST, read_performance_state),
     ReaderSpec("clock_events", Tier.FAST, read_clock_events),
-    ReaderSpec("violations", Tier.SLOW, read_violations),
+    ReaderSpec("violations", Tier.SLOW, read_violations, VIOLATIONS_SECONDS),
     ReaderSpec("max_clocks", Tier.STATIC, read_max_clocks),
 )

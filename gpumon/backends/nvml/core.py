@@ -27,7 +27,7 @@ from gpumon.backends.nvml.codes import (
     missing_in_binding,
 )
 from gpumon.backends.nvml.events import EventWatcher, quiet, try_call
-from gpumon.backends.nvml.reader import Context, GpuState, Reader, cuda_version, text
+from gpumon.backends.nvml.reader import Context, GpuState, Reader, cuda_version, spaced, text
 from gpumon.backends.nvml.registry import collect_readers
 from gpumon.events.model import XidEvent
 from gpumon.snapshot import HostSnapshot, Tier
@@ -58,13 +58,13 @@ class NvmlBackend:
         *,
         import_error: str | None = None,
         clock: Callable[[], float] = time.monotonic,
-        nvlink_errors_seconds: float = 0.0,
+        spaced: bool = False,
     ) -> None:
-        """``nvlink_errors_seconds``: ask NVML for the NVLink error counters at most this often (the
-        daemon's backend; one-shot readers such as ``gpumon burn`` want them fresh on every read)."""
+        """``spaced``: run the costly readers at most every ``ReaderSpec.every_seconds`` (the daemon's
+        backend; one-shot readers such as ``gpumon burn`` want every field fresh on every read)."""
         self._nv = pynvml
         self._clock = clock
-        self._nvlink_errors_seconds = nvlink_errors_seconds
+        self._spaced = spaced
         self._import_error = import_error
         self._lock = threading.Lock()
         self._inited = False
@@ -77,13 +77,13 @@ class NvmlBackend:
         self._events = EventWatcher(pynvml, lambda: self._gpus, self._lock, self._mark_lost_from_events, self._stop)
 
     @classmethod
-    def from_system(cls, *, nvlink_errors_seconds: float = 0.0) -> NvmlBackend:
+    def from_system(cls, *, spaced: bool = False) -> NvmlBackend:
         """The backend over the installed nvidia-ml-py. A missing module fails at ``init()``."""
         try:
             import pynvml
         except ImportError as exc:
-            return cls(None, import_error=str(exc), nvlink_errors_seconds=nvlink_errors_seconds)
-        return cls(pynvml, nvlink_errors_seconds=nvlink_errors_seconds)
+            return cls(None, import_error=str(exc), spaced=spaced)
+        return cls(pynvml, spaced=spaced)
 
     def _context(self, gpm: GpmSampler) -> Context:
         field = getattr(self._nv, "NVML_FI_DEV_MEMORY_TEMP", temperature.FI_DEV_MEMORY_TEMP)
@@ -94,7 +94,7 @@ class NvmlBackend:
             self._record_error,
             int(field),
             self._clock,
-            self._nvlink_errors_seconds,
+            self._spaced,
             getattr(self._nv, "nvmlMemory_v2", None),
         )
 
@@ -360,7 +360,11 @@ class NvmlBackend:
         Kept in ``g.plans`` until a reader turns out unsupported. Only FAST reads check liveness;
         their liveness readers run first.
         """
-        readers = [(spec.name, spec.read) for spec in self._readers.get(tier, ()) if spec.name not in g.unsupported]
+        readers = [
+            (spec.name, spaced(spec) if self._spaced and spec.every_seconds else spec.read)
+            for spec in self._readers.get(tier, ())
+            if spec.name not in g.unsupported
+        ]
         live = tuple(r for r in readers if r[0] in LIVENESS_READERS) if tier is Tier.FAST else ()
         plan = (live, tuple(r for r in readers if r not in live))
         g.plans[tier] = plan

@@ -39,7 +39,9 @@ def read_pcie_replays(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) ->
 
 def read_pcie_bytes(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     """nvmlDeviceGetFieldValues(NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES): bytes moved over PCIe since
-    the driver loaded, one call for both (no nvidia-smi query field; DCGM_FI_PROF_PCIE_*_BYTES is a rate)."""
+    the driver loaded, one call for both (no nvidia-smi query field; DCGM_FI_PROF_PCIE_*_BYTES is a rate).
+    From the second read on, also the PCIe throughput: the counters' rate since the last read (no
+    call of its own; a counter that went back, a driver reload, gives no rate that read)."""
     nv = ctx.nv
     ids = {direction: int(getattr(nv, const, default)) for direction, (const, default) in PCIE_COUNT_FIELDS.items()}
     got = field_values(nv, h, ids.values())
@@ -47,10 +49,26 @@ def read_pcie_bytes(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> N
     if not moved:
         raise Unsupported
     out["pcie_bytes_total"] = moved
+    now = ctx.clock()
+    last, g.pcie_bytes_last = g.pcie_bytes_last, (now, moved)
+    if last is None or now <= last[0]:
+        return
+    seconds, before = now - last[0], last[1]
+    rates = {
+        direction: (count - before[direction]) / seconds
+        for direction, count in moved.items()
+        if direction in before and count >= before[direction]
+    }
+    if rates:
+        out["pcie_throughput_bytes_per_second"] = rates
 
 
 def read_pcie_throughput(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
-    """nvmlDeviceGetPcieThroughput tx/rx: KB/s over ~20 ms -> bytes/s (blocks ~21 ms)."""
+    """Where the driver lacks the PCIe byte counters only: nvmlDeviceGetPcieThroughput tx/rx, KB/s
+    over a ~20 ms sample -> bytes/s (the call blocks ~21-42 ms, ~2 ms of it CPU on an H100). With the
+    counters (``read_pcie_bytes`` runs first) this reader is unsupported: they give the throughput."""
+    if "pcie_bytes" not in g.unsupported:
+        raise Unsupported
     fn = ctx.nv.nvmlDeviceGetPcieThroughput
     calls = ((direction, f"pcie_throughput.{direction}", fn, (h, counter)) for direction, counter in PCIE_UTIL.items())
     out["pcie_throughput_bytes_per_second"] = gather(g, calls, lambda kb: float(kb) * 1024.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec
+from gpumon.fields.power import ENERGY_SECONDS
 from gpumon.snapshot import Tier
 
 
@@ -26,5 +27,5 @@ def read_energy(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
 READERS = (
     ReaderSpec("power", Tier.FAST, read_power),
     ReaderSpec("power_limit", Tier.SLOW, read_power_limit),
-    ReaderSpec("energy", Tier.SLOW, read_energy),
+    ReaderSpec("energy", Tier.SLOW, read_energy, ENERGY_SECONDS),
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec
+from gpumon.fields.gpm import GPM_SECONDS
 from gpumon.snapshot import Tier
 
 
@@ -13,6 +14,7 @@ def read_gpm(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     out.update(ctx.gpm.read(g.index, h))
 
 
-# GPM (~64 µs a sample + metrics on H200) measured too costly for every second: the metrics
-# are averages over the slow interval (dcgm-exporter's default collection interval is 30 s).
-READERS = (ReaderSpec("gpm", Tier.SLOW, read_gpm),)
+# GPM (~64 µs a sample + metrics on H200, ~2 ms of CPU a read on an H100) measured too costly for
+# every second: the daemon samples every GPM_SECONDS, the metrics are averages over it
+# (dcgm-exporter's default collection interval is 30 s).
+READERS = (ReaderSpec("gpm", Tier.SLOW, read_gpm, GPM_SECONDS),)

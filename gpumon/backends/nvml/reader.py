@@ -72,8 +72,11 @@ class GpuState:
     """The compute pids when process utilization was last read."""
     process_shares: Mapping[int, float] = field(default_factory=dict)
     """SM share per pid from that read, reused until the next."""
-    nvlink_errors_last: tuple[float, Mapping[str, Mapping[str, int]]] | None = None
-    """When the NVLink error counters were last asked of NVML (the context's clock) and what it said."""
+    spaced_last: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    """Per spaced reader (``ReaderSpec.every_seconds``): when it last asked NVML (the context's clock)
+    and the fields it wrote then, given again by the reads until it asks again."""
+    pcie_bytes_last: tuple[float, Mapping[str, int]] | None = None
+    """The PCIe byte counters of the last slow read and when (the context's clock): the throughput is their rate."""
     liveness_failures: int = 0
     """FAST reads in a row in which every liveness reader failed (kept across a re-acquired handle)."""
 
@@ -91,7 +94,8 @@ class GpuState:
         self.process_util_read_at = None
         self.process_util_pids = frozenset()
         self.process_shares = {}
-        self.nvlink_errors_last = None
+        self.spaced_last = {}
+        self.pcie_bytes_last = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +113,9 @@ class Context:
     """NVML_FI_DEV_MEMORY_TEMP."""
     clock: Callable[[], float] = time.monotonic
     """Seconds, for readers that space out a costly call (process utilization)."""
-    nvlink_errors_seconds: float = 0.0
-    """Ask NVML for the NVLink error counters at most this often (0: every read); the daemon's
-    backend spaces them (gpumon.fields.nvlink.NVLINK_ERRORS_SECONDS)."""
+    spaced: bool = False
+    """Run the costly readers (``ReaderSpec.every_seconds``) at most that often: the daemon's backend.
+    One-shot readers (gpumon burn, once, health) ask NVML on every read."""
     memory_v2_version: Any = None
     """The binding's ``nvmlMemory_v2`` (None in a binding without it), looked up once: memory is read
     every second."""
@@ -130,6 +134,30 @@ class ReaderSpec:
     name: str
     tier: Tier
     read: Reader
+    every_seconds: float = 0.0
+    """The daemon's backend (``Context.spaced``) runs this reader at most this often, though its tier
+    is read more often; the reads between give the fields of its last run (0: every read). For the
+    calls that cost milliseconds of CPU (docs/nvml-notes.md, "What each read costs")."""
+
+
+def spaced(spec: ReaderSpec) -> Reader:
+    """``spec``'s reader, run at most every ``spec.every_seconds`` (the context's clock); between runs
+    it writes the fields of its last run (the same objects: snapshots never change them). A run that
+    raises leaves the last fields in force for the next read to try again."""
+    inner, every, name = spec.read, spec.every_seconds, spec.name
+
+    def read(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
+        now = ctx.clock()
+        last = g.spaced_last.get(name)
+        if last is not None and now - last[0] < every:
+            out.update(last[1])
+            return
+        mine: dict[str, Any] = {}
+        inner(ctx, g, h, mine)
+        g.spaced_last[name] = (now, mine)
+        out.update(mine)
+
+    return read
 
 
 Call = tuple[str, str, Callable[..., Any], tuple[Any, ...]]

@@ -8,6 +8,7 @@ from typing import Any
 from gpumon.backends.nvml.codes import LOST_CODES, code_of
 from gpumon.backends.nvml.nvlink import nvlink_count
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, text
+from gpumon.fields.topology import P2P_TOPOLOGY_SECONDS
 from gpumon.snapshot import P2pStatus, Tier
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,6 @@ def read_topology(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> Non
 
 
 READERS = (
-    ReaderSpec("p2p", Tier.STATIC, read_p2p),
-    ReaderSpec("topology", Tier.STATIC, read_topology),
+    ReaderSpec("p2p", Tier.STATIC, read_p2p, P2P_TOPOLOGY_SECONDS),
+    ReaderSpec("topology", Tier.STATIC, read_topology, P2P_TOPOLOGY_SECONDS),
 )
