@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import signal
 import socket
@@ -33,7 +32,8 @@ from gpumon import process_memory
 from gpumon.alerts import config as alerts_config
 from gpumon.alerts.service import AlertService
 from gpumon.backends.base import GpuBackend
-from gpumon.config import Config, ConfigError
+from gpumon.config import Config
+from gpumon.daemon_settings import check_intervals, default_alerting, intervals_of, one_line_reason
 from gpumon.early_hangup import received_early
 from gpumon.events.catalog import XidCatalog
 from gpumon.events.kernel_follow import KernelLogFollower
@@ -47,7 +47,7 @@ from gpumon.exporter.read_errors import ReadErrorsCollector
 from gpumon.exporter.server import MetricsServer
 from gpumon.findings.service import HealthService
 from gpumon.findings.unjudged import UnjudgedCollector
-from gpumon.poller import Poller, PollIntervals
+from gpumon.poller import Poller
 from gpumon.processes import ProcessEnricher
 from gpumon.scheduling import PollJob, interval_trigger
 from gpumon.snapshot import to_jsonable
@@ -61,14 +61,6 @@ if TYPE_CHECKING:
     from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 
 log = logging.getLogger("gpumon")
-
-
-def intervals_of(config: Config) -> PollIntervals:
-    return PollIntervals(
-        fast_seconds=config.interval_seconds,
-        slow_seconds=config.slow_interval_seconds,
-        static_seconds=config.static_interval_seconds,
-    )
 
 
 def configure_logging(level: str) -> None:
@@ -100,31 +92,6 @@ _ANONYMOUS_PROCESS_KEYS = ("used_memory_bytes", "sm_utilization_ratio")
 """What /api/snapshot shows of a process while exporter.processes is off: no PID, name, user or place."""
 
 _RESTART_ONLY = ("listen", "backend", "fake_gpus", "state_dir", "web_config_file", "kernel_log")
-
-
-def check_intervals(config: Config) -> None:
-    """Raise ConfigError unless every interval is a finite number > 0 (and stale_after_seconds finite, >= 0)."""
-    problems = [
-        f"{key} must be a finite number greater than 0, not {getattr(config, key)!r}"
-        for key in ("interval_seconds", "slow_interval_seconds", "static_interval_seconds")
-        if not (math.isfinite(getattr(config, key)) and getattr(config, key) > 0)
-    ]
-    if not (math.isfinite(config.stale_after_seconds) and config.stale_after_seconds >= 0):
-        problems.append(f"stale_after_seconds must be a finite number >= 0, not {config.stale_after_seconds!r}")
-    if problems:
-        raise ConfigError(problems)
-
-
-def _one_line_reason(exc: BaseException) -> str:
-    """Why a reload failed, on one line and not too long."""
-    if isinstance(exc, ConfigError):
-        text = "; ".join(exc.problems)
-    elif isinstance(exc, RecursionError):
-        text = "nested too deeply to read (RecursionError)"
-    else:
-        text = f"{type(exc).__name__}: {exc}"
-    text = " ".join(text.split())
-    return text if len(text) <= 600 else text[:600] + " …"
 
 
 class Daemon:
@@ -386,7 +353,7 @@ class Daemon:
             log.error(
                 "reload rejected, keeping the running configuration (%s): %s",
                 self.config.source or "defaults",
-                _one_line_reason(exc),
+                one_line_reason(exc),
             )
             log.debug("reload failure", exc_info=True)
             return False
@@ -452,7 +419,7 @@ class Daemon:
             try:  # a file of its own, kept as it was when invalid (the watcher logs why)
                 self.web.reload()
             except Exception as exc:
-                log.error("web config %s not reloaded: %s", self.config.web_config_file, _one_line_reason(exc))
+                log.error("web config %s not reloaded: %s", self.config.web_config_file, one_line_reason(exc))
 
     # ------------------------------------------------------------------
     def _start_kernel_log(self) -> None:
@@ -506,14 +473,6 @@ class Daemon:
         signal.signal(signal.SIGINT, on_term)
         if received_early(signal.signal(signal.SIGHUP, on_hup)):
             self.request_reload()  # a SIGHUP while gpumon started (gpumon.early_hangup)
-
-
-def default_alerting() -> alerts_config.AlertingConfig:
-    """The alerting section as it is with nothing configured (the built-in pack, no receivers)."""
-    parsed, problems = alerts_config.parse(None)
-    if parsed is None:
-        raise ConfigError(problems)
-    return parsed
 
 
 def hostname() -> str:

@@ -21,6 +21,7 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
+import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -130,16 +131,43 @@ def make_dry_run(target: str, tmp_path: Path) -> str:
     return result.stdout
 
 
-def test_make_run_installs_only_what_the_daemon_needs(tmp_path: Path) -> None:
+LOCK = REPO / "requirements" / "lock.txt"
+
+
+def locked() -> dict[str, str]:
+    """requirements/lock.txt as name -> version (normalised names)."""
+    pins = {}
+    for line in LOCK.read_text().splitlines():
+        if line.strip() and not line.startswith((" ", "#")):
+            name, _, version = line.partition("==")
+            assert version, f"the lock pins every package exactly: {line}"
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return pins
+
+
+def test_make_run_installs_only_what_the_daemon_needs_from_the_lock(tmp_path: Path) -> None:
     commands = make_dry_run("run", tmp_path)
     installs = [line for line in commands.splitlines() if "pip install" in line]
-    assert installs == [f"{tmp_path / 'venv'}/bin/python -m pip install -q -e ."], installs
+    assert installs == [f"{tmp_path / 'venv'}/bin/python -m pip install -q -e . -c requirements/lock.txt"], installs
     assert "torch" not in commands and "[test]" not in commands and "[burn]" not in commands
     assert "gpumon run --backend" in commands
 
 
-def test_make_test_adds_the_test_extra_and_a_pinned_torch(tmp_path: Path) -> None:
+def test_make_test_adds_the_test_extra_and_a_pinned_torch_from_the_lock(tmp_path: Path) -> None:
     commands = make_dry_run("setup", tmp_path)
-    assert "-e '.[test]'" in commands
-    torches = re.findall(r"'?torch[^\s']*'?", commands)
-    assert torches and all(re.fullmatch(r"'?torch==\d+\.\d+\.\d+'?", t) for t in torches), torches
+    installs = [line for line in commands.splitlines() if "pip install" in line]
+    assert installs and all(line.endswith(" -c requirements/lock.txt") for line in installs), installs
+    assert any("-e '.[test]' -r requirements/torch-cpu.in" in line for line in installs), installs
+    torch_in = [
+        line for line in (REPO / "requirements" / "torch-cpu.in").read_text().splitlines() if line[:1].isalpha()
+    ]
+    assert len(torch_in) == 1 and re.fullmatch(r"torch==\d+\.\d+\.\d+", torch_in[0]), torch_in
+    assert locked()["torch"].split("+")[0] == torch_in[0].split("==")[1]
+
+
+def test_the_lock_pins_every_dependency_pyproject_names() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["test"]]
+    names = {re.sub(r"[-_.]+", "-", re.split(r"[\[=<>!~ ;]", w, maxsplit=1)[0]).lower() for w in wanted}
+    missing = sorted(names - set(locked()))
+    assert not missing, f"run make lock: {missing} are not in requirements/lock.txt"

@@ -39,21 +39,20 @@ Only through Slurm's own commands and only when ``health.slurm.enabled`` is true
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
-import re
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpumon.findings.config import SlurmConfig
 from gpumon.findings.model import CRITICAL, OK, HealthReport
+from gpumon.integrations.slurm_nodes import NodeState, SlurmError, parse_nodes, parse_sinfo_json
 from gpumon.state.files import append_line, health_dir, read_json, write_json
 
 log = logging.getLogger("gpumon.slurm")
@@ -61,43 +60,9 @@ log = logging.getLogger("gpumon.slurm")
 MAX_REASON_CHARS = 200
 CLOCK_SKEW_SECONDS = 1.0
 """How far the node's clock may be from the controller's when gpumon waits out its drain's second."""
-UNUSABLE = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING", "FUTURE"})
-"""State words of a node that cannot take new work."""
 OWN_DRAIN_FILE = "slurm-drain.json"
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
-class SlurmError(Exception):
-    """sinfo / scontrol failed or did not answer."""
-
-
-@dataclass(frozen=True)
-class NodeState:
-    """One node as Slurm reports it."""
-
-    name: str
-    state: str
-    """e.g. IDLE, MIXED+DRAIN, DOWN+DRAIN+NOT_RESPONDING."""
-    reason: str
-    """The reason without Slurm's ``[user@time]`` suffix; empty when none."""
-    partitions: tuple[str, ...]
-    reason_time_seconds: float | None = None
-    """When the reason was set, Unix seconds on the controller's clock (whole seconds); None if unknown."""
-
-    @property
-    def words(self) -> frozenset[str]:
-        return frozenset(w for w in self.state.upper().split("+") if w)
-
-    @property
-    def drained(self) -> bool:
-        """Draining or drained (``DRAIN`` flag), whoever set it."""
-        return bool(self.words & {"DRAIN", "DRAINED", "DRAINING"})
-
-    @property
-    def unusable(self) -> bool:
-        """Cannot take new work: drained, down, failed, not responding or not yet in service."""
-        return bool(self.words & UNUSABLE)
 
 
 @dataclass(frozen=True)
@@ -141,89 +106,6 @@ def node_name(config: SlurmConfig, env: Mapping[str, str]) -> str:
 
 
 # ---- reading Slurm's answers -----------------------------------------------------------------------
-_SUFFIX = re.compile(r" \[[^\[\]@ ]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\](?= [A-Za-z][A-Za-z0-9_]*=|\s*$)")
-"""Slurm's ``[user@time]`` after a reason, followed by the next field or the end of the line."""
-_NEXT_FIELD = re.compile(r" (?=[A-Za-z][A-Za-z0-9_]*=)")
-_AFTER_REASON = re.compile(r" (?=(?:Comment|Extra|ReservationName|ResumeAfterTime|NextState|Features)=)")
-
-
-def parse_nodes(text: str) -> list[NodeState]:
-    """Nodes from ``scontrol show node -o`` (one node per line, ``Key=Value`` pairs).
-
-    Values may hold spaces and ``=``; fields such as ``Comment=`` follow ``Reason=``. The reason
-    ends at Slurm's ``[user@time]`` suffix (without one, at the next field Slurm prints after it).
-    """
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("NodeName="):
-            continue
-        head, found, rest = line.partition(" Reason=")
-        reason, at = "", None
-        if found:
-            suffix = _SUFFIX.search(rest)
-            if suffix:
-                reason = rest[: suffix.start()]
-                at = _local_seconds(suffix.group(1))
-            else:
-                reason = _AFTER_REASON.split(rest, maxsplit=1)[0]
-        fields = dict(tok.split("=", 1) for tok in _NEXT_FIELD.split(head) if "=" in tok)
-        partitions = tuple(p for p in fields.get("Partitions", "").strip().split(",") if p)
-        out.append(
-            NodeState(
-                name=fields["NodeName"].strip(),
-                state=fields.get("State", "").strip(),
-                reason=reason.strip(),
-                partitions=partitions,
-                reason_time_seconds=at,
-            )
-        )
-    return out
-
-
-def _local_seconds(stamp: str) -> float | None:
-    """Slurm's ``YYYY-MM-DDTHH:MM:SS`` (the local time zone, as scontrol prints it) as Unix seconds."""
-    try:
-        return float(time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S")))
-    except (ValueError, OverflowError):
-        return None
-
-
-def parse_sinfo_json(text: str) -> list[NodeState]:
-    """Nodes from ``sinfo --json`` (22.05: ``state`` + ``state_flags``; later: a list ``state`` and
-    numbers as ``{"set": .., "number": ..}``). Raises SlurmError on anything else."""
-    try:
-        data = json.loads(text)
-        raw_nodes = data["nodes"]
-        out = []
-        for raw in raw_nodes:
-            state = raw.get("state", "")
-            words = [str(w) for w in state] if isinstance(state, list) else [str(state)]
-            words += [str(w) for w in raw.get("state_flags") or []]
-            changed = raw.get("reason_changed_at")
-            if isinstance(changed, dict):
-                changed = changed.get("number") if changed.get("set", True) else None
-            at = float(changed) if isinstance(changed, (int, float)) and changed > 0 else None
-            partitions = raw.get("partitions") or []
-            out.append(
-                NodeState(
-                    name=str(raw["name"]),
-                    state="+".join(w.upper() for w in words if w),
-                    reason=str(raw.get("reason") or "").strip(),
-                    partitions=tuple(str(p) for p in partitions),
-                    reason_time_seconds=at,
-                )
-            )
-        merged: dict[str, NodeState] = {}
-        for node in out:  # a node in several partitions may be listed once for each
-            seen = merged.get(node.name)
-            parts = node.partitions if seen is None else (*seen.partitions, *node.partitions)
-            merged[node.name] = replace(node, partitions=tuple(dict.fromkeys(parts)))
-        return list(merged.values())
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise SlurmError(f"sinfo --json answered something gpumon cannot read ({exc})") from exc
-
-
 class Scontrol:
     """The few Slurm calls gpumon makes; each one bounded by ``timeout_seconds``."""
 
