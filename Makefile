@@ -7,6 +7,9 @@
 #   make lock         refresh requirements/lock.txt to the newest releases that pyproject.toml allows
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# The suite mostly waits (on servers, daemons, timeouts): four pytest workers (pytest-xdist), one test file each
+# at a time, keep a 2-core machine busy. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 4
 # Every install for `make run` and `make test` takes its versions from this file (pip constraints), so a
 # commit passes or fails the same way on any day; pyproject.toml keeps the loose ranges users install with.
 LOCK := requirements/lock.txt
@@ -54,7 +57,7 @@ suite:
 	$(VENV)/bin/ruff check gpumon tests benchmarks dashboards
 	$(VENV)/bin/ruff format --check gpumon
 	$(VENV)/bin/mypy gpumon
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The same suite against the newest release of every dependency pyproject.toml allows (torch stays at the
 # pinned CPU build), in a venv of its own; it prints the versions it tested. Upgrades are a choice: when this
