@@ -267,7 +267,7 @@ def cmd_health(args: argparse.Namespace) -> int:
     state_dir: Path | None = Path(given) if given else DEFAULT_STATE_DIR
     try:
         config, state_dir = _judge_setup(args)
-        report, decision = _judge(args, mode, config, state_dir, started)
+        report, decision = _judge_alone(args, mode, config, state_dir, started)
     except (CannotJudge, BackendProblem) as exc:
         return cannot_judge(mode, str(exc), state_dir, os.environ, args.json)
     if mode == "npd":
@@ -294,6 +294,29 @@ def cmd_health(args: argparse.Namespace) -> int:
     if mode == "epilog":
         return 0
     return STATUS_VALUES[UNKNOWN] if json_failed else STATUS_VALUES[report.status]
+
+
+def _judge_alone(
+    args: argparse.Namespace, mode: str, config: Config, state_dir: Path, started: float
+) -> tuple[HealthReport, Decision | None]:
+    """``_judge`` while no other ``gpumon health`` run on this state directory judges (STATE_DIR/health/
+    check.lock): an overlapping run waits for the one before it, within its own budget (the prolog's, else
+    the poll timeout and Slurm's timeout), and cannot judge when that passes."""
+    from gpumon.state.files import health_dir
+    from gpumon.state.lock import CHECK_LOCK_NAME, state_lock
+
+    health = _health_config(config)
+    if mode == "prolog":
+        wait_seconds = health.slurm.prolog_timeout_seconds
+    else:
+        wait_seconds = health.poll_timeout_seconds + health.slurm.timeout_seconds
+    try:
+        with state_lock(health_dir(state_dir), wait_seconds, name=CHECK_LOCK_NAME):
+            return _judge(args, mode, config, state_dir, started)
+    except TimeoutError:
+        raise CannotJudge(
+            f"another gpumon health run on {state_dir} did not finish within {wait_seconds:g} s"
+        ) from None
 
 
 def _judge(

@@ -44,7 +44,7 @@ def local_report(
         state_dir,
         XidCatalog.load(config.xid_catalog),
         (config.health or HealthConfig()),
-        simulated=backend.name == "fake",
+        simulated=config.backend if backend.name == "fake" else False,  # the scenario's own state, as the daemon's
     )
     poll_timeout = (config.health or HealthConfig()).poll_timeout_seconds
     timeout = poll_timeout if budget_seconds is None else max(0.0, min(poll_timeout, budget_seconds))

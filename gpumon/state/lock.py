@@ -5,6 +5,10 @@ read-modify-write of the health state at a time.
   drops it when the process ends, however it ends). A second daemon on the same state directory does not
   start: ``StateDirBusy`` names the holder's pid, and ``gpumon run`` exits 2 (a configuration problem,
   which systemd's ``RestartPreventExitStatus=2`` does not retry).
+* ``state_lock(folder, name=CHECK_LOCK_NAME)``: ``STATE_DIR/health/check.lock``, held by one ``gpumon
+  health`` run from its judging to its Slurm step: slurmd starts a check every HealthCheckInterval even
+  while the last one still runs, and the next waits for it (within its own budget) instead of judging
+  and draining beside it.
 * ``state_lock(folder)``: ``folder/.lock``, held for the few milliseconds of one read-modify-write
   (``gpumon health`` runs that Slurm starts while the last one still runs, the daemon's saves, an accepted
   inventory), so overlapping runs lose nothing.
@@ -25,6 +29,7 @@ from gpumon.state.files import ensure_dir
 
 DAEMON_LOCK_NAME = "daemon.lock"
 LOCK_NAME = ".lock"
+CHECK_LOCK_NAME = "check.lock"
 LOCK_FILE_MODE = 0o644
 """Readable by all (a lock held through a read-only descriptor is still a lock): who holds it is no secret."""
 
@@ -110,15 +115,15 @@ def _holder(fd: int) -> str:
 
 
 @contextlib.contextmanager
-def state_lock(folder: Path, timeout_seconds: float = 30.0) -> Iterator[bool]:
-    """Hold ``folder/.lock`` exclusively for the block; yields True when held.
+def state_lock(folder: Path, timeout_seconds: float = 30.0, name: str = LOCK_NAME) -> Iterator[bool]:
+    """Hold ``folder/name`` (``.lock``) exclusively for the block; yields True when held.
 
     Yields False (and the block runs unlocked) where the lock file cannot be opened at all: a reader
     without write access to the folder, whose own writes fail anyway. Raises TimeoutError when another
     process holds it longer than ``timeout_seconds`` (a read-modify-write takes milliseconds)."""
     try:
         ensure_dir(folder)
-        fd = _open_lock_file(folder / LOCK_NAME)
+        fd = _open_lock_file(folder / name)
     except OSError:
         yield False
         return
@@ -130,9 +135,7 @@ def state_lock(folder: Path, timeout_seconds: float = 30.0) -> Iterator[bool]:
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"{folder / LOCK_NAME} held by another gpumon for {timeout_seconds:g} s"
-                    ) from None
+                    raise TimeoutError(f"{folder / name} held by another gpumon for {timeout_seconds:g} s") from None
                 time.sleep(0.01)
         yield True
     finally:

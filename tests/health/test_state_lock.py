@@ -73,3 +73,61 @@ def test_a_second_daemon_on_the_same_state_directory_does_not_start(
     first.stop()  # the lock goes with the process: a daemon after it starts
     again = start_daemon("--backend", "fake")
     wait_for(lambda: again.get("/ready").status_code == 200, 15, what="the next daemon")
+
+
+def _hold_check_lock(state: Path) -> subprocess.Popen[str]:
+    """Another process inside a health run: it holds STATE_DIR/health/check.lock until its stdin closes."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys; p = sys.argv[1]; os.makedirs(os.path.dirname(p), exist_ok=True); "
+            "f = open(p, 'a'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
+            str(state / "health" / "check.lock"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_health_run_waits_for_the_one_still_running_on_its_state_directory(tmp_path: Path) -> None:
+    """slurmd starts a check while the last still runs: the new one judges only after the old one ends."""
+    state = tmp_path / "state"
+    holder = _hold_check_lock(state)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "gpumon", "health", "--local", "--backend", "fake", "--state-dir", str(state)],
+        cwd=str(REPO),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            run.wait(timeout=3)  # the check before it still runs (the poll alone takes well under 3 s here)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=10)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 0, out + err  # judged, OK
+
+
+def test_a_health_run_that_cannot_wait_long_enough_is_unknown(tmp_path: Path) -> None:
+    """The run before holds on past this one's budget (poll timeout + Slurm timeout): UNKNOWN, said in one line."""
+    state = tmp_path / "state"
+    config = tmp_path / "gpumon.yaml"
+    config.write_text("health:\n  poll_timeout_seconds: 1\n  slurm:\n    timeout_seconds: 1\n")
+    holder = _hold_check_lock(state)
+    try:
+        done = run_cli(
+            "health", "--local", "--backend", "fake", "--config", str(config), "--state-dir", str(state), timeout=60
+        )
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=10)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "UNKNOWN" in done.stdout + done.stderr
