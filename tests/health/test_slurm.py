@@ -65,14 +65,17 @@ def test_gpu_fault_drains_the_node_a_job_waits_and_the_cleared_fault_resumes_it(
     assert not marker.exists()
 
     # The GPU comes back but nothing proves it was repaired: XID 79 needs a reboot, so the node stays drained.
-    still = _health(cluster, config, state, "fake", "--slurm")
+    # (The same scenario file, now without the fault: a simulated node keeps its state per scenario.)
+    xid79_scenario.write_text("count: 2\n")
+    back = f"fake:{xid79_scenario}"
+    still = _health(cluster, config, state, back, "--slurm")
     assert still.returncode == 2 and "stays drained" not in still.stdout  # still CRITICAL
     assert "already drained by gpumon" in still.stdout
     assert cluster.drained()
 
     cleared = run_cli("health", "clear", "--gpu", "1", "--reason", "reseated the GPU", "--state-dir", str(state))
     assert cleared.returncode == 0, cleared.stderr
-    ok = _health(cluster, config, state, "fake", "--slurm")
+    ok = _health(cluster, config, state, back, "--slurm")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "slurm: resume" in ok.stdout
     wait_for(lambda: not cluster.drained(), 10, 0.1, "node resumed")
