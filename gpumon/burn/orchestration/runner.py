@@ -183,6 +183,8 @@ def run_burn(
             agent.run()
         watcher.stop()
         mine = agent.node_result()
+        if launch.node_name:
+            mine["hostname"] = launch.node_name
         mine["gpus_info"] = {str(g): {"uuid": info[g].get("uuid"), "name": info[g].get("name")} for g in local}
         mine["telemetry"] = {str(g): summarise(watcher.telemetry[g]) for g in local}
         mine["sw"] = [c.to_jsonable() for c in sw_checks] if "sw" in opts.tests else []
