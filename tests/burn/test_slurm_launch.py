@@ -11,6 +11,7 @@ import pytest
 
 from gpumon.burn import cli
 from gpumon.burn.orchestration import slurm_launch
+from gpumon.burn.orchestration.options import BurnOptions
 from gpumon.burn.verdict.judge import judge
 from gpumon.burn.verdict.thresholds import Thresholds
 
@@ -37,13 +38,14 @@ def _first(nodelist: str) -> str:
     return "10.0.0.11"
 
 
-def _options(env: dict[str, str]) -> tuple[object, list[str]]:
+def _options(env: dict[str, str]) -> tuple[BurnOptions, list[str]]:
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     args = parser.parse_args(["--device", "cpu", "--backend", "fake"])
     opts, backend, problems = cli.build_options(args, env)
     if backend is not None:
         backend.shutdown()
+    assert opts is not None, problems
     return opts, problems
 
 
@@ -59,7 +61,9 @@ def test_an_srun_task_takes_rank_world_and_rendezvous_from_slurm() -> None:
     )
     assert (launch.master_addr, launch.master_port) == ("10.0.0.11", slurm_launch.port_for(7, 0))
     assert not launch.is_leader and not launch.store_is_master and launch.node_name == "n2"
-    leader, _ = slurm_launch.launch_from_slurm(STEP_TASK_1 | {"SLURM_PROCID": "0", "SLURM_NODEID": "0"}, None, None, _first)
+    leader, _ = slurm_launch.launch_from_slurm(
+        STEP_TASK_1 | {"SLURM_PROCID": "0", "SLURM_NODEID": "0"}, None, None, _first
+    )
     assert leader.is_leader and leader.store_is_master and leader.run_id == launch.run_id
 
 
@@ -93,12 +97,12 @@ def test_gpumon_burn_in_an_srun_step_runs_as_a_slurm_fleet_and_in_a_batch_script
 ) -> None:
     monkeypatch.setattr(slurm_launch, "first_node_address", _first)
     opts, problems = _options(STEP_TASK_1)
-    assert problems == [] and getattr(opts, "launch").mode == "slurm"
-    assert getattr(opts, "world_size") == 3 * 2  # three nodes of two simulated GPUs
+    assert problems == [] and opts.launch.mode == "slurm"
+    assert opts.world_size == 3 * 2  # three nodes of two simulated GPUs
     opts, problems = _options(BATCH)
-    assert problems == [] and getattr(opts, "launch").mode == "local"
+    assert problems == [] and opts.launch.mode == "local"
     opts, problems = _options(STEP_TASK_1 | {"SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "1"})
-    assert problems == [] and getattr(opts, "launch").mode == "local"
+    assert problems == [] and opts.launch.mode == "local"
 
 
 def test_the_first_nodes_address_is_its_slurm_node_addr(tmp_path: Path) -> None:

@@ -115,8 +115,9 @@ class Box:
             f"gpumon fleet box: {len(fleet.nodes)} nodes (keeper pid {fleet.run_id}, files in {fleet.base})",
             f"  export SLURM_CONF={fleet.conf}",
             "  sinfo -N -o '%N %T %E'          # Slurm's view (gpumon drains through its health check)",
-            f"  srun -N{len(fleet.nodes)} python -m gpumon burn --device cpu --backend fake --gpus 0 --duration 2"
-            "   # a fleet burn, one report",
+            f"  GLOO_SOCKET_IFNAME=eth0 srun -N{len(fleet.nodes)} {sys.executable} -m gpumon burn --device cpu"
+            " --backend fake --gpus 0 --tests matmul,allreduce --duration 3 --state-dir /tmp/burn-state"
+            "   # a fleet burn, one report (eth0: the nodes share one host name)",
         ]
         if self.prometheus is not None:
             lines.append(f"  Prometheus:    {self.prometheus.url}  (alerts: {self.prometheus.url}/alerts)")
@@ -325,7 +326,9 @@ def up(nodes: int) -> int:
         return 0
     os.close(read_end)
     os.setsid()
-    log = os.open(os.path.join(os.path.dirname(STATE_FILE), "gpumon-fleet-box.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    log = os.open(
+        os.path.join(os.path.dirname(STATE_FILE), "gpumon-fleet-box.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    )
     os.dup2(log, 1)
     os.dup2(log, 2)
     stop = False

@@ -1,0 +1,165 @@
+"""The fleet in a box (tests/fleet/box.py, what ``make cluster`` builds), as a site evaluating
+gpumon would look at it: three Slurm nodes with a gpumon daemon each (n1 healthy, n2 loses GPU 1
+to XID 79, n3 a straggler), a Prometheus with gpumon's rules, an Alertmanager HA pair.
+
+* Slurm's own health check drains n2, and only n2;
+* both Alertmanagers hold the alert once each (from gpumon and from Prometheus), and the pair
+  notifies once;
+* every query of the fleet dashboard runs against the real Prometheus and shows the lost GPU;
+* ``srun -N3 gpumon burn`` (ranks and rendezvous from Slurm) gives one report naming the node
+  made slow.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.alerts.helpers import TestReceiver
+from tests.fleet import box as box_mod
+from tests.fleet.box import Box
+from tests.helpers import REPO, wait_for
+
+DASHBOARD = REPO / "dashboards" / "gpumon-fleet.json"
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[TestReceiver]:
+    r = TestReceiver().start()
+    yield r
+    r.stop()
+
+
+@pytest.fixture(scope="module")
+def box(receiver: TestReceiver) -> Iterator[Box]:
+    reason = box_mod.missing_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    started = box_mod.start_box(3, webhook_url=f"{receiver.url}/fleet")
+    try:
+        yield started
+    finally:
+        box_mod.stop_box(started)
+
+
+def test_without_root_or_namespaces_make_cluster_says_so_and_stops(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(box_mod, "missing_reason", lambda: "the multi-node Slurm cluster needs root")
+    assert box_mod.up(3) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs root" in err
+
+
+def test_a_planted_xid_79_on_node_2_drains_node_2_through_slurms_health_check(box: Box) -> None:
+    fleet = box.fleet
+    wait_for(lambda: fleet.drained() == {"n2"}, 90, 0.3, "Slurm's health check to drain n2")
+    reason = fleet.node_info()["n2"]["reason"]
+    assert reason.startswith("gpumon: GPU 1 xid 79"), reason
+    assert fleet.unusable() == {"n2"}
+
+
+def test_both_alertmanagers_hold_the_alert_once_and_the_pair_notifies_once(box: Box, receiver: TestReceiver) -> None:
+    def held() -> bool:
+        return all(box.am_alerts(am, alertname="GpuLost", gpu="1") for am in box.alertmanagers) and all(
+            len(box.am_alerts(am, alertname="GpuLost")) == 2 for am in box.alertmanagers
+        )
+
+    wait_for(held, 90, 0.5, "GpuLost from gpumon and from Prometheus in both Alertmanagers")
+    for am in box.alertmanagers:
+        from_gpumon = box.am_alerts(am, alertname="GpuLost", host="n2")
+        from_prometheus = box.am_alerts(am, alertname="GpuLost", node="n2")
+        assert len(from_gpumon) == 1 and len(from_prometheus) == 1, box.am_alerts(am)
+        assert not box.am_alerts(am, node="n1") and not box.am_alerts(am, host="n1")
+
+    def notified() -> list[Any]:
+        return [a for a in receiver.alerts() if a["labels"].get("alertname") == "GpuLost"]
+
+    wait_for(lambda: len(notified()) >= 2, 60, 0.2, "the pair to notify GpuLost (gpumon's and Prometheus')")
+    # The second Alertmanager waits its peer timeout (5 s) before it would notify; watch past it.
+    deadline = time.monotonic() + 12
+    while time.monotonic() < deadline:
+        assert len(notified()) == 2, [(a["labels"], a["startsAt"]) for a in notified()]
+        time.sleep(0.5)
+
+
+def _panel_queries() -> list[tuple[str, str]]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    out = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            if target.get("expr"):
+                out.append((panel["title"], target["expr"]))
+    return out
+
+
+def _instantiate(expr: str) -> str:
+    """A panel's PromQL as Grafana would send it with every host and GPU selected."""
+    for var, value in {"$__rate_interval": "1m", "$__interval": "10s", "$instance": ".*", "$gpu": ".*"}.items():
+        expr = expr.replace(var, value)
+    assert not re.search(r"\$\w", expr), expr
+    return expr
+
+
+def test_every_fleet_dashboard_query_runs_on_the_real_prometheus_and_shows_the_lost_gpu(box: Box) -> None:
+    queries = _panel_queries()
+    assert len(queries) > 20
+    wait_for(lambda: box.query("count(gpumon_gpu_up == 0)"), 60, 0.5, "Prometheus to see the lost GPU")
+    for _title, expr in queries:
+        box.query(_instantiate(expr))  # raises with Prometheus' error on a bad query
+
+    def single(title: str) -> float:
+        expr = next(e for t, e in queries if t == title)
+        (sample,) = box.query(_instantiate(expr))
+        return float(sample["value"][1])
+
+    wait_for(lambda: single("Nodes CRITICAL (gpumon health)") == 1, 60, 0.5, "n2 CRITICAL on the dashboard")
+    assert single("GPUs lost") == 1
+    assert single("GPUs with XIDs (24 h)") >= 1
+    assert single("GPUs monitored") == 2 + 2 + 4  # healthy: 2, gpu-lost: 2, straggler: 4
+    node2 = box.fleet.nodes["n2"].address
+    lost = box.query('gpumon_gpu_up{node="n2"} == 0')
+    assert [(s["metric"]["instance"], s["metric"]["gpu"]) for s in lost] == [(f"{node2}:10480", "1")]
+
+
+def test_srun_burn_on_three_nodes_gives_one_report_naming_the_node_made_slow(box: Box) -> None:
+    fleet = box.fleet
+    fleet.reset()  # health checks off, n2 back in service: the burn needs all three nodes
+    out = fleet.base / "burn"
+    out.mkdir(exist_ok=True)
+    script = (
+        'if [ "$SLURM_NODEID" = 1 ]; then export GPUMON_BURN_INJECT=slow:0; fi; '
+        f"exec {sys.executable} -m gpumon burn --device cpu --backend fake --gpus 0 --tests matmul,allreduce "
+        f"--duration 3 --state-dir {out}/state-$SLURMD_NODENAME --json {out}/report-$SLURMD_NODENAME.json"
+    )
+    env = {**fleet.env, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "eth0"}
+    env = {k: v for k, v in env.items() if not k.startswith("GPUMON_BURN_")}
+    done = subprocess.run(["srun", "-N3", "bash", "-c", script], capture_output=True, text=True, env=env, timeout=240)
+    print(done.stdout[-3000:], done.stderr[-3000:])
+    assert done.returncode == 1, done.stderr[-2000:]  # a fault, on every task: one exit code
+    reports = sorted(p.name for p in out.glob("report-*.json"))
+    assert reports == ["report-n1.json"]  # one JSON, from the first rank
+    report = json.loads((out / "report-n1.json").read_text())
+    assert report["options"]["launch"] == "slurm" and report["options"]["world_size"] == 3
+    assert [(g["node"], g["hostname"], g["gpu"]) for g in report["gpus"]] == [(0, "n1", 0), (1, "n2", 0), (2, "n3", 0)]
+    assert len(report["faults"]) == 1 and report["faults"][0].startswith("node 1 (n2) GPU 0"), report["faults"]
+    assert "matmul" in report["faults"][0]
+    assert done.stdout.count("gpumon burn — verdict") == 1 and "FAULT node 1 (n2) GPU 0" in done.stdout
+    for name in ("n2", "n3"):  # each node keeps the fleet report for its own daemon
+        assert json.loads((out / f"state-{name}" / "burn" / "last.json").read_text())["faults"] == report["faults"]
+
+
+def test_the_box_guide_says_where_to_look_and_what_each_node_shows(box: Box) -> None:
+    guide = box.guide()
+    assert box.prometheus is not None and box.prometheus.url in guide
+    assert all(am.url in guide for am in box.alertmanagers)
+    for name, node in box.fleet.nodes.items():
+        line = next(line for line in guide.splitlines() if line.strip().startswith(f"{name} "))
+        assert node.url in line and box.scenarios[name] in line
