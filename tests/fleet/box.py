@@ -38,7 +38,6 @@ import requests
 import yaml
 
 from tests.health import slurm_nodes
-from tests.health.slurm_cluster import stop_pidfiles
 from tests.helpers import REPO, wait_for
 
 PROMETHEUS = shutil.which("prometheus")
@@ -245,6 +244,70 @@ def _start_prometheus(box: Box) -> None:
     box.prometheus = _start_server("prometheus", argv, f"http://127.0.0.1:{port}", box.fleet.base)
 
 
+FEDERATION = REPO / "deploy" / "federation"
+
+
+def start_federation(box: Box, racks: dict[str, list[str]]) -> tuple[list[Server], Server]:
+    """deploy/federation/'s example, live: a Prometheus per rack (``racks``: rack name -> its nodes)
+    with gpumon's recording rules, and a global Prometheus federating their recorded series.
+    The examples' files are used as they are but for addresses, intervals and rule paths."""
+    assert PROMETHEUS is not None
+    rack_example = yaml.safe_load((FEDERATION / "prometheus-rack.example.yml").read_text())
+    global_example = yaml.safe_load((FEDERATION / "prometheus-global.example.yml").read_text())
+    servers: list[Server] = []
+
+    def start(name: str, config: dict[str, Any]) -> Server:
+        directory = box.fleet.base / name
+        directory.mkdir()
+        (directory / "prometheus.yml").write_text(yaml.safe_dump(config))
+        port = _free_port("127.0.0.1")
+        argv = [
+            PROMETHEUS,
+            f"--config.file={directory / 'prometheus.yml'}",
+            f"--storage.tsdb.path={directory / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ]
+        server = _start_server(name, argv, f"http://127.0.0.1:{port}", box.fleet.base)
+        servers.append(server)
+        return server
+
+    fast = {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"}
+    try:
+        rack_servers = []
+        for rack, nodes in racks.items():
+            config = dict(rack_example)
+            config["global"] = {**config["global"], **fast, "external_labels": {"rack": rack}}
+            config["rule_files"] = [str(RULE_FILES[0])]
+            config.pop("alerting")
+            targets = [f"{box.fleet.nodes[n].address}:{slurm_nodes.DAEMON_PORT}" for n in nodes]
+            config["scrape_configs"] = [{**config["scrape_configs"][0], "static_configs": [{"targets": targets}]}]
+            rack_servers.append(start(f"prometheus-{rack}", config))
+        config = dict(global_example)
+        config["global"] = {**config["global"], **fast}
+        job = dict(config["scrape_configs"][0])
+        job["static_configs"] = [{"targets": [s.url.removeprefix("http://") for s in rack_servers]}]
+        config["scrape_configs"] = [job]
+        return rack_servers, start("prometheus-global", config)
+    except BaseException:
+        stop_servers(box, servers)
+        raise
+
+
+def stop_servers(box: Box, servers: list[Server]) -> None:
+    """SIGTERM each (our children: waited for, so no zombie holds its pid), SIGKILL after 10 s."""
+    for server in servers:
+        with contextlib.suppress(ProcessLookupError):
+            server.proc.terminate()
+    for server in servers:
+        try:
+            server.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait(5)
+        (box.fleet.base / f"{server.name}.pid").unlink(missing_ok=True)
+
+
 def start_box(nodes: int = 3, scenarios: dict[str, str] | None = None, webhook_url: str | None = None) -> Box:
     """The whole box, up and scraped; on any failure everything made so far is removed before raising."""
     if not 1 <= nodes <= 9:
@@ -273,10 +336,7 @@ def start_box(nodes: int = 3, scenarios: dict[str, str] | None = None, webhook_u
 
 def stop_box(box: Box) -> None:
     """Stop everything and remove what the box made (never raises)."""
-    for server in [*box.alertmanagers, *([box.prometheus] if box.prometheus else [])]:
-        with contextlib.suppress(Exception):
-            stop_pidfiles([box.fleet.base / f"{server.name}.pid"])
-            server.proc.wait(10)
+    stop_servers(box, [*box.alertmanagers, *([box.prometheus] if box.prometheus else [])])
     slurm_nodes.stop(box.fleet)
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import requests
 
 from tests.alerts.helpers import TestReceiver
 from tests.fleet import box as box_mod
@@ -83,8 +84,10 @@ def test_both_alertmanagers_hold_the_alert_once_and_the_pair_notifies_once(box: 
         return [a for a in receiver.alerts() if a["labels"].get("alertname") == "GpuLost"]
 
     wait_for(lambda: len(notified()) >= 2, 60, 0.2, "the pair to notify GpuLost (gpumon's and Prometheus')")
-    # The second Alertmanager waits its peer timeout (5 s) before it would notify; watch past it.
-    deadline = time.monotonic() + 12
+    # The second Alertmanager waits its peer timeout (5 s) before it would notify: watch until 12 s
+    # after the first notification.
+    first = min(r.at for r in list(receiver.received))
+    deadline = first + 12
     while time.monotonic() < deadline:
         assert len(notified()) == 2, [(a["labels"], a["startsAt"]) for a in notified()]
         time.sleep(0.5)
@@ -129,6 +132,34 @@ def test_every_fleet_dashboard_query_runs_on_the_real_prometheus_and_shows_the_l
     assert [(s["metric"]["instance"], s["metric"]["gpu"]) for s in lost] == [(f"{node2}:10480", "1")]
 
 
+def test_a_global_prometheus_federating_two_rack_servers_keeps_only_recorded_series(box: Box) -> None:
+    """deploy/federation/: rack a (n1, n2) and rack b (n3), each with gpumon's recording rules; the
+    global server holds the per-host roll-ups of all three nodes, labelled by rack, and no raw series."""
+    racks, global_server = box_mod.start_federation(box, {"a": ["n1", "n2"], "b": ["n3"]})
+    try:
+
+        def query(expr: str) -> list[Any]:
+            body = requests.get(f"{global_server.url}/api/v1/query", params={"query": expr}, timeout=10).json()
+            assert body["status"] == "success", body
+            return list(body["data"]["result"])
+
+        wait_for(lambda: len(query("instance:gpumon_gpus:count")) == 3, 60, 0.5, "the global view of every host")
+        counts = {
+            (s["metric"]["rack"], s["metric"]["instance"].split(":")[0]): float(s["value"][1])
+            for s in query("instance:gpumon_gpus:count")
+        }
+        nodes = box.fleet.nodes
+        assert counts == {("a", nodes["n1"].address): 2, ("a", nodes["n2"].address): 2, ("b", nodes["n3"].address): 4}
+        wait_for(
+            lambda: query("instance:gpumon_node_health_status:max == 2"), 60, 0.5, "n2 CRITICAL in the global view"
+        )
+        (critical,) = query("instance:gpumon_node_health_status:max == 2")
+        assert critical["metric"]["instance"].startswith(nodes["n2"].address + ":")
+        assert query('count({__name__=~"gpumon_.+"})') == []  # raw per-GPU series stay on the racks
+    finally:
+        box_mod.stop_servers(box, [*racks, global_server])
+
+
 def test_srun_burn_on_three_nodes_gives_one_report_naming_the_node_made_slow(box: Box) -> None:
     fleet = box.fleet
     fleet.reset()  # health checks off, n2 back in service: the burn needs all three nodes
@@ -137,7 +168,7 @@ def test_srun_burn_on_three_nodes_gives_one_report_naming_the_node_made_slow(box
     script = (
         'if [ "$SLURM_NODEID" = 1 ]; then export GPUMON_BURN_INJECT=slow:0; fi; '
         f"exec {sys.executable} -m gpumon burn --device cpu --backend fake --gpus 0 --tests matmul,allreduce "
-        f"--duration 3 --state-dir {out}/state-$SLURMD_NODENAME --json {out}/report-$SLURMD_NODENAME.json"
+        f"--duration 2 --state-dir {out}/state-$SLURMD_NODENAME --json {out}/report-$SLURMD_NODENAME.json"
     )
     env = {**fleet.env, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "eth0"}
     env = {k: v for k, v in env.items() if not k.startswith("GPUMON_BURN_")}
