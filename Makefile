@@ -97,7 +97,7 @@ docs: setup
 # A fleet in a box (docs/fleet.md): NODES Slurm nodes in network namespaces, each with a gpumon daemon on a
 # simulated scenario, a Prometheus with gpumon's rules and an Alertmanager HA pair. Needs root and test-deps.
 NODES ?= 3
-cluster: setup
+cluster: setup test-deps
 	$(PY) -m tests.fleet.box up --nodes $(NODES)
 cluster-down:
 	$(PY) -m tests.fleet.box down

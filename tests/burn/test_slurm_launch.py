@@ -162,3 +162,25 @@ def test_a_fleet_report_names_the_slow_node_by_its_name_when_nodes_have_names() 
     assert len(j.faults) == 1 and j.faults[0].startswith("node 1 (n2) GPU 0 (GPU-1): matmul:"), j.faults
     same_host = judge([node(0, "h", 700), node(1, "h", 610), node(2, "h", 700)], Thresholds(), ("matmul",))
     assert same_host.faults[0].startswith("node 1 GPU 0 (GPU-1): matmul:")
+
+
+def test_a_lost_node_is_named_by_its_slurm_name_too() -> None:
+    import time
+
+    from gpumon.burn.orchestration.agent import Agent
+
+    agent = Agent(
+        [],
+        node=0,
+        agent_index=0,
+        agent_count=3,
+        store=None,
+        heartbeat_timeout_seconds=5,
+        startup_timeout_seconds=60,
+        node_names={0: "n1", 1: "n2", 2: "n3"},
+    )
+    beat = [{"rank": 2, "gpu": 0, "node": 2, "test": "matmul", "collective": None, "age": 0.3, "ready": True, "done": False}]
+    agent._remote[1] = (7, time.monotonic(), [{**beat[0], "rank": 1, "node": 1}])
+    agent._remote[2] = (7, time.monotonic() - 6, beat)
+    agent._check_watchdog()
+    assert agent.abort is not None and agent.abort.message.startswith("node 2 (n3) lost: its agent sent nothing")

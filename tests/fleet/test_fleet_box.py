@@ -187,6 +187,32 @@ def test_srun_burn_on_three_nodes_gives_one_report_naming_the_node_made_slow(box
         assert json.loads((out / f"state-{name}" / "burn" / "last.json").read_text())["faults"] == report["faults"]
 
 
+def test_a_node_lost_mid_srun_burn_is_named_within_the_heartbeat_timeout(box: Box) -> None:
+    """n3's whole burn (agent and workers) is SIGKILLed once it runs: the first rank names n3 as
+    lost after the heartbeat timeout (3 s) and reports the GPUs of the two others."""
+    fleet = box.fleet
+    fleet.reset()
+    out = fleet.base / "lost"
+    out.mkdir(exist_ok=True)
+    burn = (
+        f"{sys.executable} -m gpumon burn --device cpu --backend fake --gpus 0 --tests matmul --duration 60 "
+        f"--heartbeat-timeout 3 --state-dir {out}/state-$SLURMD_NODENAME --json {out}/report-$SLURMD_NODENAME.json"
+    )
+    script = (
+        f'if [ "$SLURM_NODEID" = 2 ]; then setsid {burn} & pid=$!; '
+        f"while [ ! -f {out}/state-n3/burn/running.json ]; do sleep 0.2; done; sleep 3; "
+        "kill -9 -- -$pid; exit 137; fi; "
+        f"exec {burn}"
+    )
+    env = {k: v for k, v in fleet.env.items() if not k.startswith("GPUMON_BURN_")}
+    env |= {"PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "eth0"}
+    done = subprocess.run(["srun", "-N3", "bash", "-c", script], capture_output=True, text=True, env=env, timeout=240)
+    report = json.loads((out / "report-n1.json").read_text())
+    assert report["exit_code"] == 1, done.stderr[-2000:]
+    assert len(report["faults"]) == 1 and report["faults"][0].startswith("node 2 (n3) lost: its agent sent nothing")
+    assert [g["hostname"] for g in report["gpus"]] == ["n1", "n2"]  # the survivors' GPUs, not blamed
+
+
 def test_the_box_guide_says_where_to_look_and_what_each_node_shows(box: Box) -> None:
     guide = box.guide()
     assert box.prometheus is not None and box.prometheus.url in guide

@@ -598,6 +598,10 @@ exec {shutil.which(tool)} "$@"
 
 def stop(fleet: Fleet) -> None:
     """Stop every daemon by its pid and remove namespaces, bridge, user and directory (never raises)."""
+    for node in fleet.nodes.values():  # all at once: each then takes its ~1 s to stop side by side
+        with contextlib.suppress(Exception):
+            if node.daemon is not None:
+                node.daemon.send_signal(signal.SIGTERM)
     for name in list(fleet.nodes):
         with contextlib.suppress(Exception):
             fleet.stop_daemon(name)

@@ -121,8 +121,9 @@ def run_burn(
     dist: Any = importlib.import_module("torch.distributed")
 
     agents = dist.PrefixStore(launch.run_id + "/agents", store)
+    node_names: dict[int, str] = {}
     if launch.agent_count > 1:
-        _meet(agents, opts, refuse)
+        node_names = _meet(agents, opts, refuse)
     elif refuse:
         raise CannotRunError(refuse)
 
@@ -179,6 +180,7 @@ def run_burn(
                 on_tick=view.update,
                 on_test=watcher.set_test,
                 mp_context=worker_server,
+                node_names=node_names,
             )
             agent.run()
         watcher.stop()
@@ -240,12 +242,16 @@ def _report(
     )
 
 
-def _meet(agents: Any, opts: BurnOptions, refuse: str | None) -> None:
-    """Every agent says hello (its GPU count, or why it refuses) and waits for all the others."""
+def _meet(agents: Any, opts: BurnOptions, refuse: str | None) -> dict[int, str]:
+    """Every agent says hello (its GPU count, or why it refuses) and waits for all the others.
+
+    Returns each node's name (Slurm's node name) when every node has one of its own, else {}."""
     launch = opts.launch
     agents.set(
         f"hello/{launch.agent_index}",
-        json.dumps({"gpus": len(opts.local_gpus), "refuse": refuse, "node": launch.node_index}),
+        json.dumps(
+            {"gpus": len(opts.local_gpus), "refuse": refuse, "node": launch.node_index, "name": launch.node_name}
+        ),
     )
     keys = [f"hello/{i}" for i in range(launch.agent_count)]
     try:
@@ -260,6 +266,10 @@ def _meet(agents: Any, opts: BurnOptions, refuse: str | None) -> None:
     refusals = [f"node {h['node']}: {h['refuse']}" for h in hellos if h["refuse"]]
     if refusals:
         raise CannotRunError("; ".join(refusals))
+    names = {int(h["node"]): h.get("name") for h in hellos}
+    if all(names.values()) and len(set(names.values())) == len(names):
+        return {node: str(name) for node, name in names.items()}
+    return {}
     counts = {h["gpus"] for h in hellos}
     if len(counts) > 1:
         raise BurnUsageError([f"every node must burn the same number of GPUs (got {sorted(counts)})"])
