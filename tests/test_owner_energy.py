@@ -13,7 +13,7 @@ from gpumon.backends.fake import FakeBackend
 from gpumon.config import Config
 from gpumon.daemon import Daemon
 from gpumon.energy import OwnerEnergy, shares
-from gpumon.poller import PollIntervals, Poller
+from gpumon.poller import Poller, PollIntervals
 from gpumon.snapshot import ProcessSnapshot, Snapshot
 from gpumon.store import SnapshotStore
 from tests.alerts.helpers import gpu, snap
