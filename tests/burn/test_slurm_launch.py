@@ -184,3 +184,10 @@ def test_a_lost_node_is_named_by_its_slurm_name_too() -> None:
     agent._remote[2] = (7, time.monotonic() - 6, beat)
     agent._check_watchdog()
     assert agent.abort is not None and agent.abort.message.startswith("node 2 (n3) lost: its agent sent nothing")
+
+
+def test_gloo_is_left_to_choose_when_told_or_when_every_node_is_on_this_host() -> None:
+    from gpumon.burn.orchestration.network import gloo_interface
+
+    assert gloo_interface({"GLOO_SOCKET_IFNAME": "ib0"}, "192.0.2.1") is None
+    assert gloo_interface({}, "127.0.0.1") is None

@@ -114,9 +114,8 @@ class Box:
             f"gpumon fleet box: {len(fleet.nodes)} nodes (keeper pid {fleet.run_id}, files in {fleet.base})",
             f"  export SLURM_CONF={fleet.conf}",
             "  sinfo -N -o '%N %T %E'          # Slurm's view (gpumon drains through its health check)",
-            f"  GLOO_SOCKET_IFNAME=eth0 srun -N{len(fleet.nodes)} {sys.executable} -m gpumon burn --device cpu"
-            " --backend fake --gpus 0 --tests matmul,allreduce --duration 3 --state-dir /tmp/burn-state"
-            "   # a fleet burn, one report (eth0: the nodes share one host name)",
+            f"  srun -N{len(fleet.nodes)} {sys.executable} -m gpumon burn --device cpu --backend fake --gpus 0"
+            " --tests matmul,allreduce --duration 3 --state-dir /tmp/burn-state   # a fleet burn, one report",
         ]
         if self.prometheus is not None:
             lines.append(f"  Prometheus:    {self.prometheus.url}  (alerts: {self.prometheus.url}/alerts)")

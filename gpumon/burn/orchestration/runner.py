@@ -21,6 +21,7 @@ from rich.console import Console
 from gpumon.backends.base import GpuBackend, GpuLostError
 from gpumon.burn.orchestration.agent import Agent, start_worker_server
 from gpumon.burn.orchestration.live import LiveView
+from gpumon.burn.orchestration.network import gloo_interface
 from gpumon.burn.orchestration.options import BurnOptions
 from gpumon.burn.orchestration.protocol import WorkerSpec
 from gpumon.burn.orchestration.watcher import Watcher, summarise
@@ -140,6 +141,9 @@ def run_burn(
         for g in local
     }
     link = group_link(topology, pcie, list(local))
+    interface = None
+    if opts.device == "cpu" and not single_node:  # gloo across nodes (NCCL picks its own interface)
+        interface = gloo_interface(os.environ, launch.master_addr)
     specs = [
         WorkerSpec(
             rank=opts.rank_offset + i,
@@ -159,6 +163,7 @@ def run_burn(
             allreduce_floor_bytes_per_second=thresholds.allreduce_floor_bytes_per_second(models[g], single_node, link),
             link_fraction=thresholds.link_fraction,
             p2p_concurrent=link.kind == "nvlink",
+            socket_interface=interface,
         )
         for i, g in enumerate(local)
     ]
