@@ -45,10 +45,15 @@ ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertman
 STATE_FILE = Path("/run/gpumon-fleet-box.json")
 RULE_FILES = (REPO / "prometheus" / "gpumon-recording.rules.yml", REPO / "prometheus" / "gpumon-alerts.rules.yml")
 
-SCENARIOS = ("healthy", "gpu-lost", "straggler", "xid-storm", "overheating", "nvlink-degraded", "healthy")
-"""Node nI plays SCENARIOS[I-1] (node 2: XID 79, its GPU 1 falls off the bus; node 3: a straggler)."""
+SCENARIOS = ("healthy-job", "gpu-lost", "straggler", "xid-storm", "overheating", "nvlink-degraded", "healthy")
+"""Node nI plays SCENARIOS[I-1] (node 1: healthy, running Slurm job 1001; node 2: XID 79, its GPU 1
+falls off the bus; node 3: a straggler)."""
+JOB_ID = "1001"
+JOB_POWER_WATTS = 612.5
+"""Each GPU of node 1 draws this much for Slurm job 1001 (its energy counter rises by it every second)."""
 
 SHOWS = {
+    "healthy-job": f"OK, no alert; Slurm job {JOB_ID} on both GPUs: energy and cost per job on the dashboard",
     "healthy": "OK, no alert, stays in service",
     "gpu-lost": "XID 79 on GPU 1 at the 5th poll: CRITICAL, GpuLost/GpuXidCritical alerts, drained by Slurm",
     "straggler": "GPU 2 behind its peers (HW slowdown): WARNING, a straggler on the dashboard, stays in service",
@@ -57,6 +62,16 @@ SHOWS = {
     "nvlink-degraded": "NVLink 3 of GPUs 0 and 1 down: NVLink alerts",
 }
 MAX_DRAINED_SHARE = 0.5
+
+
+def job_scenario() -> str:
+    """The ``healthy`` scenario with its training job in Slurm job JOB_ID and energy counters that
+    rise by JOB_POWER_WATTS a second (one tick a second, for an hour; from 0, so the job's joules
+    equal the counters)."""
+    raw = yaml.safe_load((REPO / "gpumon" / "backends" / "scenarios" / "healthy.yaml").read_text())
+    raw["base"]["processes"] = [{**p, "slurm_job_id": JOB_ID} for p in raw["base"]["processes"]]
+    raw["base"]["energy_joules_total"] = [round(JOB_POWER_WATTS * t, 1) for t in range(3600)]
+    return "# healthy, running Slurm job " + JOB_ID + " (tests/fleet/box.py)\n" + yaml.safe_dump(raw)
 
 
 def missing_reason() -> str | None:
@@ -294,13 +309,15 @@ def start_federation(box: Box, racks: dict[str, list[str]]) -> tuple[list[Server
 
 
 def stop_servers(box: Box, servers: list[Server]) -> None:
-    """SIGTERM each (our children: waited for, so no zombie holds its pid), SIGKILL after 10 s."""
+    """SIGTERM each (our children: waited for, so no zombie holds its pid), SIGKILL after 3 s (an
+    Alertmanager of a pair whose peer is gone waits longer to leave the cluster; nothing is kept)."""
     for server in servers:
         with contextlib.suppress(ProcessLookupError):
             server.proc.terminate()
+    deadline = time.monotonic() + 3
     for server in servers:
         try:
-            server.proc.wait(10)
+            server.proc.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             server.proc.kill()
             server.proc.wait(5)
@@ -323,7 +340,11 @@ def start_box(nodes: int = 3, scenarios: dict[str, str] | None = None, webhook_u
                 "resend_interval": "30s",
             }
         }
-        fleet.prepare(box.scenarios, max_drained_share=MAX_DRAINED_SHARE)
+        specs = {
+            name: fleet.scenario_file(scenario, job_scenario()) if scenario == "healthy-job" else scenario
+            for name, scenario in box.scenarios.items()
+        }
+        fleet.prepare(specs, max_drained_share=MAX_DRAINED_SHARE)
         _start_prometheus(box)
         fleet.enable("health")
         wait_for(lambda: len(box.query('up{job="gpumon"} == 1')) == nodes, 60, 0.3, "Prometheus to scrape every node")

@@ -105,7 +105,8 @@ def _panel_queries() -> list[tuple[str, str]]:
 
 def _instantiate(expr: str) -> str:
     """A panel's PromQL as Grafana would send it with every host and GPU selected."""
-    for var, value in {"$__rate_interval": "1m", "$__interval": "10s", "$instance": ".*", "$gpu": ".*"}.items():
+    values = {"$__rate_interval": "1m", "$__interval": "10s", "$__range": "1h", "$cost_per_kwh": "0.15"}
+    for var, value in {**values, "$instance": ".*", "$gpu": ".*"}.items():
         expr = expr.replace(var, value)
     assert not re.search(r"\$\w", expr), expr
     return expr
@@ -126,10 +127,31 @@ def test_every_fleet_dashboard_query_runs_on_the_real_prometheus_and_shows_the_l
     wait_for(lambda: single("Nodes CRITICAL (gpumon health)") == 1, 60, 0.5, "n2 CRITICAL on the dashboard")
     assert single("GPUs lost") == 1
     assert single("GPUs with XIDs (24 h)") >= 1
-    assert single("GPUs monitored") == 2 + 2 + 4  # healthy: 2, gpu-lost: 2, straggler: 4
+    assert single("GPUs monitored") == 2 + 2 + 4  # healthy-job: 2, gpu-lost: 2, straggler: 4
     node2 = box.fleet.nodes["n2"].address
     lost = box.query('gpumon_gpu_up{node="n2"} == 0')
     assert [(s["metric"]["instance"], s["metric"]["gpu"]) for s in lost] == [(f"{node2}:10480", "1")]
+
+
+def test_energy_per_job_on_the_dashboard_is_the_energy_the_jobs_gpus_report(box: Box) -> None:
+    """n1's two simulated GPUs run Slurm job 1001 from the first poll, their energy counters from 0:
+    the job's counter equals the sum of the GPUs' counters, and the dashboard's job table shows it."""
+    wait_for(lambda: box.query('gpumon_owner_energy_joules_total{node="n1"} > 10000'), 60, 0.5, "job 1001's energy")
+    (job,) = box.query('gpumon_owner_energy_joules_total{node="n1"}')
+    assert (job["metric"]["owner_kind"], job["metric"]["owner"]) == ("slurm_job", box_mod.JOB_ID)
+
+    def difference_joules() -> float:  # the job's counter and its GPUs' counters of one scrape
+        (sample,) = box.query(
+            'gpumon_owner_energy_joules_total{node="n1"} - on () sum(gpumon_energy_joules_total{node="n1"})'
+        )
+        return abs(float(sample["value"][1]))
+
+    wait_for(lambda: difference_joules() < 1.0, 30, 0.5, "job 1001's joules to equal its GPUs' energy counters")
+    dashboard = json.loads((REPO / "dashboards" / "gpumon-burn-energy.json").read_text())
+    (panel,) = [p for p in dashboard["panels"] if p["title"] == "Energy and cost per job in the time range"]
+    kwh, cost = (box.query(_instantiate(t["expr"])) for t in panel["targets"])
+    assert [s["metric"]["owner"] for s in kwh] == [box_mod.JOB_ID]
+    assert float(cost[0]["value"][1]) == pytest.approx(float(kwh[0]["value"][1]) * 0.15)
 
 
 def test_a_global_prometheus_federating_two_rack_servers_keeps_only_recorded_series(box: Box) -> None:
