@@ -1,13 +1,16 @@
 """The fleet in a box (tests/fleet/box.py, what ``make cluster`` builds), as a site evaluating
-gpumon would look at it: three Slurm nodes with a gpumon daemon each (n1 healthy, n2 loses GPU 1
-to XID 79, n3 a straggler), a Prometheus with gpumon's rules, an Alertmanager HA pair.
+gpumon would look at it: three Slurm nodes with a gpumon daemon each (n1 healthy, running Slurm
+job 1001; n2 loses GPU 1 to XID 79; n3 a straggler), a Prometheus with gpumon's rules, an
+Alertmanager HA pair.
 
 * Slurm's own health check drains n2, and only n2;
 * both Alertmanagers hold the alert once each (from gpumon and from Prometheus), and the pair
   notifies once;
 * every query of the fleet dashboard runs against the real Prometheus and shows the lost GPU;
 * ``srun -N3 gpumon burn`` (ranks and rendezvous from Slurm) gives one report naming the node
-  made slow.
+  made slow, or the node killed mid-run;
+* job 1001's energy counter is the energy its GPUs report, on the energy dashboard with its cost;
+* a global Prometheus federating two rack servers (deploy/federation/) keeps only recorded series.
 """
 
 from __future__ import annotations
