@@ -383,6 +383,9 @@ def _running() -> dict[str, Any] | None:
 
 
 def up(nodes: int) -> int:
+    if not 1 <= nodes <= 9:
+        print(f"make cluster: NODES={nodes}: between 1 and 9", file=sys.stderr)
+        return 2
     reason = missing_reason()
     if reason is not None:
         print(f"make cluster: cannot build the fleet box here: {reason}", file=sys.stderr)
