@@ -56,9 +56,9 @@ SHOWS = {
     "healthy-job": f"OK, no alert; Slurm job {JOB_ID} on both GPUs: energy and cost per job on the dashboard",
     "healthy": "OK, no alert, stays in service",
     "gpu-lost": "XID 79 on GPU 1 at the 5th poll: CRITICAL, GpuLost/GpuXidCritical alerts, drained by Slurm",
-    "straggler": "GPU 2 behind its peers (HW slowdown): WARNING, a straggler on the dashboard, stays in service",
-    "xid-storm": "XID 13 every poll, then XID 48 (double-bit ECC): CRITICAL, drained if the breaker allows",
-    "overheating": "GPU 0 past its slowdown temperature: thermal alerts",
+    "straggler": "GPU 2 at reduced clocks (HW slowdown): a straggler on the dashboard, GpuHwSlowdown, stays in service",
+    "xid-storm": "XID 13 every poll, then XID 48 (double-bit ECC): CRITICAL, XID alerts, drained if the breaker allows",
+    "overheating": "GPU 0 past its slowdown temperature: WARNING, thermal slowdown alerts, stays in service",
     "nvlink-degraded": "NVLink 3 of GPUs 0 and 1 down: NVLink alerts",
 }
 MAX_DRAINED_SHARE = 0.5
