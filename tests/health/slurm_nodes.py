@@ -193,6 +193,10 @@ class Fleet:
 
     def start_daemon(self, name: str, scenario: str | None = None, *, fresh_state: bool = False) -> Node:
         """(Re)start node ``name``'s gpumon daemon as the service user; wait until it answers."""
+        self._launch_daemon(name, scenario, fresh_state=fresh_state)
+        return self._wait_daemon(name)
+
+    def _launch_daemon(self, name: str, scenario: str | None = None, *, fresh_state: bool = False) -> None:
         node = self.nodes[name]
         self.stop_daemon(name)
         if scenario is not None:
@@ -235,6 +239,9 @@ class Fleet:
         )
         log.close()
 
+    def _wait_daemon(self, name: str) -> Node:
+        node = self.nodes[name]
+
         def answers() -> bool:
             if node.daemon is not None and node.daemon.poll() is not None:
                 tail = (node.dir / "gpumon.log").read_text()[-2000:]
@@ -243,7 +250,7 @@ class Fleet:
                 return requests.get(f"{node.url}/api/health", timeout=2).status_code == 200
             return False
 
-        wait_for(answers, 30, 0.2, f"gpumon daemon on {name}")
+        wait_for(answers, 60, 0.2, f"gpumon daemon on {name}")
         return node
 
     def verdict(self, name: str) -> dict[str, Any]:
@@ -291,8 +298,14 @@ class Fleet:
         """Every node's daemon restarted on its scenario (default healthy) with a fresh state
         directory, and health.slurm settings ``slurm`` (over the harness's own) in every config."""
         self.slurm = {k: v for k, v in self.slurm.items() if k in ("scontrol", "sinfo")} | slurm
+        for node in self.nodes.values():  # stopped, started side by side, then each waited for
+            if node.daemon is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    node.daemon.send_signal(signal.SIGTERM)
         for name in self.nodes:
-            self.start_daemon(name, scenarios.get(name, "healthy"), fresh_state=True)
+            self._launch_daemon(name, scenarios.get(name, "healthy"), fresh_state=True)
+        for name in self.nodes:
+            self._wait_daemon(name)
 
     def reset(self) -> None:
         """Hooks off and idle, no scontrol delay, every node in service, drain records gone."""
@@ -529,7 +542,9 @@ PartitionName={PARTITION} Nodes={",".join(names)} Default=YES MaxTime=INFINITE S
     wait_for(all_idle, 60, 0.3, f"slurmd on {', '.join(names)} to register as idle")
     fleet.set_delay(0)
     for name in names:
-        fleet.start_daemon(name)
+        fleet._launch_daemon(name)
+    for name in names:
+        fleet._wait_daemon(name)
 
 
 def _passwd(*args: str) -> None:
