@@ -94,3 +94,11 @@ golden: setup
 # (tests/test_fields.py fails when the checked-in pages differ).
 docs: setup
 	$(PY) -m gpumon.doctables
+
+# A fleet in a box (docs/fleet.md): NODES Slurm nodes in network namespaces, each with a gpumon daemon on a
+# simulated scenario, a Prometheus with gpumon's rules and an Alertmanager HA pair. Needs root and test-deps.
+NODES ?= 3
+cluster: setup test-deps
+	$(PY) -m tests.fleet.box up --nodes $(NODES)
+cluster-down:
+	$(PY) -m tests.fleet.box down

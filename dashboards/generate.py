@@ -671,6 +671,23 @@ def burn_energy() -> dict[str, Any]:
              "none", steps=[(None, "blue")], w=8, description="Energy × the cost_per_kwh variable."),
         stat("Average power in the time range", f"sum(rate(gpumon_energy_joules_total{{{SEL}}}[$__range]))", "watt",
              steps=[(None, "blue")], w=8),
+        row("Energy per job"),
+        table("Energy and cost per job in the time range", [
+            target(f"sort_desc(sum by (owner_kind, owner) (max_over_time(gpumon_owner_energy_joules_total{{{HOST}}}[$__range]))) / 3.6e6",
+                   instant=True, table=True),
+            target(f"sum by (owner_kind, owner) (max_over_time(gpumon_owner_energy_joules_total{{{HOST}}}[$__range])) / 3.6e6 * $cost_per_kwh",
+                   instant=True, table=True),
+        ], hide=("Time", "__name__", "job"), rename={"Value #A": "kWh", "Value #B": "cost"}, units={"kWh": "kwatth"},
+            w=16, h=8,
+            description="GPU energy of each Slurm job, pod, container or systemd unit (owner_kind none: processes of "
+                        "none of them), summed over its hosts; a shared GPU splits by SM time share, else equally "
+                        "(docs/fleet.md). Cost: energy × the cost_per_kwh variable."),
+        stat("Jobs holding GPUs now", f"count(gpumon_owner_active{{{HOST}}} == 1) or vector(0)",
+             steps=[(None, "blue")], w=8, h=8),
+        timeseries("Power per job", [
+            target(f"sum by (owner_kind, owner) (rate(gpumon_owner_energy_joules_total{{{HOST}}}[$__rate_interval]))",
+                   "{{owner_kind}} {{owner}}"),
+        ], "watt", min_value=0, w=24),
         timeseries("Cost per host per day at the current draw", [
             target(f"sum by (instance) (rate(gpumon_energy_joules_total{{{SEL}}}[$__rate_interval])) * 86400 / 3.6e6 * $cost_per_kwh",
                    "{{instance}}"),

@@ -35,6 +35,7 @@ from gpumon.backends.base import GpuBackend
 from gpumon.config import Config
 from gpumon.daemon_settings import check_intervals, default_alerting, intervals_of, one_line_reason
 from gpumon.early_hangup import received_early
+from gpumon.energy import OwnerEnergy, subscribed
 from gpumon.events.catalog import XidCatalog
 from gpumon.events.kernel_follow import KernelLogFollower
 from gpumon.events.model import XidEvent
@@ -200,6 +201,7 @@ class Daemon:
         self.collector.add("alerts", self.alerts.collector())
         self.collector.add("burn", BurnResultsCollector(config.state_dir))
         self.collector.add("unjudged", UnjudgedCollector(config.state_dir))  # prologs that let a job through
+        self.collector.add("owner_energy", subscribed(OwnerEnergy(config.state_dir), self.store))  # gpumon/energy.py
         if backend.per_reader_errors:  # per GPU and reader: a field's error, not a lost GPU
             self.collector.add("read_errors", ReadErrorsCollector(backend.read_errors))
         self.collector.add("health", self.health.collector(), per_snapshot=True)

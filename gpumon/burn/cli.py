@@ -15,6 +15,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from gpumon.burn.orchestration import slurm_launch
 from gpumon.burn.orchestration.options import (
     DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
     DEFAULT_STARTUP_TIMEOUT_SECONDS,
@@ -106,6 +107,10 @@ def _make_backend(spec: str, device: str) -> Any:
     return make_backend(spec)
 
 
+def _torchrun(env: dict[str, str]) -> bool:
+    return "RANK" in env and "WORLD_SIZE" in env and "LOCAL_RANK" in env
+
+
 def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOptions | None, Any, list[str]]:
     """Validate everything; returns (options, initialised backend, problems). Raises CannotRunError."""
     from gpumon.backends.base import NvmlUnavailableError
@@ -130,7 +135,12 @@ def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOp
     problems += p
     _th, p = thresholds.parse_floors(env.get(thresholds.FLOORS_ENV_VAR))
     problems += p
-    launch, p = launch_from(env, args.nnodes, args.node_rank, args.master_addr, args.master_port)
+    if _torchrun(env) or args.nnodes > 1 or not slurm_launch.in_slurm_step(env):
+        launch, p = launch_from(env, args.nnodes, args.node_rank, args.master_addr, args.master_port)
+    else:
+        launch, p = slurm_launch.launch_from_slurm(
+            env, args.master_addr, args.master_port, slurm_launch.first_node_address
+        )
     problems += p
     _gpus, p = parse_gpus(args.gpus, None)
     problems += p

@@ -119,6 +119,9 @@ class Fleet:
     nodes: dict[str, Node] = field(default_factory=dict)
     slurm: dict[str, Any] = field(default_factory=dict)
     """health.slurm settings every node's gpumon.yaml gets (tests may change them, then write_configs)."""
+    extra_config: dict[str, Any] = field(default_factory=dict)
+    """More top-level gpumon.yaml sections for every node (e.g. alerting), as YAML-able data;
+    ``{node}`` in a string value becomes the node's name."""
 
     @property
     def env(self) -> dict[str, str]:
@@ -190,6 +193,10 @@ class Fleet:
 
     def start_daemon(self, name: str, scenario: str | None = None, *, fresh_state: bool = False) -> Node:
         """(Re)start node ``name``'s gpumon daemon as the service user; wait until it answers."""
+        self._launch_daemon(name, scenario, fresh_state=fresh_state)
+        return self._wait_daemon(name)
+
+    def _launch_daemon(self, name: str, scenario: str | None = None, *, fresh_state: bool = False) -> None:
         node = self.nodes[name]
         self.stop_daemon(name)
         if scenario is not None:
@@ -232,6 +239,9 @@ class Fleet:
         )
         log.close()
 
+    def _wait_daemon(self, name: str) -> Node:
+        node = self.nodes[name]
+
         def answers() -> bool:
             if node.daemon is not None and node.daemon.poll() is not None:
                 tail = (node.dir / "gpumon.log").read_text()[-2000:]
@@ -240,7 +250,7 @@ class Fleet:
                 return requests.get(f"{node.url}/api/health", timeout=2).status_code == 200
             return False
 
-        wait_for(answers, 30, 0.2, f"gpumon daemon on {name}")
+        wait_for(answers, 60, 0.2, f"gpumon daemon on {name}")
         return node
 
     def verdict(self, name: str) -> dict[str, Any]:
@@ -288,8 +298,14 @@ class Fleet:
         """Every node's daemon restarted on its scenario (default healthy) with a fresh state
         directory, and health.slurm settings ``slurm`` (over the harness's own) in every config."""
         self.slurm = {k: v for k, v in self.slurm.items() if k in ("scontrol", "sinfo")} | slurm
+        for node in self.nodes.values():  # stopped, started side by side, then each waited for
+            if node.daemon is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    node.daemon.send_signal(signal.SIGTERM)
         for name in self.nodes:
-            self.start_daemon(name, scenarios.get(name, "healthy"), fresh_state=True)
+            self._launch_daemon(name, scenarios.get(name, "healthy"), fresh_state=True)
+        for name in self.nodes:
+            self._wait_daemon(name)
 
     def reset(self) -> None:
         """Hooks off and idle, no scontrol delay, every node in service, drain records gone."""
@@ -345,8 +361,19 @@ health:
   slurm:
 {lines}
 """
+        + "".join(f"{key}: {json.dumps(_per_node(value, node.name))}\n" for key, value in fleet.extra_config.items())
     )
     node.config.chmod(0o644)
+
+
+def _per_node(value: Any, name: str) -> Any:
+    if isinstance(value, str):
+        return value.replace("{node}", name)
+    if isinstance(value, dict):
+        return {k: _per_node(v, name) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_per_node(v, name) for v in value]
+    return value
 
 
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
@@ -417,8 +444,9 @@ def _ctld_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start() -> Fleet:
-    """Build the cluster; on any failure everything made so far is removed before raising."""
+def start(nodes: tuple[str, ...] = NODES) -> Fleet:
+    """Build the cluster of ``nodes`` (at most 9); on any failure everything made so far is removed
+    before raising."""
     remove_leftovers()
     pid = os.getpid()
     run_id = str(pid)
@@ -427,14 +455,14 @@ def start() -> Fleet:
     user = f"{PREFIX}{pid}"
     fleet = Fleet(base=base, conf=base / "slurm.conf", run_id=run_id, bridge=f"gpmb{pid}", user=user, uid=-1, gid=-1)
     try:
-        _build(fleet)
+        _build(fleet, nodes)
     except BaseException:
         stop(fleet)
         raise
     return fleet
 
 
-def _build(fleet: Fleet) -> None:
+def _build(fleet: Fleet, names: tuple[str, ...]) -> None:
     pid, base = fleet.run_id, fleet.base
     _passwd(
         "useradd",
@@ -454,7 +482,7 @@ def _build(fleet: Fleet) -> None:
     _sh("ip", "link", "add", fleet.bridge, "type", "bridge")
     _sh("ip", "addr", "add", f"{ctld_addr}/24", "dev", fleet.bridge)
     _sh("ip", "link", "set", fleet.bridge, "up")
-    for i, name in enumerate(NODES, start=1):
+    for i, name in enumerate(names, start=1):
         netns, veth = f"{PREFIX}{pid}n{i}", f"gpmv{pid}n{i}"
         node = Node(name=name, index=i, netns=netns, address=f"198.18.{x}.1{i}", dir=base / name)
         fleet.nodes[name] = node
@@ -492,7 +520,7 @@ PrologFlags=Alloc
 SlurmdTimeout=300
 MessageTimeout=10
 {node_lines}
-PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE State=UP
+PartitionName={PARTITION} Nodes={",".join(names)} Default=YES MaxTime=INFINITE State=UP
 """
     )
     env = fleet.env
@@ -501,7 +529,7 @@ PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE S
         _sh_env(["nsenter", f"--net=/run/netns/{node.netns}", "slurmd", "-f", str(fleet.conf), "-N", node.name], env)
 
     def all_idle() -> bool:
-        for daemon in ["slurmctld", *(f"slurmd.{n}" for n in NODES)]:
+        for daemon in ["slurmctld", *(f"slurmd.{n}" for n in names)]:
             pidfile = base / f"{daemon}.pid"
             text = pidfile.read_text().strip() if pidfile.exists() else ""
             if text and not _pid_alive(int(text.split()[0])):
@@ -509,12 +537,14 @@ PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE S
                 raise AssertionError(f"{daemon} exited:\n{log.read_text()[-2000:] if log.exists() else ''}")
         info = json.loads(fleet.run("sinfo", "--json", check=False).stdout or "{}")
         nodes = info.get("nodes") or []
-        return len(nodes) == len(NODES) and all(flags(n) == {"IDLE"} for n in nodes)
+        return len(nodes) == len(names) and all(flags(n) == {"IDLE"} for n in nodes)
 
-    wait_for(all_idle, 60, 0.3, "slurmd on n1-n3 to register as idle")
+    wait_for(all_idle, 60, 0.3, f"slurmd on {', '.join(names)} to register as idle")
     fleet.set_delay(0)
-    for name in NODES:
-        fleet.start_daemon(name)
+    for name in names:
+        fleet._launch_daemon(name)
+    for name in names:
+        fleet._wait_daemon(name)
 
 
 def _passwd(*args: str) -> None:
@@ -583,6 +613,10 @@ exec {shutil.which(tool)} "$@"
 
 def stop(fleet: Fleet) -> None:
     """Stop every daemon by its pid and remove namespaces, bridge, user and directory (never raises)."""
+    for node in fleet.nodes.values():  # all at once: each then takes its ~1 s to stop side by side
+        with contextlib.suppress(Exception):
+            if node.daemon is not None:
+                node.daemon.send_signal(signal.SIGTERM)
     for name in list(fleet.nodes):
         with contextlib.suppress(Exception):
             fleet.stop_daemon(name)

@@ -14,7 +14,7 @@ import os
 import queue as queue_mod
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from multiprocessing import forkserver
 from typing import Any
@@ -115,8 +115,11 @@ class Agent:
         on_tick: Callable[[dict[int, RankState]], None] = lambda _s: None,
         on_test: Callable[[int, str], None] = lambda _g, _t: None,
         mp_context: Any = None,
+        node_names: Mapping[int, str] | None = None,
     ) -> None:
         self.specs = specs
+        self.node_names = dict(node_names or {})
+        """Node index -> its name (Slurm's node name), for the faults; empty: indices only."""
         self.mp_context = mp_context
         """Where the workers start from (``start_worker_server()``); None: spawned, each importing torch."""
         self.node = node
@@ -288,6 +291,9 @@ class Agent:
         seen = self._remote.get(agent)
         return seen[1] if seen is not None else self._started
 
+    def _node_name(self, node: int) -> str:
+        return f"{node} ({self.node_names[node]})" if node in self.node_names else str(node)
+
     def _check_lost_agents(self) -> None:
         """Agents silent past the heartbeat limit (start-up limit before their first beat) are lost nodes."""
         if self.abort is not None or self.agent_count <= 1:
@@ -306,7 +312,7 @@ class Agent:
             theirs = seen[2] if seen is not None else []
             ranks += [r["rank"] for r in theirs]
             nodes = sorted({r["node"] for r in theirs})
-            where = f"node {', '.join(map(str, nodes))}" if nodes else f"agent {agent}"
+            where = f"node {', '.join(self._node_name(n) for n in nodes)}" if nodes else f"agent {agent}"
             named = ", ".join(f"rank {r['rank']} (GPU {r['gpu']})" for r in theirs)
             parts.append(
                 f"{where} lost: its agent sent nothing for {silent:.0f} s (limit {limit:.0f} s)"

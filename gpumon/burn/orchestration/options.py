@@ -22,7 +22,8 @@ class Launch:
 
     An *agent* is one ``gpumon burn`` process that spawns one worker per local GPU and
     watches them. ``local``: one agent, all GPUs. ``flags``: one agent per node
-    (``--nnodes/--node-rank``). ``torchrun``: one agent per torchrun process, one GPU each.
+    (``--nnodes/--node-rank``). ``slurm``: one agent per node, placed by srun's environment
+    (see slurm_launch). ``torchrun``: one agent per torchrun process, one GPU each.
     """
 
     mode: str
@@ -36,6 +37,8 @@ class Launch:
     master_port: int = 0
     store_is_master: bool = True
     run_id: str = "gpumon-burn"
+    node_name: str | None = None
+    """This node's name for the report (Slurm's SLURMD_NODENAME); None: the host name."""
 
     @property
     def is_leader(self) -> bool:

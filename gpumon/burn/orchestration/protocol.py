@@ -45,5 +45,7 @@ class WorkerSpec:
     link_fraction: float
     p2p_concurrent: bool = False
     """Every pair of this node's GPUs is joined by NVLink: the p2p rounds copy on all GPUs at once."""
+    socket_interface: str | None = None
+    """The interface gloo reaches the other nodes by (GLOO_SOCKET_IFNAME), when gpumon picked one."""
     dist_timeout_seconds: float = 900.0
     beat_interval_seconds: float = 0.5

@@ -21,6 +21,7 @@ from rich.console import Console
 from gpumon.backends.base import GpuBackend, GpuLostError
 from gpumon.burn.orchestration.agent import Agent, start_worker_server
 from gpumon.burn.orchestration.live import LiveView
+from gpumon.burn.orchestration.network import gloo_interface
 from gpumon.burn.orchestration.options import BurnOptions
 from gpumon.burn.orchestration.protocol import WorkerSpec
 from gpumon.burn.orchestration.watcher import Watcher, summarise
@@ -121,8 +122,9 @@ def run_burn(
     dist: Any = importlib.import_module("torch.distributed")
 
     agents = dist.PrefixStore(launch.run_id + "/agents", store)
+    node_names: dict[int, str] = {}
     if launch.agent_count > 1:
-        _meet(agents, opts, refuse)
+        node_names = _meet(agents, opts, refuse)
     elif refuse:
         raise CannotRunError(refuse)
 
@@ -139,6 +141,9 @@ def run_burn(
         for g in local
     }
     link = group_link(topology, pcie, list(local))
+    interface = None
+    if opts.device == "cpu" and not single_node:  # gloo across nodes (NCCL picks its own interface)
+        interface = gloo_interface(os.environ, launch.master_addr)
     specs = [
         WorkerSpec(
             rank=opts.rank_offset + i,
@@ -158,6 +163,7 @@ def run_burn(
             allreduce_floor_bytes_per_second=thresholds.allreduce_floor_bytes_per_second(models[g], single_node, link),
             link_fraction=thresholds.link_fraction,
             p2p_concurrent=link.kind == "nvlink",
+            socket_interface=interface,
         )
         for i, g in enumerate(local)
     ]
@@ -179,10 +185,13 @@ def run_burn(
                 on_tick=view.update,
                 on_test=watcher.set_test,
                 mp_context=worker_server,
+                node_names=node_names,
             )
             agent.run()
         watcher.stop()
         mine = agent.node_result()
+        if launch.node_name:
+            mine["hostname"] = launch.node_name
         mine["gpus_info"] = {str(g): {"uuid": info[g].get("uuid"), "name": info[g].get("name")} for g in local}
         mine["telemetry"] = {str(g): summarise(watcher.telemetry[g]) for g in local}
         mine["sw"] = [c.to_jsonable() for c in sw_checks] if "sw" in opts.tests else []
@@ -238,12 +247,16 @@ def _report(
     )
 
 
-def _meet(agents: Any, opts: BurnOptions, refuse: str | None) -> None:
-    """Every agent says hello (its GPU count, or why it refuses) and waits for all the others."""
+def _meet(agents: Any, opts: BurnOptions, refuse: str | None) -> dict[int, str]:
+    """Every agent says hello (its GPU count, or why it refuses) and waits for all the others.
+
+    Returns each node's name (Slurm's node name) when every node has one of its own, else {}."""
     launch = opts.launch
     agents.set(
         f"hello/{launch.agent_index}",
-        json.dumps({"gpus": len(opts.local_gpus), "refuse": refuse, "node": launch.node_index}),
+        json.dumps(
+            {"gpus": len(opts.local_gpus), "refuse": refuse, "node": launch.node_index, "name": launch.node_name}
+        ),
     )
     keys = [f"hello/{i}" for i in range(launch.agent_count)]
     try:
@@ -258,6 +271,10 @@ def _meet(agents: Any, opts: BurnOptions, refuse: str | None) -> None:
     refusals = [f"node {h['node']}: {h['refuse']}" for h in hellos if h["refuse"]]
     if refusals:
         raise CannotRunError("; ".join(refusals))
+    names = {int(h["node"]): h.get("name") for h in hellos}
+    if all(names.values()) and len(set(names.values())) == len(names):
+        return {node: str(name) for node, name in names.items()}
+    return {}
     counts = {h["gpus"] for h in hellos}
     if len(counts) > 1:
         raise BurnUsageError([f"every node must burn the same number of GPUs (got {sorted(counts)})"])

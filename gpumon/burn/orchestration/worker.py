@@ -63,6 +63,8 @@ def main(spec: WorkerSpec, queue: Any) -> None:
     for key, value in NO_MULTICAST_ENV.items():
         os.environ[key] = value
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    if spec.socket_interface:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", spec.socket_interface)
     hb = Heartbeat(spec, queue)
     hb.progress("start", force=True)
     try:

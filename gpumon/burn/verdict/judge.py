@@ -21,6 +21,9 @@ from gpumon.burn.verdict.thresholds import Thresholds, group_link
 def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str, ...]) -> Judgement:
     """Checks, faults and per-GPU summaries for the whole run (all nodes)."""
     j = Judgement(multi_node=len(nodes) > 1)
+    names = {int(node["node"]): str(node.get("hostname") or "") for node in nodes}
+    if len(nodes) > 1 and "" not in names.values() and len(set(names.values())) == len(names):
+        j.node_names = names  # nodes told apart by name too (one host in tests: indices only)
     results: dict[str, dict[GpuKey, Any]] = {t: {} for t in tests}
     for node in nodes:
         n = node["node"]

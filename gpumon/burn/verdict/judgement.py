@@ -21,9 +21,15 @@ class Judgement:
     busy: set[GpuKey] = field(default_factory=set)
     """GPUs other compute processes used when the burn started (run with --force), sw test or not."""
 
+    node_names: dict[int, str] = field(default_factory=dict)
+    """Node index -> its name (the Slurm node or host name), when every node's name differs."""
+
     def name(self, key: GpuKey) -> str:
         node, gpu = key
-        return f"node {node} GPU {gpu}" if self.multi_node else f"GPU {gpu}"
+        if not self.multi_node:
+            return f"GPU {gpu}"
+        named = f" ({self.node_names[node]})" if node in self.node_names else ""
+        return f"node {node}{named} GPU {gpu}"
 
     def add(
         self,
