@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from gpumon import __version__
 from gpumon.config import DEFAULT_PORT, DEFAULT_STATE_DIR, Config, ConfigError, load
 from gpumon.jsonout import add_json_option, emit_json, to_stdout
+from gpumon.pipes import reader_gone
 
 if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
     from gpumon.exporter.webconfig import WebConfigError
 
 EXIT_OK = 0
@@ -71,6 +74,20 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(self, message)
 
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        """As argparse's, but a closed stdout is not silently ignored: main() answers it (exit 141)."""
+        if message:
+            (file or sys.stderr).write(message)
+
+
+def _command(
+    sub: argparse._SubParsersAction[_Parser], name: str, help_line: str, more: str = ""
+) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` starts with the line ``gpumon --help`` shows for it (a module's
+    ``configure`` may give a longer description)."""
+    description = help_line[0].upper() + help_line[1:] + "." + (f" {more}" if more else "")
+    return sub.add_parser(name, help=help_line, description=description)
+
 
 def build_parser(configured: Collection[str] | None = None) -> argparse.ArgumentParser:
     """gpumon's parser. Of MODULE_COMMANDS, only those in ``configured`` (None: all) get their
@@ -83,7 +100,7 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     parser.add_argument("--version", action="version", version=f"gpumon {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run the daemon: poll GPUs, serve /metrics, send alerts")
+    run = _command(sub, "run", "run the daemon: poll GPUs, serve /metrics, send alerts")
     _add_common(run)
     run.add_argument("--listen", help=f"HOST:PORT to serve on (default 0.0.0.0:{DEFAULT_PORT})")
     run.add_argument("--interval-seconds", type=float, dest="interval_seconds", help="fast poll interval (default 1)")
@@ -92,23 +109,32 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     run.add_argument("--web-config-file", type=Path, dest="web_config_file", help="exporter-toolkit web-config.yml")
     run.set_defaults(func=cmd_run)
 
-    once = sub.add_parser("once", help="poll once and print a table (or JSON), then exit")
+    once = _command(
+        sub,
+        "once",
+        "poll once and print a table (or JSON), then exit",
+        "The table fits 80 columns; --wide (or a terminal of 150 columns or more) adds Bus-Id, clocks, "
+        "P-state, ECC and NVLink. Simulated GPUs are marked.",
+    )
     _add_common(once)
     add_json_option(once, "the snapshot")
     once.set_defaults(func=cmd_once)
 
-    check = sub.add_parser(
+    check = _command(
+        sub,
         "check-config",
-        help="validate a config file and the files it names (web config, scenario) as run would; print every problem",
+        "validate a config file and the files it names (web config, scenario) as run would; print every problem",
+        "Exit 0 when gpumon run --config FILE would start, else 2 with every problem, each with the line and "
+        "column of the file where it has one.",
     )
-    check.add_argument("file", type=Path)
+    check.add_argument("file", type=Path, help="the gpumon YAML config file")
     check.set_defaults(func=cmd_check_config)
 
-    scen = sub.add_parser("scenarios", help="list the named fake-backend scenarios (--backend fake:NAME)")
+    scen = _command(sub, "scenarios", "list the named fake-backend scenarios (--backend fake:NAME)")
     scen.set_defaults(func=cmd_scenarios)
 
     for name, (module, help_line) in MODULE_COMMANDS.items():
-        command = sub.add_parser(name, help=help_line)
+        command = _command(sub, name, help_line)
         if configured is None or name in configured:
             # gpumon.burn.cli registers options only; torch is imported when a burn runs
             importlib.import_module(module).configure(command)
@@ -296,6 +322,23 @@ def _usage_error(words: Sequence[str], exc: UsageError) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; a closed stdout (its reader went away) ends it quietly with 141
+    (gpumon.pipes)."""
+    try:
+        try:
+            code = _main(argv)
+        finally:  # what is still buffered meets a closed pipe here, not in the interpreter's exit
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return reader_gone()
+    except SystemExit as exc:  # rich's Console meets a closed pipe with SystemExit(1); emit_json with 141
+        if isinstance(exc.__context__, BrokenPipeError):
+            return reader_gone()
+        raise
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     # The parser is garbage once the command line is parsed: it is not held while a daemon runs.
     try:
         args = parse_args(argv)
