@@ -118,6 +118,9 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     )
     _add_common(once)
     add_json_option(once, "the snapshot")
+    once.add_argument(
+        "--wide", action="store_true", help="every column (about 150 characters: Bus-Id, clocks, ECC, NVLink)"
+    )
     once.set_defaults(func=cmd_once)
 
     check = _command(
@@ -268,7 +271,7 @@ def cmd_once(args: argparse.Namespace) -> int:
     if not to_stdout(args.json):
         from gpumon.table import print_snapshot
 
-        print_snapshot(snapshot)
+        print_snapshot(snapshot, wide=True if args.wide else None)
     return EXIT_OK
 
 
