@@ -3,15 +3,18 @@ quietly when its reader goes away, and says what it shows (issue: first contact,
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gpumon.cli import MODULE_COMMANDS
+from tests.helpers import DaemonProcess
 
 REPO = Path(__file__).resolve().parent.parent
 COMMANDS = ("run", "once", "check-config", "scenarios", *MODULE_COMMANDS)
@@ -95,3 +98,27 @@ def test_the_project_speaks_of_itself_only() -> None:
         if re.search(r"\bissue #?\d+\b", line, re.IGNORECASE)
     ]
     assert not named, named
+
+
+# ---- item 5: simulated GPUs are marked -------------------------------------------------------------
+def test_the_fake_backend_marks_its_gpus_simulated_on_metrics(start_daemon: Callable[..., DaemonProcess]) -> None:
+    daemon = start_daemon("--backend", "fake", "--fake-gpus", "2")
+    assert "\ngpumon_simulated 1.0\n" in daemon.metrics()
+
+
+def test_real_gpus_are_not_marked_simulated() -> None:
+    from gpumon.exporter.simulated import SimulatedSource
+    from gpumon.exporter.text import render
+
+    assert "\ngpumon_simulated 0.0\n" in render(SimulatedSource(False).families())
+
+
+def test_a_cpu_burn_does_not_show_simulated_power_as_measured(tmp_path: Path) -> None:
+    result = run_gpumon(
+        "burn", "--device", "cpu", "--quick", "--state-dir", str(tmp_path), "--json", str(tmp_path / "burn.json")
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not re.search(r"\d+ W\b|\(700\)|\d+ °C", result.stdout), result.stdout
+    assert "sim." in result.stdout and "not measured" in result.stdout
+    report = json.loads((tmp_path / "burn.json").read_text())
+    assert all(gpu["telemetry"]["simulated"] is True for gpu in report["gpus"])

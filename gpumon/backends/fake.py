@@ -139,6 +139,7 @@ class FakeBackend:
             driver_version=self.driver_version,
             cuda_driver_version=self.cuda_driver_version,
             nvml_version="13." + self.driver_version,
+            simulated=True,
         )
 
     def tick(self, index: int) -> int:

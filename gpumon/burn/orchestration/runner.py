@@ -184,7 +184,8 @@ def run_burn(
         watcher.stop()
         mine = agent.node_result()
         mine["gpus_info"] = {str(g): {"uuid": info[g].get("uuid"), "name": info[g].get("name")} for g in local}
-        mine["telemetry"] = {str(g): summarise(watcher.telemetry[g]) for g in local}
+        simulated = backend.name == "fake"  # a CPU burn's GPUs too: their power and temperature are not measured
+        mine["telemetry"] = {str(g): {**summarise(watcher.telemetry[g]), "simulated": simulated} for g in local}
         mine["sw"] = [c.to_jsonable() for c in sw_checks] if "sw" in opts.tests else []
         mine["busy_gpus"] = sorted({c.gpu for c in busy if c.gpu is not None})
         mine["topology"] = topology
