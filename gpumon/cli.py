@@ -44,6 +44,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 MODULE_COMMANDS = {
     "alerts": ("gpumon.alerts.cli", "show the active alerts of a running gpumon daemon"),
+    "assets": ("gpumon.assets", "list, print or write the dashboards, Prometheus rules, systemd unit, examples"),
     "burn": ("gpumon.burn.cli", "burn-in and fault triage"),
     "hash-password": ("gpumon.hash_password", "print a bcrypt hash for basic_auth_users in web-config.yml"),
     "health": ("gpumon.findings.cli", "node health verdict (OK, WARNING, CRITICAL, UNKNOWN) with the action to take"),
