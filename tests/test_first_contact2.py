@@ -122,3 +122,28 @@ def test_a_cpu_burn_does_not_show_simulated_power_as_measured(tmp_path: Path) ->
     assert "sim." in result.stdout and "not measured" in result.stdout
     report = json.loads((tmp_path / "burn.json").read_text())
     assert all(gpu["telemetry"]["simulated"] is True for gpu in report["gpus"])
+
+
+# ---- item 4: the burn's install hint does not pull PyPI's default multi-GB CUDA torch ----------------
+def test_the_torch_hint_names_the_build_for_the_device_and_driver() -> None:
+    from gpumon.burn.torch_hint import torch_install_hint
+
+    cpu = torch_install_hint("cpu", "13.0")
+    assert "--index-url https://download.pytorch.org/whl/cpu" in cpu
+    cuda = torch_install_hint("cuda", "12.4")
+    assert "--index-url https://download.pytorch.org/whl/cu" in cuda and "CUDA 12.4" in cuda
+    for line in (cpu, cuda, torch_install_hint("cuda", None)):
+        assert "[burn]" not in line and "\n" not in line
+
+
+def test_no_doc_tells_users_to_pip_install_the_burn_extra_without_choosing_torch() -> None:
+    """Where a doc installs the burn extra, the PyTorch build to install first is said (or linked) within
+    a few lines."""
+    for path in [REPO / "README.md", *REPO.glob("docs/*.md")]:
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            if "[burn]" in line:
+                near = "\n".join(lines[max(0, number - 8) : number + 3])
+                assert "download.pytorch.org" in near or "burn.md#install" in near, (
+                    f"{path.name}:{number + 1}: the burn extra without the PyTorch build to choose: {line}"
+                )

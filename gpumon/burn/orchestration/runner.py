@@ -93,9 +93,9 @@ def run_burn(
 ) -> int:
     """Run the burn on this agent; returns the exit code (the caller prints nothing more)."""
     if importlib.util.find_spec("torch") is None:
-        raise CannotRunError(
-            "torch is not installed: pip install 'gpumon-exporter[burn]' (or torch) to run gpumon burn"
-        )
+        from gpumon.burn.torch_hint import torch_install_hint
+
+        raise CannotRunError(torch_install_hint(opts.device, backend.host().cuda_driver_version))
     import warnings
 
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
