@@ -122,6 +122,7 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     once.add_argument(
         "--wide", action="store_true", help="every column (about 150 characters: Bus-Id, clocks, ECC, NVLink)"
     )
+    add_tick_option(once)
     once.set_defaults(func=cmd_once)
 
     check = _command(
@@ -143,6 +144,22 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
             # gpumon.burn.cli registers options only; torch is imported when a burn runs
             importlib.import_module(module).configure(command)
     return parser
+
+
+def add_tick_option(parser: argparse.ArgumentParser) -> None:
+    """``--tick N``: the tick of a scenario a one-shot command shows (gpumon.backends.play)."""
+    parser.add_argument(
+        "--tick",
+        type=_tick,
+        help="with --backend fake:NAME, the scenario's tick to show (default: its last scripted event; 0: the first poll)",
+    )
+
+
+def _tick(text: str) -> int:
+    value = int(text) if text.isdigit() else -1
+    if not 0 <= value <= 100_000:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 100000, got {text!r}")
+    return value
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -256,9 +273,15 @@ def cmd_once(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"gpumon: bad scenario:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
+    from gpumon.backends.play import play, tick_note, tick_to_show
     from gpumon.processes import enrich
 
-    snapshot = Poller(backend, SnapshotStore(), enrich_processes=enrich).poll()
+    tick = tick_to_show(backend, args.tick)
+    if tick is None and args.tick is not None:
+        print("gpumon: --tick plays a scenario: it needs --backend fake:NAME or fake:PATH", file=sys.stderr)
+        return EXIT_USAGE
+    poller = Poller(backend, SnapshotStore(), enrich_processes=enrich)
+    snapshot = play(poller.poll, tick)
     backend.shutdown()
     if not snapshot.nvml_up:
         print(f"gpumon: NVML unavailable: {snapshot.nvml_error}", file=sys.stderr)
@@ -273,6 +296,8 @@ def cmd_once(args: argparse.Namespace) -> int:
         from gpumon.table import print_snapshot
 
         print_snapshot(snapshot, wide=True if args.wide else None)
+        if tick:
+            print(tick_note(tick, args.tick is not None))
     return EXIT_OK
 
 
