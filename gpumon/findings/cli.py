@@ -298,7 +298,8 @@ def cmd_health(args: argparse.Namespace) -> int:
     if report.source == "local" and config.backend.startswith("fake"):  # on stderr: stdout stays the verdict
         given = getattr(args, "tick", None)
         when = "its last scripted event" if given is None else f"tick {given} (--tick)"
-        print(f"gpumon health: simulated GPUs ({config.backend}), played to {when}", file=sys.stderr)
+        played = f", played to {when}" if config.backend != "fake" else ", not real hardware"
+        print(f"gpumon health: simulated GPUs ({config.backend}){played}", file=sys.stderr)
     json_failed = False
     if args.json is not None:
         data = report.to_json()
