@@ -32,5 +32,10 @@ def test_every_difference_between_the_two_alert_sets_is_documented() -> None:
 def test_no_doc_says_the_two_sets_are_equal() -> None:
     for path in [REPO / "README.md", *(REPO / "docs").glob("*.md")]:
         text = " ".join(path.read_text().split())
-        for claim in ("equal to the built-in pack", "same conditions as gpumon's built-in"):
+        for claim in (
+            "equal to the built-in pack",
+            "same conditions as gpumon's built-in",
+            "counts every occurrence",  # an XID both sources report counts once; one neither saw is not seen
+            "every dashboard panel has data",  # process, DCGM, burn and fault panels need more than the demo
+        ):
             assert claim not in text, (path.name, claim)
