@@ -302,13 +302,21 @@ def cmd_once(args: argparse.Namespace) -> int:
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
+    import shutil
+    import textwrap
+
     from gpumon.backends import scenarios
 
     names = scenarios.names()
     width = max(len(n) for n in names)
+    columns = max(60, shutil.get_terminal_size((80, 24)).columns)  # 80 in a pipe, as COLUMNS says
     for name in names:
-        print(f"{name:<{width}}  {scenarios.description(name)}")
-    print("\nplay one: gpumon run --backend fake:NAME (or gpumon once --backend fake:NAME); see docs/scenarios.md")
+        lines = textwrap.wrap(scenarios.description(name), columns - width - 2) or [""]
+        print(f"{name:<{width}}  {lines[0]}")
+        for line in lines[1:]:
+            print(f"{'':<{width}}  {line}")
+    print("\nplay one: gpumon run --backend fake:NAME (or gpumon once --backend fake:NAME);")
+    print("see docs/scenarios.md")
     return EXIT_OK
 
 

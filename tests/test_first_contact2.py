@@ -148,3 +148,10 @@ def test_no_doc_tells_users_to_pip_install_the_burn_extra_without_choosing_torch
                 assert "download.pytorch.org" in near or "burn.md#install" in near, (
                     f"{path.name}:{number + 1}: the burn extra without the PyTorch build to choose: {line}"
                 )
+
+
+def test_the_scenarios_list_fits_80_columns() -> None:
+    result = run_gpumon("scenarios")
+    assert result.returncode == 0, result.stderr
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80, result.stdout
+    assert "gpu-lost" in result.stdout and "xid-storm" in result.stdout
