@@ -1,6 +1,6 @@
 """Alert latency: from the poll that crosses a threshold, and from an XID event, to a webhook receiving it.
 
-Goals (issue 3): threshold alert <= poll interval + 100 ms; XID alert <= 1 s.
+Goals: a threshold alert within the poll interval + 100 ms; an XID alert within 1 s.
 
 The poll that crosses is the real Poller reading the fake backend and publishing to a
 SnapshotStore that the AlertService listens to, exactly as in the daemon; the XID path calls

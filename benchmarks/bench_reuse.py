@@ -1,4 +1,4 @@
-"""What the work the daemon reuses saves (issue 15): the same step timed when nothing changed and when
+"""What the work the daemon reuses saves: the same step timed when nothing changed and when
 everything did, in process, on the fake backend, with an injected clock.
 
     python3 benchmarks/bench_reuse.py [--gpus 64] [--rounds 200]

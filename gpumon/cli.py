@@ -16,8 +16,11 @@ from gpumon.config import DEFAULT_PORT, DEFAULT_STATE_DIR, Config, ConfigError, 
 from gpumon.early_hangup import hold_hangups
 from gpumon.jsonout import add_json_option, emit_json, to_stdout
 from gpumon.state.files import ensure_dir
+from gpumon.pipes import reader_gone
 
 if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
     from gpumon.exporter.webconfig import WebConfigError
 
 EXIT_OK = 0
@@ -43,6 +46,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 MODULE_COMMANDS = {
     "alerts": ("gpumon.alerts.cli", "show the active alerts of a running gpumon daemon"),
+    "assets": ("gpumon.assets", "list, print or write the dashboards, Prometheus rules, systemd unit, examples"),
     "burn": ("gpumon.burn.cli", "burn-in and fault triage"),
     "hash-password": ("gpumon.hash_password", "print a bcrypt hash for basic_auth_users in web-config.yml"),
     "health": ("gpumon.findings.cli", "node health verdict (OK, WARNING, CRITICAL, UNKNOWN) with the action to take"),
@@ -73,6 +77,20 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(self, message)
 
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        """As argparse's, but a closed stdout is not silently ignored: main() answers it (exit 141)."""
+        if message:
+            (file or sys.stderr).write(message)
+
+
+def _command(
+    sub: argparse._SubParsersAction[_Parser], name: str, help_line: str, more: str = ""
+) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` starts with the line ``gpumon --help`` shows for it (a module's
+    ``configure`` may give a longer description)."""
+    description = help_line[0].upper() + help_line[1:] + "." + (f" {more}" if more else "")
+    return sub.add_parser(name, help=help_line, description=description)
+
 
 def build_parser(configured: Collection[str] | None = None) -> argparse.ArgumentParser:
     """gpumon's parser. Of MODULE_COMMANDS, only those in ``configured`` (None: all) get their
@@ -85,7 +103,7 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     parser.add_argument("--version", action="version", version=f"gpumon {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run the daemon: poll GPUs, serve /metrics, send alerts")
+    run = _command(sub, "run", "run the daemon: poll GPUs, serve /metrics, send alerts")
     _add_common(run)
     run.add_argument("--listen", help=f"HOST:PORT to serve on (default 0.0.0.0:{DEFAULT_PORT})")
     run.add_argument("--interval-seconds", type=float, dest="interval_seconds", help="fast poll interval (default 1)")
@@ -107,27 +125,56 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     run.add_argument("--web-config-file", type=Path, dest="web_config_file", help="exporter-toolkit web-config.yml")
     run.set_defaults(func=cmd_run)
 
-    once = sub.add_parser("once", help="poll once and print a table (or JSON), then exit")
+    once = _command(
+        sub,
+        "once",
+        "poll once and print a table (or JSON), then exit",
+        "The table fits 80 columns; --wide (or a terminal of 150 columns or more) adds Bus-Id, clocks, "
+        "P-state, ECC and NVLink. Simulated GPUs are marked.",
+    )
     _add_common(once)
     add_json_option(once, "the snapshot")
+    once.add_argument(
+        "--wide", action="store_true", help="every column (about 150 characters: Bus-Id, clocks, ECC, NVLink)"
+    )
+    add_tick_option(once)
     once.set_defaults(func=cmd_once)
 
-    check = sub.add_parser(
+    check = _command(
+        sub,
         "check-config",
-        help="validate a config file and the files it names (web config, scenario) as run would; print every problem",
+        "validate a config file and the files it names (web config, scenario) as run would; print every problem",
+        "Exit 0 when gpumon run --config FILE would start, else 2 with every problem, each with the line and "
+        "column of the file where it has one.",
     )
-    check.add_argument("file", type=Path)
+    check.add_argument("file", type=Path, help="the gpumon YAML config file")
     check.set_defaults(func=cmd_check_config)
 
-    scen = sub.add_parser("scenarios", help="list the named fake-backend scenarios (--backend fake:NAME)")
+    scen = _command(sub, "scenarios", "list the named fake-backend scenarios (--backend fake:NAME)")
     scen.set_defaults(func=cmd_scenarios)
 
     for name, (module, help_line) in MODULE_COMMANDS.items():
-        command = sub.add_parser(name, help=help_line)
+        command = _command(sub, name, help_line)
         if configured is None or name in configured:
             # gpumon.burn.cli registers options only; torch is imported when a burn runs
             importlib.import_module(module).configure(command)
     return parser
+
+
+def add_tick_option(parser: argparse.ArgumentParser) -> None:
+    """``--tick N``: the tick of a scenario a one-shot command shows (gpumon.backends.play)."""
+    parser.add_argument(
+        "--tick",
+        type=_tick,
+        help="with --backend fake:NAME, the scenario's tick to show (default: its last scripted event; 0: the first poll)",
+    )
+
+
+def _tick(text: str) -> int:
+    value = int(text) if text.isdigit() else -1
+    if not 0 <= value <= 100_000:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 100000, got {text!r}")
+    return value
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -250,9 +297,15 @@ def cmd_once(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"gpumon: bad scenario:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
+    from gpumon.backends.play import play, tick_note, tick_to_show
     from gpumon.processes import enrich
 
-    snapshot = Poller(backend, SnapshotStore(), enrich_processes=enrich).poll()
+    tick = tick_to_show(backend, args.tick)
+    if tick is None and args.tick is not None:
+        print("gpumon: --tick plays a scenario: it needs --backend fake:NAME or fake:PATH", file=sys.stderr)
+        return EXIT_USAGE
+    poller = Poller(backend, SnapshotStore(), enrich_processes=enrich)
+    snapshot = play(poller.poll, tick)
     backend.shutdown()
     if not snapshot.nvml_up:
         print(f"gpumon: NVML unavailable: {snapshot.nvml_error}", file=sys.stderr)
@@ -266,18 +319,28 @@ def cmd_once(args: argparse.Namespace) -> int:
     if not to_stdout(args.json):
         from gpumon.table import print_snapshot
 
-        print_snapshot(snapshot)
+        print_snapshot(snapshot, wide=True if args.wide else None)
+        if tick:
+            print(tick_note(tick, args.tick is not None))
     return EXIT_OK
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
+    import shutil
+    import textwrap
+
     from gpumon.backends import scenarios
 
     names = scenarios.names()
     width = max(len(n) for n in names)
+    columns = max(60, shutil.get_terminal_size((80, 24)).columns)  # 80 in a pipe, as COLUMNS says
     for name in names:
-        print(f"{name:<{width}}  {scenarios.description(name)}")
-    print("\nplay one: gpumon run --backend fake:NAME (or gpumon once --backend fake:NAME); see docs/scenarios.md")
+        lines = textwrap.wrap(scenarios.description(name), columns - width - 2) or [""]
+        print(f"{name:<{width}}  {lines[0]}")
+        for line in lines[1:]:
+            print(f"{'':<{width}}  {line}")
+    print("\nplay one: gpumon run --backend fake:NAME (or gpumon once --backend fake:NAME);")
+    print("see docs/scenarios.md")
     return EXIT_OK
 
 
@@ -320,7 +383,24 @@ def _usage_error(words: Sequence[str], exc: UsageError) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; a closed stdout (its reader went away) ends it quietly with 141
+    (gpumon.pipes)."""
     hold_hangups(sys.argv[1:] if argv is None else argv)  # gpumon run: a SIGHUP while it starts is kept
+    try:
+        try:
+            code = _main(argv)
+        finally:  # what is still buffered meets a closed pipe here, not in the interpreter's exit
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return reader_gone()
+    except SystemExit as exc:  # rich's Console meets a closed pipe with SystemExit(1); emit_json with 141
+        if isinstance(exc.__context__, BrokenPipeError):
+            return reader_gone()
+        raise
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     # The parser is garbage once the command line is parsed: it is not held while a daemon runs.
     try:
         args = parse_args(argv)

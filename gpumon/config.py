@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpumon.compat_config import parse_compat
 from gpumon.fields.spec import DETAILS
-from gpumon.yamlfile import YamlFileError, brief, read_yaml
+from gpumon.yamlfile import MAX_FILE_BYTES, YamlFileError, brief, read_yaml
 
 if TYPE_CHECKING:
     from gpumon.alerts.config import AlertingConfig
@@ -378,7 +378,9 @@ def _read_file(path: Path, must_exist: bool, problems: list[str]) -> dict[Any, A
         raw = read_yaml(path)
     except YamlFileError as exc:
         problems.extend(exc.problems)
-        return None
+        if not isinstance(exc.document, dict):
+            return None
+        raw = exc.document  # a key given twice: the file's other problems are listed too
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -440,11 +442,13 @@ def load(
     problems: list[str] = []
     values: dict[str, Any] = {}
     source: str | None = None
+    readable = False
     if path is None and DEFAULT_CONFIG_PATH.exists():
         path = DEFAULT_CONFIG_PATH
     if path is not None:
         source = str(path)
         raw = _read_file(Path(path), path_must_exist or path != DEFAULT_CONFIG_PATH, problems)
+        readable = raw is not None
         if raw:
             _apply(values, raw, source, problems, sections=True)
 
@@ -479,9 +483,25 @@ def load(
     values["alerting"] = _parse_alerting(values.get("alerting"), problems, where)
     values["health"] = _parse_health(values.get("health"), problems, where)
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(_located(problems, source) if readable else problems)
     known = {f.name for f in fields(Config)}
     return replace(Config(), source=source, **{k: v for k, v in values.items() if k in known})
+
+
+def _located(problems: list[str], source: str | None) -> list[str]:
+    """``problems`` with the line and column of the setting in the file each one is about, where it has one."""
+    if source is None:
+        return problems
+    try:  # a regular file of a config's size only: never a FIFO, a device or a huge file read again
+        if not Path(source).is_file() or Path(source).stat().st_size > MAX_FILE_BYTES:
+            return problems
+        with open(source, "rb") as f:
+            text = f.read(MAX_FILE_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError, ValueError):
+        return problems
+    from gpumon.config_positions import with_positions
+
+    return with_positions(problems, source, text)
 
 
 def _set_exporter(values: dict[str, Any], key: str, value: Any) -> None:

@@ -46,6 +46,7 @@ from gpumon.exporter.collector import GpumonCollector, SelfStats
 from gpumon.exporter.http_messages import json_response
 from gpumon.exporter.read_errors import ReadErrorsCollector
 from gpumon.exporter.server import MetricsServer
+from gpumon.exporter.simulated import SimulatedSource
 from gpumon.findings.service import HealthService
 from gpumon.findings.unjudged import UnjudgedCollector
 from gpumon.poller import Poller
@@ -202,6 +203,7 @@ class Daemon:
         self.collector.add("burn", BurnResultsCollector(config.state_dir))
         self.collector.add("unjudged", UnjudgedCollector(config.state_dir))  # prologs that let a job through
         self.collector.add("owner_energy", subscribed(OwnerEnergy(config.state_dir), self.store))  # gpumon/energy.py
+        self.collector.add("simulated", SimulatedSource(backend.name == "fake"))
         if backend.per_reader_errors:  # per GPU and reader: a field's error, not a lost GPU
             self.collector.add("read_errors", ReadErrorsCollector(backend.read_errors))
         self.collector.add("health", self.health.collector(), per_snapshot=True)

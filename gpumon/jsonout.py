@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpumon.pipes import reader_gone
 from gpumon.state.files import json_text, write_text_atomic
 
 STDOUT = "-"
@@ -38,7 +39,10 @@ def emit_json(data: Any, dest: str) -> None:
     """Print ``data`` as JSON (``dest`` is ``-``) or write it to the file ``dest``; OSError when it cannot."""
     text = json_text(data)
     if dest == STDOUT:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader went away: quietly, not "cannot write --json"
+            raise SystemExit(reader_gone()) from None
         return
     write_text_atomic(Path(dest).absolute(), text)

@@ -127,6 +127,8 @@ class HostSnapshot:
     memory_used_bytes: int | None = None
     """Host memory in use, bytes (psutil total - available)."""
     memory_total_bytes: int | None = None
+    simulated: bool = False
+    """The GPUs are simulated by the fake backend (``--backend fake``), not real hardware."""
 
 
 @dataclass(frozen=True)

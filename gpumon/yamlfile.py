@@ -52,11 +52,14 @@ except ImportError:  # pragma: no cover - PyYAML built without libyaml
 
 
 class YamlFileError(Exception):
-    """The file cannot be used; ``problems`` lists every reason, one line each."""
+    """The file cannot be used; ``problems`` lists every reason, one line each. ``document`` is the
+    document as read despite them where it could be built (a key given twice: the last one kept; an
+    integer out of range: 0), so that a caller can list the file's other problems too; else None."""
 
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(self, problems: list[str], document: Any = None) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
+        self.document = document
 
 
 def brief(value: Any, limit: int = 60) -> str:
@@ -102,7 +105,7 @@ def parse_yaml(data: bytes | str, where: str = "<text>") -> Any:
         if loader is not None:
             loader.dispose()
     if loader.problems:
-        raise YamlFileError([f"{where}: {p}" for p in loader.problems])
+        raise YamlFileError([f"{where}: {p}" for p in loader.problems], document=document)
     return document
 
 

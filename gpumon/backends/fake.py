@@ -139,7 +139,26 @@ class FakeBackend:
             driver_version=self.driver_version,
             cuda_driver_version=self.cuda_driver_version,
             nvml_version="13." + self.driver_version,
+            simulated=True,
         )
+
+    def last_scripted_tick(self) -> int:
+        """The tick of the scenario's last scripted change (a value list's last entry, a GPU lost, a
+        read that raises, an XID), where its faults have all happened; 0 when nothing changes. A
+        scripted hang is left out, and so is everything from the first hang on: a one-shot poll
+        (``gpumon once``, ``gpumon health``) would wait for it (``gpumon run`` plays it)."""
+        last = 0
+        for script in self.scripts:
+            ticks = [t for t in (script.lost_at_tick,) if t is not None]
+            ticks += list(script.raise_at_ticks) + list(script.xid_events)
+            ticks += [
+                len(v) - 1
+                for name, v in script.values.items()
+                if isinstance(v, list) and name not in ("processes", "p2p_status")
+            ]
+            last = max([last, *ticks])
+        hangs = [s.hang_at_tick for s in self.scripts if s.hang_at_tick is not None]
+        return min([last, *(t - 1 for t in hangs)]) if hangs else last
 
     def tick(self, index: int) -> int:
         """The tick the next FAST read of GPU ``index`` will play."""

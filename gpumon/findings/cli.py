@@ -54,13 +54,14 @@ log = logging.getLogger("gpumon")
 
 def configure(p: argparse.ArgumentParser) -> None:
     """Give ``gpumon health``'s parser (made by gpumon.cli) its description, options and commands."""
-    from gpumon.cli import _add_common
+    from gpumon.cli import _add_common, add_tick_option
 
     p.description = (
         "The node's health verdict with the findings and recommended actions behind it. "
         "Asks the running daemon (/api/health), else polls the GPUs itself."
     )
     _add_common(p)
+    add_tick_option(p)
     add_json_option(p, "the verdict")
     p.add_argument(
         "--mode",
@@ -225,7 +226,13 @@ def get_report(
                 if explicit:
                     raise CannotJudge(f"the daemon at {url} {exc}") from exc
                 log.info("no daemon at %s (%s); polling the GPUs here", url, exc)
-    return local_report(config, state_dir, kernel_log=kernel_log, budget_seconds=None if budget is None else budget())
+    return local_report(
+        config,
+        state_dir,
+        kernel_log=kernel_log,
+        budget_seconds=None if budget is None else budget(),
+        tick=getattr(args, "tick", None),
+    )
 
 
 def npd_line(report: HealthReport) -> str:
@@ -273,6 +280,11 @@ def cmd_health(args: argparse.Namespace) -> int:
     if mode == "npd":
         print(npd_line(report))
         return NPD_EXIT[report.status]
+    if report.source == "local" and config.backend.startswith("fake"):  # on stderr: stdout stays the verdict
+        given = getattr(args, "tick", None)
+        when = "its last scripted event" if given is None else f"tick {given} (--tick)"
+        played = f", played to {when}" if config.backend != "fake" else ", not real hardware"
+        print(f"gpumon health: simulated GPUs ({config.backend}){played}", file=sys.stderr)
     json_failed = False
     if args.json is not None:
         data = report.to_json()

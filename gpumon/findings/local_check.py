@@ -27,10 +27,17 @@ class BackendProblem(Exception):
 
 
 def local_report(
-    config: Config, state_dir: Path, *, kernel_log: bool = True, budget_seconds: float | None = None
+    config: Config,
+    state_dir: Path,
+    *,
+    kernel_log: bool = True,
+    budget_seconds: float | None = None,
+    tick: int | None = None,
 ) -> HealthReport:
     """Poll the GPUs once here, add what the state directory remembers, and judge. With ``budget_seconds``
-    below ``poll_timeout_seconds`` (the prolog), a poll cut short by the budget is CannotJudge, not CRITICAL."""
+    below ``poll_timeout_seconds`` (the prolog), a poll cut short by the budget is CannotJudge, not CRITICAL.
+    A scenario (``--backend fake:NAME``) is played to ``tick`` (None: its last scripted event;
+    gpumon.backends.play)."""
     from gpumon.backends.base import ScenarioError
     from gpumon.backends.factory import make_backend
     from gpumon.events.catalog import XidCatalog
@@ -48,7 +55,9 @@ def local_report(
     )
     poll_timeout = (config.health or HealthConfig()).poll_timeout_seconds
     timeout = poll_timeout if budget_seconds is None else max(0.0, min(poll_timeout, budget_seconds))
-    snapshot = poll_within(backend, timeout)
+    from gpumon.backends.play import tick_to_show
+
+    snapshot = poll_within(backend, timeout, tick_to_show(backend, tick))
     if snapshot is None and timeout < poll_timeout:
         raise CannotJudge(
             f"the GPUs did not answer within the prolog's {timeout:.1f} s (health.slurm.prolog_timeout_seconds)"
@@ -76,14 +85,18 @@ def local_report(
     return service.report(source="local")
 
 
-def poll_within(backend: GpuBackend, timeout_seconds: float) -> Snapshot | None:
-    """One poll, or None when it does not finish in time (the stuck thread is left behind, a daemon thread)."""
+def poll_within(backend: GpuBackend, timeout_seconds: float, tick: int | None = None) -> Snapshot | None:
+    """One poll (a scenario: played to ``tick``), or None when it does not finish in time (the stuck
+    thread is left behind, a daemon thread)."""
+    from gpumon.backends.play import play
     from gpumon.poller import Poller
     from gpumon.store import SnapshotStore
 
     result: list[Snapshot] = []
     thread = threading.Thread(
-        target=lambda: result.append(Poller(backend, SnapshotStore()).poll()), name="gpumon-health-poll", daemon=True
+        target=lambda: result.append(play(Poller(backend, SnapshotStore()).poll, tick)),
+        name="gpumon-health-poll",
+        daemon=True,
     )
     thread.start()
     thread.join(timeout_seconds)

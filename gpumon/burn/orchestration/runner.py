@@ -94,9 +94,9 @@ def run_burn(
 ) -> int:
     """Run the burn on this agent; returns the exit code (the caller prints nothing more)."""
     if importlib.util.find_spec("torch") is None:
-        raise CannotRunError(
-            "torch is not installed: pip install 'gpumon-exporter[burn]' (or torch) to run gpumon burn"
-        )
+        from gpumon.burn.torch_hint import torch_install_hint
+
+        raise CannotRunError(torch_install_hint(opts.device, backend.host().cuda_driver_version))
     import warnings
 
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
@@ -193,7 +193,8 @@ def run_burn(
         if launch.node_name:
             mine["hostname"] = launch.node_name
         mine["gpus_info"] = {str(g): {"uuid": info[g].get("uuid"), "name": info[g].get("name")} for g in local}
-        mine["telemetry"] = {str(g): summarise(watcher.telemetry[g]) for g in local}
+        simulated = backend.name == "fake"  # a CPU burn's GPUs too: their power and temperature are not measured
+        mine["telemetry"] = {str(g): {**summarise(watcher.telemetry[g]), "simulated": simulated} for g in local}
         mine["sw"] = [c.to_jsonable() for c in sw_checks] if "sw" in opts.tests else []
         mine["busy_gpus"] = sorted({c.gpu for c in busy if c.gpu is not None})
         mine["topology"] = topology

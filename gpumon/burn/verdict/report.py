@@ -54,6 +54,10 @@ def build(
     }
 
 
+SIMULATED_CELL = "sim."
+SIMULATED_NOTE = "power and temperature of simulated GPUs (--backend fake), not measured"
+
+
 def _fmt(value: float | None, scale: float = 1.0, digits: int = 0, unit: str = "") -> str:
     return "—" if value is None else f"{value / scale:.{digits}f}{unit}"
 
@@ -82,6 +86,9 @@ def render(report: dict[str, Any], console: Console, tests: tuple[str, ...]) -> 
         power = _fmt(tel.get("power_sustained_watts"))
         if tel.get("power_limit_watts"):
             power += f" ({tel['power_limit_watts']:.0f})"
+        peak = _fmt(tel.get("temperature_peak_celsius"))
+        if tel.get("simulated"):  # the fake backend's figures: not shown as if measured
+            power = peak = SIMULATED_CELL
         table.add_row(
             f"{g['node']}:{g['gpu']}" if multi else str(g["gpu"]),
             str(g.get("model") or "?"),
@@ -92,9 +99,11 @@ def render(report: dict[str, Any], console: Console, tests: tuple[str, ...]) -> 
             _fmt((g.get("memory") or {}).get("bandwidth_bytes_per_second"), 1e9),
             _fmt((g.get("allreduce") or {}).get("busbw_bytes_per_second"), 1e9, 1),
             power,
-            _fmt(tel.get("temperature_peak_celsius")),
+            peak,
         )
     console.print(table)
+    if any((g.get("telemetry") or {}).get("simulated") for g in report["gpus"]):
+        console.print(f"{SIMULATED_CELL}: {SIMULATED_NOTE}", highlight=False)
     for g in report["gpus"]:
         for t, note in (g.get("notes") or {}).items():
             where = f"node {g['node']} GPU {g['gpu']}" if multi else f"GPU {g['gpu']}"
