@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -37,19 +38,35 @@ def examples(full: int) -> int:
     return min(full, max(10, full // FULL_EXAMPLES_FACTOR))
 
 
+TEST_PORTS = range(15000, 32000)
+"""Where tests take ports: below Linux's ephemeral range (32768-60999), from which the kernel hands out
+the local ports of every outgoing connection. A port the kernel chose free (bind to 0) could be taken by
+another test's connection before the server under test binds it, which the parallel suite saw happen."""
+
+
+def _free_in_test_ports(family: socket.AddressFamily, host: str) -> int:
+    for _ in range(200):
+        port = random.randrange(TEST_PORTS.start, TEST_PORTS.stop)
+        with socket.socket(family) as s:
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port in {TEST_PORTS.start}-{TEST_PORTS.stop - 1} after 200 tries")
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free on 127.0.0.1, from TEST_PORTS."""
+    return _free_in_test_ports(socket.AF_INET, "127.0.0.1")
 
 
 def free_port_ipv6() -> int:
     """A port free on every IPv6 and IPv4 address, as ``--listen [::]:PORT`` (dual-stack) needs it: a port
     ``free_port`` finds free on 127.0.0.1 may be in use on an IPv6 address (CI once failed on that)."""
-    with socket.socket(socket.AF_INET6) as s:
-        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        s.bind(("::", 0))
-        return int(s.getsockname()[1])
+    return _free_in_test_ports(socket.AF_INET6, "::")
 
 
 def wait_for(
