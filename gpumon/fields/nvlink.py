@@ -17,7 +17,12 @@ NVLINK_ERRORS_SECONDS = 300.0
 nvmlDeviceGetFieldValues call for every link and type costs about 43 ms of CPU per GPU on an H100
 (18 links; the driver spins), 0.14 % of a core per GPU at 30 s (docs/nvml-notes.md). They are
 cumulative: a longer interval makes an increase show later, it loses none; a fatal NVLink error
-comes at once as XID 74, a link down at once in gpumon_nvlink_links_up (read every second)."""
+comes at once as XID 74, a link down within NVLINK_STATE_SECONDS in gpumon_nvlink_links_up."""
+NVLINK_STATE_SECONDS = 5.0
+"""The daemon asks for each link's state at most this often: nvmlDeviceGetNvLinkState per link was 80 %
+of the NVML calls' CPU on 4 x H100 at every second (0.16 % of a core per GPU of a 0.21 % floor, 18
+links; docs/benchmarks.md), for a state that changes when a link fails. One-shot readers (burn's
+watcher, once, health) still read it every time."""
 
 
 def _error_samples(errors: Mapping[str, Mapping[str, int]]) -> Iterable[Sample]:
@@ -73,12 +78,14 @@ class NvlinkFields:
                 "gauge",
                 "NVLink links of the GPU that are active (nvidia-smi nvlink --status).",
                 samples=_links_up,
+                read_every_seconds=NVLINK_STATE_SECONDS,
             ),
             Metric(
                 "gpumon_nvlink_links",
                 "gauge",
                 "NVLink links the GPU has (nvidia-smi nvlink --status).",
                 samples=_links_total,
+                read_every_seconds=NVLINK_STATE_SECONDS,
             ),
             Metric(
                 "gpumon_nvlink_link_up",
@@ -88,6 +95,7 @@ class NvlinkFields:
                 samples=_link_states,
                 detail="nvlink_per_link",
                 keep=zero,
+                read_every_seconds=NVLINK_STATE_SECONDS,
             ),
         ),
         fake={str(link): True for link in range(LINKS_H200)},

@@ -21,7 +21,7 @@ from gpumon.backends.nvml.codes import (
     nvml_error,
 )
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_value, handle_of, opt
-from gpumon.fields.nvlink import NVLINK_ERRORS_SECONDS
+from gpumon.fields.nvlink import NVLINK_ERRORS_SECONDS, NVLINK_STATE_SECONDS
 from gpumon.snapshot import Tier
 
 NVLINK_ERROR_FIELDS = {"replay": 161, "recovery": 162, "crc": 163}
@@ -130,6 +130,6 @@ def _read_error_fields(
 
 
 READERS = (
-    ReaderSpec("nvlink_state", Tier.FAST, read_nvlink_state),
+    ReaderSpec("nvlink_state", Tier.FAST, read_nvlink_state, NVLINK_STATE_SECONDS),
     ReaderSpec("nvlink_errors", Tier.SLOW, read_nvlink_errors, NVLINK_ERRORS_SECONDS),
 )
