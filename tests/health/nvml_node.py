@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
     from gpumon.cli import main as gpumon_main
     from gpumon.events.kernel_follow import KernelLogFollower
 
-    daemon.KernelLogFollower = functools.partial(  # type: ignore[misc]
+    daemon.KernelLogFollower = functools.partial(  # type: ignore[attr-defined,assignment]
         KernelLogFollower, kmsg_path=kmsg, journal_command=None
     )
     return gpumon_main(gpumon_args)

@@ -18,7 +18,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 import requests
@@ -75,8 +76,9 @@ def gpu_host(fleet: Fleet, name: str, *lines: str, init_delay_seconds: float = 0
     return node
 
 
-def state(info: dict[str, object]) -> set[str]:
-    return slurm_nodes.flags(info)  # type: ignore[arg-type]
+def state(info: Mapping[str, Any]) -> set[str]:
+    """A node's Slurm state and flags, e.g. {"IDLE", "DRAIN"}."""
+    return slurm_nodes.flags(info)
 
 
 def last_line(node: Node, hook: str = "health") -> str:
@@ -170,7 +172,8 @@ def test_a_clear_made_as_root_resumes_a_node_whose_daemon_runs_as_the_service_us
     wait_for(lambda: cluster.verdict("n3")["status"] == "OK", 30, 0.2, "n3's daemon to apply root's clear")
     cluster.round("n3")
     info = cluster.node_info()["n3"]
-    assert "IDLE" in state(info) and not state(info) & {"DRAIN", "DOWN"}, (sorted(state(info)), info["reason"])
+    assert not state(info) & {"DRAIN", "DOWN"} and info["reason"] == "", (sorted(state(info)), info["reason"])
+    wait_for(lambda: state(cluster.node_info()["n3"]) == {"IDLE"}, 30, 0.2, "n3 to be IDLE")
     assert [a["step"] for a in n3.actions()] == ["drain", "resume"]
     assert [code for code, _ in n3.runs()] == [2, 0]
     health = cluster.verdict("n3")
