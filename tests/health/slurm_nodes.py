@@ -77,6 +77,21 @@ class Node:
     dir: Path
     daemon: subprocess.Popen[bytes] | None = None
     scenario: str = "healthy"
+    kmsg: Path | None = None
+    """When set, the daemon runs ``--backend nvml`` on a fake NVML (tests/health/nvml_node.py) and follows
+    this file as its kernel log (``kernel_log: true``), keeping the node's own health state; else it
+    runs ``--backend fake:SCENARIO``."""
+    nvml_init_delay_seconds: float = 0.0
+    """With ``kmsg``: how long the fake NVML's init takes (the kernel-log backfill comes first)."""
+
+    def set_hook_args(self, hook: str, *args: str) -> None:
+        """More words for this node's ``gpumon health`` in ``hook`` (after the harness's own), e.g.
+        ``--daemon-url URL``; none removes them."""
+        path = self.dir / f"{hook}.args"
+        if args:
+            path.write_text(" ".join(args) + "\n")
+        else:
+            path.unlink(missing_ok=True)
 
     @property
     def config(self) -> Path:
@@ -226,12 +241,7 @@ class Fleet:
                 "HOME=/nonexistent",
                 sys.executable,
                 "-m",
-                "gpumon",
-                "run",
-                "--config",
-                str(node.config),
-                "--backend",
-                _backend(node.scenario),
+                *_daemon_command(node),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -345,6 +355,18 @@ def _reachable_python(base: Path) -> list[str]:
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh"]
 
 
+def _daemon_command(node: Node) -> list[str]:
+    """What follows ``python -m`` to run node's daemon."""
+    run = ["run", "--config", str(node.config), "--backend", _node_backend(node)]
+    if node.kmsg is None:
+        return ["gpumon", *run]
+    return ["tests.health.nvml_node", str(node.kmsg), str(node.nvml_init_delay_seconds), "--", *run]
+
+
+def _node_backend(node: Node) -> str:
+    return "nvml" if node.kmsg is not None else _backend(node.scenario)
+
+
 def _backend(scenario: str) -> str:
     return scenario if scenario.startswith("fake") else f"fake:{scenario}"
 
@@ -354,9 +376,9 @@ def _write_gpumon_config(fleet: Fleet, node: Node) -> None:
     lines = "\n".join(f"    {k}: {json.dumps(v)}" for k, v in slurm.items())
     node.config.write_text(
         f"""listen: 0.0.0.0:{DAEMON_PORT}
-backend: {json.dumps(_backend(node.scenario))}
+backend: {json.dumps(_node_backend(node))}
 state_dir: {node.state}
-kernel_log: false
+kernel_log: {"true" if node.kmsg is not None else "false"}
 health:
   slurm:
 {lines}
@@ -590,7 +612,8 @@ exec {base}/$node/{hook}
 # {node.name}'s {hook}: gpumon with this node's config, state and SLURM_CONF (slurmd passes none).
 touch {node.dir}/{hook}.running
 SLURM_CONF={fleet.conf} PYTHONPATH={REPO} {sys.executable} -m gpumon health {mode[hook]} \\
-  --config {node.config} --state-dir {node.state} >> {node.dir}/{hook}.log 2>&1
+  --config {node.config} --state-dir {node.state} $(cat {node.dir}/{hook}.args 2>/dev/null) \\
+  >> {node.dir}/{hook}.log 2>&1
 rc=$?
 echo "$rc $(date +%s.%N)" >> {node.dir}/{hook}.runs
 rm -f {node.dir}/{hook}.running
