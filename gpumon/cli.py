@@ -15,8 +15,8 @@ from gpumon import __version__
 from gpumon.config import DEFAULT_PORT, DEFAULT_STATE_DIR, Config, ConfigError, load
 from gpumon.early_hangup import hold_hangups
 from gpumon.jsonout import add_json_option, emit_json, to_stdout
-from gpumon.state.files import ensure_dir
 from gpumon.pipes import reader_gone
+from gpumon.state.files import ensure_dir
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
