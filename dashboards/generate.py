@@ -300,6 +300,9 @@ def fleet() -> dict[str, Any]:
              description="Busy GPUs whose SM clock or busiest process's SM time is over 10 % below the median of "
              "their same-model peers over the straggler window (gpumon_straggler_deviation_ratio; gpumon health "
              "names them once it lasts). See docs/early-signals.md."),
+        stat("Hosts on simulated GPUs", f"count(gpumon_simulated{{{HOST}}} == 1) or vector(0)",
+             description="Daemons running on the fake backend (a demo or a test): their GPUs are not real "
+             "hardware (gpumon_simulated; docs/scenarios.md)."),
         stat("Health findings", f"sum(gpumon_health_findings{{{HOST}}}) or vector(0)",
              description="Findings behind the verdicts: XIDs waiting for a repair, inventory drift, lost GPUs."),
         table("Jobs let through unjudged (gpumon health)", [

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpumon.compat_config import parse_compat
-from gpumon.fields.spec import DETAILS
+from gpumon.exporter_detail import parse_detail
 from gpumon.yamlfile import MAX_FILE_BYTES, YamlFileError, brief, read_yaml
 
 if TYPE_CHECKING:
@@ -293,7 +293,7 @@ def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig
             problems.append(f"{where}: unknown key exporter.{shown} (known: {', '.join(_EXPORTER_KEYS)})")
     processes = _convert("exporter.processes", raw.get("processes", False), bool, problems, where)
     compat, spelling, labels = parse_compat(raw, problems, where)
-    detail = _parse_detail(raw.get("detail", []), problems, where)
+    detail = parse_detail(raw.get("detail", []), problems, where)
     return ExporterConfig(
         processes=bool(processes),
         compat=compat,
@@ -301,26 +301,6 @@ def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig
         compat_labels=labels,
         detail=detail,
     )
-
-
-def _parse_detail(raw: Any, problems: list[str], where: str) -> tuple[str, ...]:
-    """``exporter.detail``: a list (or comma-separated words) of DETAILS, or ``all``."""
-    if raw is None:
-        return ()
-    if isinstance(raw, str):
-        raw = [d.strip() for d in raw.split(",") if d.strip()]
-    if not isinstance(raw, list):
-        problems.append(f"{where}: exporter.detail must be a list, got {brief(raw)}")
-        return ()
-    detail: list[str] = []
-    for d in raw:
-        if d == "all":
-            detail.extend(x for x in DETAILS if x not in detail)
-        elif d not in DETAILS:
-            problems.append(f"{where}: exporter.detail: unknown opt-in {brief(d)} (known: {', '.join(DETAILS)}, all)")
-        elif d not in detail:
-            detail.append(d)
-    return tuple(detail)
 
 
 def _parse_xid_catalog(raw: Any, problems: list[str], where: str) -> dict[int, dict[str, str]]:

@@ -143,7 +143,7 @@ def test_gpumon_config_load_reports_alerting_problems_with_the_file_name(tmp_pat
     with pytest.raises(gpumon_config.ConfigError) as err:
         gpumon_config.load(path, env={})
     assert len(err.value.problems) == 2
-    assert all(p.startswith(f"{path}: alerting.") for p in err.value.problems)
+    assert all(p.startswith(f"{path}: ") and ": alerting." in p for p in err.value.problems)  # after line, column
 
 
 def test_gpumon_config_load_gives_an_alerting_config(tmp_path: Path) -> None:
