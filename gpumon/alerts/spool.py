@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gpumon.state.files import DamagedFile, read_state_json
+
 log = logging.getLogger(__name__)
 
 SPOOL_VERSION = 1
@@ -30,25 +32,39 @@ class Spool:
         self.path = self.directory / "spool.json"
 
     def load(self) -> dict[str, Any]:
-        """The saved document, or {} when there is none (or it is unreadable, which is logged)."""
+        """The saved document, or {} when there is none. Read through the state directory's bounded reader
+        (gpumon.state.files.read_state_json): a file that is not what gpumon writes (not a regular file,
+        too large, not UTF-8, not JSON, nested too deeply, not a spool of this version) is moved aside
+        (``spool.json.corrupt``, kept for the operator), said in one line, and gpumon starts with no saved
+        alerts rather than not at all. Temporary files a writer killed mid-write left are removed."""
+        for entry in self._leftovers():
+            with contextlib.suppress(OSError):
+                entry.unlink()
         try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return {}
+            data = read_state_json(self.path)
+            if data is None:
+                return {}
+            if not isinstance(data, dict) or data.get("version") != SPOOL_VERSION:
+                raise DamagedFile(f"not a gpumon alert spool of version {SPOOL_VERSION}")
         except OSError as exc:
             log.error("alert spool %s cannot be read (%s); starting with no saved alerts", self.path, exc.strerror)
             return {}
-        try:
-            data = json.loads(text)
-            if not isinstance(data, dict) or data.get("version") != SPOOL_VERSION:
-                raise ValueError(f"not a gpumon alert spool of version {SPOOL_VERSION}")
-        except ValueError as exc:
+        except DamagedFile as exc:
             aside = self.path.with_name(self.path.name + ".corrupt")
             log.error("alert spool %s is not valid (%s); moved to %s, starting empty", self.path, exc, aside)
             with contextlib.suppress(OSError):
                 os.replace(self.path, aside)
             return {}
         return data
+
+    def _leftovers(self) -> list[Path]:
+        """``.spool-*.tmp`` files of a writer that was killed before its rename."""
+        try:
+            return [
+                self.directory / e for e in os.listdir(self.directory) if e.startswith(".spool-") and e.endswith(".tmp")
+            ]
+        except OSError:
+            return []
 
     def save(self, data: dict[str, Any]) -> None:
         """Replace the spool with ``data`` (plus the version); raises OSError on failure."""
