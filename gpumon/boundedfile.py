@@ -43,20 +43,27 @@ def read_regular_file(path: str | Path, max_bytes: int) -> bytes:
                 raise FileReadError(reason)
         if not stat.S_ISREG(mode):
             raise FileReadError("is not a regular file")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= max_bytes:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        data = read_up_to(fd, max_bytes)
     except OSError as exc:
         raise FileReadError(f"cannot read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-    if size > max_bytes:
+    if len(data) > max_bytes:
         raise FileReadError(f"larger than {_size(max_bytes)}; this is not a config file")
+    return data
+
+
+def read_up_to(fd: int, max_bytes: int) -> bytes:
+    """At most ``max_bytes`` + 1 bytes from the open ``fd``, read in chunks of 1 MiB: more than
+    ``max_bytes`` means the file is too large, without reading a file that never ends (/dev/zero)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= max_bytes:
+        chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
     return b"".join(chunks)
 
 

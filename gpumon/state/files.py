@@ -21,6 +21,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from gpumon.boundedfile import read_up_to
+
 HEALTH_DIR = "health"
 SIMULATED_DIR = "simulated"
 DIR_MODE = 0o755
@@ -150,17 +152,9 @@ def read_state_json(path: Path, max_bytes: int = MAX_STATE_BYTES) -> Any:
             raise DamagedFile("not a regular file")
         if st.st_size > max_bytes:
             raise DamagedFile(f"{st.st_size} bytes, more than the {max_bytes} a state file may have")
-        chunks = []
-        left = max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+        data = read_up_to(fd, max_bytes)
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if len(data) > max_bytes:
         raise DamagedFile(f"more than the {max_bytes} bytes a state file may have")
     try:
