@@ -58,9 +58,9 @@ def _free_in_test_ports(family: socket.AddressFamily, host: str) -> int:
     raise AssertionError(f"no free port in {TEST_PORTS.start}-{TEST_PORTS.stop - 1} after 200 tries")
 
 
-def free_port() -> int:
-    """A port free on 127.0.0.1, from TEST_PORTS."""
-    return _free_in_test_ports(socket.AF_INET, "127.0.0.1")
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on ``host`` (an IPv4 address), from TEST_PORTS."""
+    return _free_in_test_ports(socket.AF_INET, host)
 
 
 def free_port_ipv6() -> int:

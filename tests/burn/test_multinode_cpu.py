@@ -20,10 +20,6 @@ import pytest
 from tests.helpers import free_port
 
 
-def _free_port() -> int:
-    return free_port()
-
-
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUMON_BURN_")}
     env.update(extra or {})
@@ -56,7 +52,7 @@ def test_torchrun_two_nodes_one_merged_report(tmp_path):
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
     if not Path(torchrun).exists():
         pytest.fail("torchrun not found next to the Python interpreter")
-    port = _free_port()
+    port = free_port()
 
     def cmd(rank: int, state: Path) -> list[str]:
         return [
@@ -104,7 +100,7 @@ def test_a_node_killed_mid_run_is_named_within_the_heartbeat_timeout_and_survivo
     import signal
     import time
 
-    port = _free_port()
+    port = free_port()
 
     def cmd(rank: int) -> list[str]:
         state = tmp_path / f"node{rank}"

@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,8 +36,9 @@ from typing import Any
 import requests
 import yaml
 
+from gpumon.state.burn_files import pid_alive
 from tests.health import slurm_nodes
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, free_port, wait_for
 
 PROMETHEUS = shutil.which("prometheus")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
@@ -147,12 +147,6 @@ class Box:
         return "\n".join(lines)
 
 
-def _free_port(address: str) -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return int(s.getsockname()[1])
-
-
 def _start_server(name: str, argv: list[str], url: str, directory: Path, cluster_address: str = "") -> Server:
     log_path = directory / f"{name}.log"
     with log_path.open("wb") as log:
@@ -174,8 +168,8 @@ def _start_server(name: str, argv: list[str], url: str, directory: Path, cluster
 def _start_alertmanagers(box: Box, webhook_url: str | None) -> None:
     assert ALERTMANAGER is not None
     addr, base = box.bridge_address, box.fleet.base
-    web = [_free_port(addr) for _ in range(2)]
-    gossip = [_free_port(addr) for _ in range(2)]
+    web = [free_port(addr) for _ in range(2)]
+    gossip = [free_port(addr) for _ in range(2)]
     receiver: dict[str, Any] = {"name": "fleet"}
     if webhook_url:
         receiver["webhook_configs"] = [{"url": webhook_url, "send_resolved": False}]
@@ -247,7 +241,7 @@ def _start_prometheus(box: Box) -> None:
     directory = box.fleet.base / "prometheus"
     directory.mkdir()
     (directory / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config(box)))
-    port = _free_port("127.0.0.1")
+    port = free_port("127.0.0.1")
     argv = [
         PROMETHEUS,
         f"--config.file={directory / 'prometheus.yml'}",
@@ -274,7 +268,7 @@ def start_federation(box: Box, racks: dict[str, list[str]]) -> tuple[list[Server
         directory = box.fleet.base / name
         directory.mkdir()
         (directory / "prometheus.yml").write_text(yaml.safe_dump(config))
-        port = _free_port("127.0.0.1")
+        port = free_port("127.0.0.1")
         argv = [
             PROMETHEUS,
             f"--config.file={directory / 'prometheus.yml'}",
@@ -362,13 +356,9 @@ def stop_box(box: Box) -> None:
 
 # ---- make cluster / make cluster-down ---------------------------------------------------------------
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    """The process exists and is not a zombie waiting for its parent."""
+    proc = Path(f"/proc/{pid}")
+    return pid_alive(pid) and proc.exists() and "zombie" not in (proc / "status").read_text().lower()
 
 
 def _running() -> dict[str, Any] | None:

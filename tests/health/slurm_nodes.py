@@ -41,6 +41,7 @@ from typing import Any
 
 import requests
 
+from gpumon.state.burn_files import pid_alive
 from tests.health.slurm_cluster import BINARIES, common_conf, start_munge, stop_pidfiles
 from tests.helpers import REPO, wait_for
 
@@ -412,39 +413,29 @@ def _sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_leftovers() -> None:
     """Remove what an earlier run of this harness left behind (only runs whose process is gone)."""
     for line in _sh("ip", "netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         m = re.fullmatch(rf"{PREFIX}(\d+)n\d+", name)
-        if m and not _pid_alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             for pid in _sh("ip", "netns", "pids", name, check=False).stdout.split():
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(pid), signal.SIGKILL)
             _sh("ip", "netns", "del", name, check=False)
     for line in _sh("ip", "-o", "link", "show", check=False).stdout.splitlines():
         m = re.match(r"\d+: (gpm[bv](\d+)(?:n\d+)?)[@:]", line)
-        if m and not _pid_alive(int(m.group(2))):
+        if m and not pid_alive(int(m.group(2))):
             _sh("ip", "link", "del", m.group(1), check=False)
     with open("/etc/passwd") as passwd:
         users = [line.split(":")[0] for line in passwd]
     for user in users:
         m = re.fullmatch(rf"{PREFIX}(\d+)", user)
-        if m and not _pid_alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             _passwd("userdel", user)
     for path in Path(tempfile.gettempdir()).glob(f"{PREFIX}*-*"):
         m = re.match(rf"{PREFIX}(\d+)-", path.name)
-        if m and not _pid_alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             for pidfile in path.glob("**/*.pid"):
                 stop_pidfiles([pidfile])
             shutil.rmtree(path, ignore_errors=True)
@@ -554,7 +545,7 @@ PartitionName={PARTITION} Nodes={",".join(names)} Default=YES MaxTime=INFINITE S
         for daemon in ["slurmctld", *(f"slurmd.{n}" for n in names)]:
             pidfile = base / f"{daemon}.pid"
             text = pidfile.read_text().strip() if pidfile.exists() else ""
-            if text and not _pid_alive(int(text.split()[0])):
+            if text and not pid_alive(int(text.split()[0])):
                 log = base / "log" / (daemon + ".log")
                 raise AssertionError(f"{daemon} exited:\n{log.read_text()[-2000:] if log.exists() else ''}")
         info = json.loads(fleet.run("sinfo", "--json", check=False).stdout or "{}")
