@@ -53,7 +53,7 @@ from gpumon.poller import Poller
 from gpumon.processes import ProcessEnricher
 from gpumon.scheduling import PollJob, interval_trigger
 from gpumon.snapshot import to_jsonable
-from gpumon.state.files import close_to_others, health_dir
+from gpumon.state.files import close_to_others, health_dir, simulated_spec
 from gpumon.state.lock import DaemonLock
 from gpumon.store import SnapshotStore
 from gpumon.systemd_notify import SystemdNotifier
@@ -182,9 +182,7 @@ class Daemon:
             clock=wall_clock,
             monotonic=monotonic,
             # simulated GPUs keep their state apart from the node's, one folder per scenario
-            simulated=(config.backend if config.backend.startswith("fake") else "fake")
-            if backend.name == "fake"
-            else False,
+            simulated=simulated_spec(config.backend) or False,
         )
         self.store.subscribe(self.health.on_snapshot)
         # with its GPU known, also when the kernel log is read before the first poll maps the bus ids

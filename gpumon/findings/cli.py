@@ -429,6 +429,7 @@ def _admin_state(args: argparse.Namespace, what: str) -> tuple[Config, str | Non
     (its state apart, gpumon.state.files.health_dir) or None; else an exit code."""
     from gpumon.cli import load_or_report
     from gpumon.state.access import refusal
+    from gpumon.state.files import simulated_spec
 
     config = load_or_report(args)
     if config is None:
@@ -439,7 +440,7 @@ def _admin_state(args: argparse.Namespace, what: str) -> tuple[Config, str | Non
     if refused is not None:
         print(f"gpumon: {refused}", file=sys.stderr)
         return 1
-    return config, (config.backend if config.backend.startswith("fake") else None)
+    return config, simulated_spec(config.backend)
 
 
 def cmd_accept_inventory(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from gpumon.findings.config import HealthConfig
 from gpumon.findings.model import CRITICAL, Finding, HealthReport
 from gpumon.findings.service import HealthService
 from gpumon.snapshot import Snapshot
+from gpumon.state.files import simulated_spec
 
 log = logging.getLogger("gpumon")
 
@@ -51,7 +52,7 @@ def local_report(
         state_dir,
         XidCatalog.load(config.xid_catalog),
         (config.health or HealthConfig()),
-        simulated=config.backend if backend.name == "fake" else False,  # the scenario's own state, as the daemon's
+        simulated=simulated_spec(config.backend) or False,  # the scenario's own state, as the daemon's
     )
     poll_timeout = (config.health or HealthConfig()).poll_timeout_seconds
     timeout = poll_timeout if budget_seconds is None else max(0.0, min(poll_timeout, budget_seconds))

@@ -41,6 +41,12 @@ def health_dir(state_dir: str | Path, simulated: str | None = None) -> Path:
     return Path(state_dir) / SIMULATED_DIR / simulated_name(simulated) / HEALTH_DIR
 
 
+def simulated_spec(backend: str) -> str | None:
+    """What ``health_dir``'s ``simulated`` is for a run on backend spec ``backend``: the spec itself for
+    simulated GPUs (``fake``, ``fake:NAME``, ``fake:PATH``), whose state is kept apart; None for real ones."""
+    return backend if backend.startswith("fake") else None
+
+
 def simulated_name(spec: str) -> str:
     """A folder name for a simulated backend spec: ``fake:xid-storm`` -> ``fake-xid-storm``; a scenario
     file's spec gets its file name and a hash of the whole spec (two files of one name stay apart)."""
