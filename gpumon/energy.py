@@ -53,12 +53,10 @@ Owner = tuple[str, str]
 
 def owner_of(process: ProcessSnapshot) -> Owner:
     """Who a compute process's GPU time belongs to (the outermost claim /proc makes)."""
-    if process.slurm_job_id:
-        return ("slurm_job", process.slurm_job_id)
-    if process.pod_uid:
-        return ("pod", process.pod_uid)
-    if process.container_id:
-        return ("container", process.container_id[:12])
+    claim = process.job_claim
+    if claim is not None:
+        kind, owner = claim
+        return (kind, owner[:12]) if kind == "container" else claim
     if process.systemd_unit:
         return ("systemd_unit", process.systemd_unit)
     return ("none", "")

@@ -31,6 +31,19 @@ class ProcessSnapshot:
     init. The ranks of a torchrun or multiprocessing job share it; jobs started one by one from a
     shell do not. None when /proc does not say (the stragglers then group the GPU with the host)."""
 
+    @property
+    def job_claim(self) -> tuple[str, str] | None:
+        """The job the system places this process in, the outermost claim first: ``("slurm_job", id)``,
+        ``("pod", uid)`` or ``("container", id)``; None when none does. Energy per owner and the
+        straggler groups both start from it, so a process is one job's to both."""
+        if self.slurm_job_id:
+            return ("slurm_job", self.slurm_job_id)
+        if self.pod_uid:
+            return ("pod", self.pod_uid)
+        if self.container_id:
+            return ("container", self.container_id)
+        return None
+
 
 def _count(processes: tuple[ProcessSnapshot, ...]) -> Iterable[Sample]:
     return [((), float(len(processes)))]

@@ -111,14 +111,14 @@ HOST = ""
 """The job of processes that say nothing of theirs, and of GPUs without processes."""
 
 
+_CLAIM_PREFIX = {"slurm_job": "slurm", "pod": "pod", "container": "container"}
+
+
 def job_key(process: ProcessSnapshot) -> str:
     """The job a process belongs to: its Slurm job, pod, container or launcher (HOST when unknown)."""
-    if process.slurm_job_id:
-        return f"slurm:{process.slurm_job_id}"
-    if process.pod_uid:
-        return f"pod:{process.pod_uid}"
-    if process.container_id:
-        return f"container:{process.container_id}"
+    claim = process.job_claim
+    if claim is not None:
+        return f"{_CLAIM_PREFIX[claim[0]]}:{claim[1]}"
     if process.launcher_pid is not None:
         return f"launcher:{process.launcher_pid}"
     return HOST
