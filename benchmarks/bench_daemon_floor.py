@@ -134,10 +134,11 @@ def nvml_module(backend: str, fake_gpus: int) -> Any:
     return pynvml
 
 
-def measure_daemon(args: argparse.Namespace) -> dict[str, Any]:
-    """The daemon's CPU over the window, and where its first poll was (seconds before the window)."""
+def measure_daemon(args: argparse.Namespace, tree: Path | None = None) -> dict[str, Any]:
+    """The daemon's CPU over the window, and where its first poll was (seconds before the window);
+    ``tree``: another gpumon checkout to run (default this one)."""
     result: dict[str, Any] = {}
-    with daemon(args.fake_gpus, backend=args.backend) as (proc, port):
+    with daemon(args.fake_gpus, backend=args.backend, tree=tree) as (proc, port):
         ps = psutil.Process(proc.pid)
         time.sleep(args.warmup)
         text = get(port, "/metrics")[1].decode()
@@ -220,10 +221,14 @@ def main() -> int:
     parser.add_argument("--scrape-interval", type=float, default=15, help="seconds between scrapes (default 15)")
     parser.add_argument("--warmup", type=float, default=5, help="seconds from ready to the window (default 5)")
     parser.add_argument("--quick", action="store_true", help="--backend fake, 2 GPUs, 3 s windows (checks it runs)")
+    parser.add_argument(
+        "--before", type=Path, help="another gpumon checkout (e.g. `git worktree add /tmp/old REV`): its daemon too"
+    )
     args = parser.parse_args()
     if args.quick:
         args.backend, args.fake_gpus, args.seconds, args.scrape_interval, args.warmup = "fake", 2, 3, 1, 1
 
+    before = measure_daemon(args, args.before) if args.before else None
     d = measure_daemon(args)
     f = measure_floor(args, d["first"])
     count = f["count"] or 1
@@ -240,6 +245,11 @@ def main() -> int:
     )
     print(f"{'what':<52}{'% of one core':>14}{'% per GPU':>11}")
     print(f"{'floor: bare pynvml, same calls, same cadence':<52}{floor_pct:>14.3f}{floor_pct / count:>11.3f}")
+    if before is not None:
+        before_pct = 100 * before["cpu_seconds"] / before["wall_seconds"]
+        label = f"gpumon run of {args.before} (before)"
+        print(f"{label[:51]:<52}{before_pct:>14.3f}{before_pct / count:>11.3f}")
+        print(f"ratio before / floor: {before_pct / floor_pct if floor_pct > 0 else float('inf'):.2f}")
     print(f"{'gpumon run (every thread, scrapes included)':<52}{daemon_pct:>14.3f}{daemon_pct / count:>11.3f}")
     ratio = daemon_pct / floor_pct if floor_pct > 0 else float("inf")
     print(f"ratio gpumon run / floor: {ratio:.2f} (goal <= 1.25)")

@@ -75,6 +75,11 @@ def configure_logging(level: str) -> None:
     logging.getLogger("apscheduler").setLevel(logging.ERROR if level != "debug" else logging.INFO)
 
 
+DEAF_CHECK_SECONDS = 10.0
+"""How often the main thread asks whether the exporter still answers when no systemd watchdog is
+set (with one, at every ping: half of WatchdogSec)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class _Reload:
     """A new configuration, read and checked, with everything built that could fail."""
@@ -293,12 +298,15 @@ class Daemon:
     def run_forever(self) -> int:
         """Serve until SIGTERM/SIGINT; reload on SIGHUP. Returns the exit code."""
         self._install_signals()
-        self.start()
-        ping = self.notifier.watchdog_ping_period_seconds() or 1.0
         ready_sent = False
+        self.store.subscribe(lambda snapshot: None if ready_sent else self._wake.set())
+        self.start()
+        # Woken by a signal, by the first snapshot (READY=1) and when systemd's watchdog wants its
+        # ping; without a watchdog only every DEAF_CHECK_SECONDS, to log an exporter gone deaf.
+        period = self.notifier.watchdog_ping_period_seconds() or DEAF_CHECK_SECONDS
         try:
             while not self._stop.is_set():
-                self._wake.wait(min(1.0, ping))
+                self._wake.wait(period)
                 self._wake.clear()
                 # The watchdog proves the main loop lives and the exporter answers; a GPU hung in
                 # NVML is reported through metrics and /ready, since restarting gpumon would not free it.
@@ -441,6 +449,9 @@ class Daemon:
             poll_skipped_total=self.poll_job.skipped_total,
             config_last_reload_successful=self._reload_ok,
             config_last_reload_success_timestamp_seconds=self._reload_success_at,
+            http_connections_open=self.server.open_connections,
+            http_connections_shed_total=self.server.shed_connections_total,
+            kernel_log_xids_total=None if self.kernel_log is None else self.kernel_log.events_total,
         )
 
     def _status(self) -> str:

@@ -24,6 +24,7 @@ thread within ``poll_seconds`` (and terminates journalctl).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -96,14 +97,21 @@ class KernelLogFollower:
         self.source: str | None = None
         """What is being followed (``/dev/kmsg`` or ``journalctl``), None before start or when nothing can be."""
         self.events_total = 0
-        """XIDs handed over so far (backfill and live)."""
+        """XIDs handed over so far (backfill and live): gpumon_kernel_log_xids_total."""
+        self._wake_r, self._wake_w = os.pipe()
+        """Written once by request_stop: the thread's select() waits on it beside the log, so it
+        sleeps until a record comes or it is stopped (no timer wakes it)."""
 
     def start(self) -> None:
         self._thread.start()
 
     def request_stop(self) -> None:
-        """Ask the thread to end (within ``poll_seconds``) without waiting; journalctl is terminated."""
-        self._stop.set()
+        """Ask the thread to end without waiting; journalctl is terminated."""
+        if not self._stop.is_set():
+            self._stop.set()
+            if self._wake_w >= 0:
+                with contextlib.suppress(OSError):
+                    os.write(self._wake_w, b"x")
         with self._proc_lock:
             proc = self._proc
         if proc is not None and proc.poll() is None:
@@ -114,6 +122,10 @@ class KernelLogFollower:
         self.request_stop()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if not self._thread.is_alive() and self._wake_r >= 0:
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._wake_r = self._wake_w = -1
 
     # ---- the thread ----------------------------------------------------------
     def _run(self) -> None:
@@ -173,11 +185,11 @@ class KernelLogFollower:
             self._backfill(backfill, str(self._kmsg_path))
             while not self._stop.is_set():
                 try:
-                    ready, _, _ = select.select([fd], [], [], self._poll)
+                    ready, _, _ = select.select([fd, self._wake_r], [], [])
                 except (OSError, ValueError):
                     ready = []
                     self._stop.wait(self._poll)
-                if not ready:
+                if fd not in ready:
                     continue
                 try:
                     data = _read(fd)
@@ -262,7 +274,9 @@ class KernelLogFollower:
         started = time.monotonic()
         try:
             while not self._stop.is_set():
-                ready, _, _ = select.select(fds, [], [], self._poll)
+                # while backfilling, a pause of journalctl's ends the backfill; afterwards it prints
+                # as entries come and ends (EOF) when request_stop terminates it
+                ready, _, _ = select.select(fds, [], [], self._poll if backfilling else None)
                 if not ready:
                     # journalctl printed what it had and waits (or printed nothing for a while): backfill done
                     if backfilling and (got_any or time.monotonic() - started > _JOURNAL_QUIET_SECONDS):

@@ -1,4 +1,7 @@
-"""The event thread: waits on the backend for XIDs so one is seen within a second."""
+"""The event thread: waits on the backend for XIDs; an XID ends the wait at once, so it is seen as it comes.
+
+Each wait lasts at most ``wait_seconds`` (2 s): the thread wakes that often to see a stop or NVML
+coming up (an idle wake costs CPU; docs/benchmarks.md, daemon CPU)."""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ class XidEventThread:
         backend: GpuBackend,
         on_event: Callable[[XidEvent], object],
         ready: Callable[[], bool],
-        wait_seconds: float = 0.5,
+        wait_seconds: float = 2.0,
     ) -> None:
         self._backend = backend
         self._on_event = on_event

@@ -47,6 +47,35 @@ class SelfStats:
     """Whether the last configuration reload (SIGHUP) was applied; True at start."""
     config_last_reload_success_timestamp_seconds: float = 0.0
     """Unix time the running configuration was loaded (start-up or the last good reload)."""
+    http_connections_open: int = 0
+    """Connections the exporter holds open now."""
+    http_connections_shed_total: int = 0
+    """Connections closed to stay under the connection limit (idle ones evicted or new ones refused)."""
+    kernel_log_xids_total: int | None = None
+    """XIDs read from the kernel log (the backfill since boot, then each as written); None while it is
+    not followed (simulated GPUs, ``kernel_log: false``, nothing readable): no sample then."""
+
+
+def _daemon_counters(stats: SelfStats) -> list[Family]:
+    """The exporter's connections and the kernel log's XIDs: gpumon_http_connections_open,
+    gpumon_http_connections_shed_total and gpumon_kernel_log_xids_total."""
+    open_now = Family("gpumon_http_connections_open", "gauge", "Connections the exporter holds open now.")
+    open_now.add([], float(stats.http_connections_open))
+    shed = Family(
+        "gpumon_http_connections_shed_total",
+        "counter",
+        "Connections the exporter closed to stay under its connection limit (idle ones evicted or new ones refused).",
+    )
+    shed.add([], float(stats.http_connections_shed_total))
+    if stats.kernel_log_xids_total is None:
+        return [open_now, shed]
+    xids = Family(
+        "gpumon_kernel_log_xids_total",
+        "counter",
+        "XIDs read from the kernel log: those since boot when gpumon started, then each as it is written.",
+    )
+    xids.add([], float(stats.kernel_log_xids_total))
+    return [open_now, shed, xids]
 
 
 def _same(a: Family, b: Family) -> bool:
@@ -282,7 +311,7 @@ class GpumonCollector:
             "Unix time the running configuration was loaded (start-up or the last successful reload).",
         )
         reload_at.add([], stats.config_last_reload_success_timestamp_seconds)
-        out = [build, nvml_up, skipped, reload_ok, reload_at]
+        out = [build, nvml_up, skipped, reload_ok, reload_at, *_daemon_counters(stats)]
         if snapshot is not None:
             out += self._self_metrics(snapshot)
             out += self._host_metrics(snapshot)

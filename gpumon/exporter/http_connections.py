@@ -53,9 +53,8 @@ _MAX_DISCARDED_BODY_BYTES = 65536
 _DISCONNECTS = (ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError, EOFError)
 _ACCEPT_RETRY_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 """accept() errors that mean this process is short of something: an idle connection is closed to make room."""
-_HEARTBEAT_SECONDS = 0.5
 _STALLED_LOOP_SECONDS = 5.0
-"""The event loop has not turned for this long: the server is not answering."""
+"""The event loop has not answered a probe for this long: the server is not answering."""
 _FAILING_ACCEPT_SECONDS = 10.0
 """Every accept() has failed for this long: the server is not answering."""
 _COALESCE_BYTES = 1 << 20
@@ -147,8 +146,9 @@ class HttpConnectionServer:
         self._max_connections = limits.max_connections
         self.shed_connections_total = 0
         """Connections closed to stay under the connection limit (idle ones evicted or new ones refused)."""
-        self._beat = time.monotonic()
-        """When the event loop last turned (time.monotonic, seconds)."""
+        self._probe_sent_at: float | None = None
+        """time.monotonic when serving_problem() asked the event loop to answer and it has not yet;
+        None while no probe is waiting. The loop is probed only when asked (no timer wakes it)."""
         self._accept_task: asyncio.Task[None] | None = None
         self._accept_failing_since: float | None = None
         """time.monotonic of the first of the accept() failures in a row; None while accepts succeed."""
@@ -171,8 +171,15 @@ class HttpConnectionServer:
         if not self._thread.is_alive():
             return "the HTTP server's thread has ended"
         now = time.monotonic()
-        if now - self._beat > _STALLED_LOOP_SECONDS:
-            return f"the HTTP server's event loop has not run for {now - self._beat:.0f} s"
+        sent = self._probe_sent_at
+        if sent is not None and now - sent > _STALLED_LOOP_SECONDS:
+            return f"the HTTP server's event loop has not run for {now - sent:.0f} s"
+        if sent is None and self._loop is not None:
+            self._probe_sent_at = now  # answered (set back to None) when the loop next turns
+            try:
+                self._loop.call_soon_threadsafe(self._probe_answered)
+            except RuntimeError:  # the loop has closed
+                return "the HTTP server's event loop has ended"
         if self._accept_task is not None and self._accept_task.done():
             return "the HTTP server no longer accepts connections"
         since = self._accept_failing_since
@@ -180,8 +187,10 @@ class HttpConnectionServer:
             return f"every accept() has failed for {now - since:.0f} s"
         return None
 
+    def _probe_answered(self) -> None:
+        self._probe_sent_at = None
+
     def start(self) -> None:
-        self._beat = time.monotonic()
         nofile = raise_open_files_limit()
         self._max_connections = max(16, min(self._limits.max_connections, nofile - 128))
         self._workers = concurrent.futures.ThreadPoolExecutor(self._limits.workers, thread_name_prefix="gpumon-http")
@@ -213,7 +222,6 @@ class HttpConnectionServer:
         self._started.set()
         accept = asyncio.create_task(self._accept_loop())
         self._accept_task = accept
-        heartbeat = asyncio.create_task(self._heartbeat())
         while True:
             try:
                 async with asyncio.timeout(30.0):
@@ -222,13 +230,12 @@ class HttpConnectionServer:
             except TimeoutError:
                 self._repeat.flush()
         accept.cancel()
-        heartbeat.cancel()
         for conn in list(self._conns.values()):
             conn.abort()
             if conn.task is not None:
                 conn.task.cancel()
         await asyncio.gather(
-            accept, heartbeat, *(c.task for c in list(self._conns.values()) if c.task), return_exceptions=True
+            accept, *(c.task for c in list(self._conns.values()) if c.task), return_exceptions=True
         )
 
     def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -241,11 +248,6 @@ class HttpConnectionServer:
         self._repeat(
             logging.ERROR, "HTTP server error", "HTTP server: %s", context.get("message"), exc_info=exc is not None
         )
-
-    async def _heartbeat(self) -> None:
-        while True:
-            self._beat = time.monotonic()
-            await asyncio.sleep(_HEARTBEAT_SECONDS)
 
     async def _accept_loop(self) -> None:
         """Accept for as long as the server runs: no accept() error ends it (a client that reset
