@@ -130,7 +130,9 @@ def main() -> int:
     except (ImportError, AttributeError):
         pass
 
-    print(f"# {args.gpus} fake GPU(s), {args.nvlinks} NVLink links each, python {sys.version.split()[0]}, best of 7 rounds of {args.repeat // 7}")
+    print(
+        f"# {args.gpus} fake GPU(s), {args.nvlinks} NVLink links each, python {sys.version.split()[0]}, best of 7 rounds of {args.repeat // 7}"
+    )
     read_us = best_us(lambda: [backend.read(i, Tier.FAST) for i in range(args.gpus)], args.repeat)
     print(f"NvmlBackend.read(FAST), all GPUs:  {read_us:6.2f} µs ({read_us / args.gpus:.2f} µs/GPU)")
     if bare:

@@ -234,9 +234,7 @@ class HttpConnectionServer:
             conn.abort()
             if conn.task is not None:
                 conn.task.cancel()
-        await asyncio.gather(
-            accept, *(c.task for c in list(self._conns.values()) if c.task), return_exceptions=True
-        )
+        await asyncio.gather(accept, *(c.task for c in list(self._conns.values()) if c.task), return_exceptions=True)
 
     def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
