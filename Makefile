@@ -18,7 +18,7 @@ LATEST_VENV := .venv-latest
 LISTEN ?= 127.0.0.1:10480
 BACKEND ?= $(shell (ldconfig -p 2>/dev/null | grep -q libnvidia-ml.so) && echo nvml || echo fake)
 
-.PHONY: setup run-setup run test test-latest suite lock test-faults test-deps lint typecheck check golden docs
+.PHONY: setup run-setup run test test-latest suite lock test-faults test-deps lint typecheck check golden docs generate
 
 # Two stamps: the daemon's own dependencies (make run), then the test extras and torch (make test).
 # torch stays pinned: an unpinned torch would pull a multi-GB CUDA build.
@@ -94,6 +94,11 @@ golden: setup
 # (tests/test_fields.py fails when the checked-in pages differ).
 docs: setup
 	$(PY) -m gpumon.doctables
+
+# Every generated file at once, after adding or changing a field or a panel: the golden exposition, the field
+# tables of docs/ and the dashboards (dashboards/generate.py). The tests fail while any of them is stale.
+generate: golden docs
+	$(PY) dashboards/generate.py
 
 # A fleet in a box (docs/fleet.md): NODES Slurm nodes in network namespaces, each with a gpumon daemon on a
 # simulated scenario, a Prometheus with gpumon's rules and an Alertmanager HA pair. Needs root and test-deps.

@@ -1,7 +1,10 @@
 """Writes gpumon's Grafana dashboards (dashboards/*.json) from the compact description below.
 
-Run ``python dashboards/generate.py`` after changing it; tests/test_dashboards.py fails when the
-JSON files differ from what this script writes. The JSON is what users import: Grafana
+Run ``make generate`` (or ``python dashboards/generate.py``) after changing it; tests/test_dashboards.py
+fails when the JSON files differ from what this script writes. A panel keeps the id it has in the
+checked-in file (``panel_ids``) and a new one takes the next free id, so adding a panel adds its
+lines and moves only the panels below it down. A declared per-GPU family no panel queries gets a
+plain one at the end of the GPU detail dashboard (``unplaced_families``). The JSON is what users import: Grafana
 (Dashboards -> New -> Import) or file provisioning. Every panel uses the ``datasource``
 variable, so no ``__inputs`` mapping is needed on import.
 """
@@ -205,20 +208,50 @@ def variables(extra: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     }
 
 
-def layout(panels: list[Panel]) -> list[Panel]:
-    """Give every panel a unique id and a gridPos, filling 24-column lines left to right."""
+PanelKey = tuple[str, str]
+"""A panel's type and title: what keeps its id from one generation to the next."""
+
+
+def checked_in_ids(uid: str) -> dict[PanelKey, int]:
+    """The panel ids of the dashboard's checked-in file (``<uid>.json``), by type and title; none without it."""
+    path = HERE / f"{uid}.json"
+    if not path.exists():
+        return {}
+    return {(p["type"], p["title"]): p["id"] for p in json.loads(path.read_text(encoding="utf-8"))["panels"]}
+
+
+def panel_ids(panels: list[Panel], known: dict[PanelKey, int]) -> list[int]:
+    """Each panel's id: the one it has in ``known``, else the next free one, so adding a panel renumbers
+    no other (Grafana links to a panel by id, and the diff stays the new panel's lines)."""
+    keys = [(p["type"], p["title"]) for p in panels]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"two panels of one type share a title (the key of their ids): {twice}")
+    next_free = max((known[k] for k in keys if k in known), default=0) + 1
+    ids = []
+    for key in keys:
+        if key in known:
+            ids.append(known[key])
+        else:
+            ids.append(next_free)
+            next_free += 1
+    return ids
+
+
+def layout(panels: list[Panel], known: dict[PanelKey, int]) -> list[Panel]:
+    """Give every panel its id (``panel_ids``) and a gridPos, filling 24-column lines left to right."""
     x = y = line_height = 0
     out = []
-    for i, panel in enumerate(panels, start=1):
-        w, h = panel.pop("_size")
-        if panel["type"] == "row" or x + w > 24:
+    for panel_id, panel in zip(panel_ids(panels, known), panels, strict=True):
+        fields = dict(panel)
+        w, h = fields.pop("_size")
+        if fields["type"] == "row" or x + w > 24:
             y += line_height
             x, line_height = 0, 0
-        panel = {"id": i, "gridPos": {"x": x, "y": y, "w": w, "h": h}, **panel}
-        out.append(panel)
+        out.append({"id": panel_id, "gridPos": {"x": x, "y": y, "w": w, "h": h}, **fields})
         x += w
         line_height = max(line_height, h)
-        if panel["type"] == "row":
+        if fields["type"] == "row":
             y += 1
             x, line_height = 0, 0
     return out
@@ -240,7 +273,7 @@ def dashboard(uid: str, title: str, description: str, panels: list[Panel], **kw:
         "templating": variables(kw.pop("extra_variables", None)),
         "annotations": {"list": []},
         "links": [{"title": "gpumon dashboards", "type": "dashboards", "tags": ["gpumon"], "asDropdown": True}],
-        "panels": layout(panels),
+        "panels": layout(panels, checked_in_ids(uid)),
     }
 
 

@@ -98,24 +98,39 @@ def test_per_gpu_queries_honour_the_gpu_variable() -> None:
                 assert 'instance=~"$instance"' in selector, f"{name} {title}: {expr}"
 
 
-def test_json_is_what_generate_py_writes() -> None:
+def generator() -> Any:
+    """dashboards/generate.py, loaded as a module."""
     spec = importlib.util.spec_from_file_location("dashboards_generate", DASHBOARD_DIR / "generate.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_json_is_what_generate_py_writes() -> None:
+    module = generator()
     for name, build in module.DASHBOARDS.items():
         assert (DASHBOARD_DIR / name).read_text(encoding="utf-8") == module.render(build), (
-            f"{name} is stale: run python dashboards/generate.py"
+            f"{name} is stale: run `make generate`"
         )
+
+
+def test_adding_a_panel_renumbers_no_other_panel() -> None:
+    generate = generator()
+    before = [generate.row("Power"), generate.stat("Draw", "x"), generate.row("Clocks"), generate.stat("SM", "y")]
+    laid_out = generate.layout(before, {})
+    assert [p["id"] for p in laid_out] == [1, 2, 3, 4]
+    known = {(p["type"], p["title"]): p["id"] for p in laid_out}
+    after = generate.layout([*before[:2], generate.stat("Limit", "z"), *before[2:]], known)
+    assert [(p["title"], p["id"]) for p in after] == [("Power", 1), ("Draw", 2), ("Limit", 5), ("Clocks", 3), ("SM", 4)]
+    with pytest.raises(ValueError, match="share a title"):
+        generate.layout([*before, generate.stat("Draw", "again")], known)
 
 
 def test_a_declared_family_without_a_panel_of_its_own_still_gets_one(monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
-    spec = importlib.util.spec_from_file_location("generate", DASHBOARD_DIR / "generate.py")
-    assert spec is not None and spec.loader is not None
-    generate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(generate)
+    generate = generator()
     rows = gpu_rows()
     new = (
         dataclasses.replace(rows[0], name="gpumon_widget_ratio", help="A new field."),
@@ -130,7 +145,8 @@ def test_a_declared_family_without_a_panel_of_its_own_still_gets_one(monkeypatch
     assert gauge["fieldConfig"]["defaults"]["unit"] == "percentunit"
     assert counter["targets"][0]["expr"].startswith("rate(gpumon_widget_bytes_total{")
     assert counter["targets"][0]["legendFormat"].endswith("{{link}}")
-    assert "More per-GPU metrics" not in {p["title"] for p in load("gpumon-gpu-detail.json")["panels"]}
+    checked_in = load("gpumon-gpu-detail.json")["panels"]
+    assert detail["panels"][: len(checked_in)] == checked_in  # appended: every other panel's lines stay as they are
 
 
 def test_detail_dashboard_shows_every_per_gpu_metric_of_the_metric_table() -> None:

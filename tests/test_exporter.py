@@ -72,7 +72,7 @@ def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
 def test_metrics_match_the_golden_file_byte_for_byte() -> None:
     text = golden_exposition()
     assert GOLDEN.exists(), "run `make golden` to create tests/data/golden-metrics.txt"
-    assert text == GOLDEN.read_text(), "exposition changed: review the diff, then `make golden`"
+    assert text == GOLDEN.read_text(), "exposition changed: review the diff, then `make generate` (or `make golden`)"
 
 
 def test_golden_file_passes_promtool_check_metrics() -> None:

@@ -109,7 +109,7 @@ def test_the_generated_doc_tables_are_what_make_docs_writes() -> None:
     from gpumon.doctables import expected
 
     for path, text in expected().items():
-        assert path.read_text(encoding="utf-8") == text, f"{path.name} is stale: run `make docs`"
+        assert path.read_text(encoding="utf-8") == text, f"{path.name} is stale: run `make generate` (or `make docs`)"
 
 
 def test_make_docs_keeps_the_prose_and_replaces_only_the_table() -> None:

@@ -318,10 +318,15 @@ def _plausible_script(i: int, count: int, clock: Callable[[], float] | None) -> 
     import time
 
     now = clock or time.time
-    start = now()
-    total = 143771 * MIB
-    reserved = 550 * MIB
+    load = _load_curve(i, now)
+    values: dict[str, Any] = dict(_static_defaults(i, count))
+    values.update(_device_values(i, load, now))
+    values.update(_profiling_values(load))
+    return FakeGpuScript(uuid=_uuid(i), values=values)
 
+
+def _load_curve(i: int, now: Callable[[], float]) -> Callable[[int], float]:
+    """GPU ``i``'s load 0-1 at a tick: a sine of the clock (seconds), phase-shifted per GPU."""
     latest: dict[int, float] = {}
 
     def load(tick: int) -> float:
@@ -334,49 +339,58 @@ def _plausible_script(i: int, count: int, clock: Callable[[], float] | None) -> 
             latest[tick] = value
         return value
 
+    return load
+
+
+def _device_values(i: int, load: Callable[[int], float], now: Callable[[], float]) -> dict[str, Any]:
+    """Utilization, memory, temperatures, power, energy, clocks and the job's process, following ``load``."""
+    start = now()
+    total, reserved = 143771 * MIB, 550 * MIB  # an H200's framebuffer, and what its driver reserves
+
     def used(tick: int) -> int:
         return int(2 * 1024 * MIB + load(tick) * 100 * 1024 * MIB)
 
-    values: dict[str, Any] = dict(_static_defaults(i, count))
-    values.update(
-        {
-            "utilization_ratio": lambda t: round(load(t), 2),
-            "memory_bandwidth_utilization_ratio": lambda t: round(load(t) * 0.6, 2),
-            "memory_used_bytes": used,
-            "memory_free_bytes": lambda t: total - reserved - used(t),
-            "temperature_celsius": lambda t: round(32 + 38 * load(t)),
-            "memory_temperature_celsius": lambda t: round(38 + 30 * load(t)),
-            "power_watts": lambda t: round(75 + 600 * load(t), 1),
-            "energy_joules_total": lambda _t: round(1_000_000 + (now() - start) * 400.0, 3),
-            "clocks_hertz": lambda t: {
-                "sm": _whole_mhz(345e6 + load(t) * (1980e6 - 345e6)),
-                "memory": 3201e6,
-                "graphics": _whole_mhz(345e6 + load(t) * (1980e6 - 345e6)),
-            },
-            "clock_events_active": lambda t: {
-                r: (r == "gpu_idle" and load(t) < 0.05) or (r == "sw_power_cap" and load(t) > 0.95)
-                for r in CLOCK_EVENT_REASONS
-            },
-            "processes": lambda t: (
-                (ProcessSnapshot(pid=4242 + i, used_memory_bytes=used(t), name="python3", user="train"),)
-                if load(t) > 0.05
-                else ()
-            ),
-            # GPM profiling, as a Hopper GPU reports it (so the profiling and DCGM tensor panels show data)
-            "sm_active_ratio": lambda t: round(0.95 * load(t), 3),
-            "sm_occupancy_ratio": lambda t: round(0.45 * load(t), 3),
-            "tensor_active_ratio": lambda t: round(0.7 * load(t), 3),
-            "dram_active_ratio": lambda t: round(0.55 * load(t), 3),
-            "fp16_active_ratio": lambda t: round(0.6 * load(t), 3),
-            "fp32_active_ratio": lambda t: round(0.08 * load(t), 3),
-            "fp64_active_ratio": lambda _t: 0.0,
-            "graphics_active_ratio": lambda t: round(0.97 * load(t), 3),
-            "gpm_throughput_bytes_per_second": lambda t: {
-                "nvlink_tx": round(120e9 * load(t)),
-                "nvlink_rx": round(118e9 * load(t)),
-                "pcie_tx": round(2e9 * load(t)),
-                "pcie_rx": round(6e9 * load(t)),
-            },
-        }
-    )
-    return FakeGpuScript(uuid=_uuid(i), values=values)
+    return {
+        "utilization_ratio": lambda t: round(load(t), 2),
+        "memory_bandwidth_utilization_ratio": lambda t: round(load(t) * 0.6, 2),
+        "memory_used_bytes": used,
+        "memory_free_bytes": lambda t: total - reserved - used(t),
+        "temperature_celsius": lambda t: round(32 + 38 * load(t)),
+        "memory_temperature_celsius": lambda t: round(38 + 30 * load(t)),
+        "power_watts": lambda t: round(75 + 600 * load(t), 1),
+        "energy_joules_total": lambda _t: round(1_000_000 + (now() - start) * 400.0, 3),
+        "clocks_hertz": lambda t: {
+            "sm": _whole_mhz(345e6 + load(t) * (1980e6 - 345e6)),
+            "memory": 3201e6,
+            "graphics": _whole_mhz(345e6 + load(t) * (1980e6 - 345e6)),
+        },
+        "clock_events_active": lambda t: {
+            r: (r == "gpu_idle" and load(t) < 0.05) or (r == "sw_power_cap" and load(t) > 0.95)
+            for r in CLOCK_EVENT_REASONS
+        },
+        "processes": lambda t: (
+            (ProcessSnapshot(pid=4242 + i, used_memory_bytes=used(t), name="python3", user="train"),)
+            if load(t) > 0.05
+            else ()
+        ),
+    }
+
+
+def _profiling_values(load: Callable[[int], float]) -> dict[str, Any]:
+    """GPM profiling as a Hopper GPU reports it, following ``load`` (so the profiling and DCGM tensor panels show data)."""
+    return {
+        "sm_active_ratio": lambda t: round(0.95 * load(t), 3),
+        "sm_occupancy_ratio": lambda t: round(0.45 * load(t), 3),
+        "tensor_active_ratio": lambda t: round(0.7 * load(t), 3),
+        "dram_active_ratio": lambda t: round(0.55 * load(t), 3),
+        "fp16_active_ratio": lambda t: round(0.6 * load(t), 3),
+        "fp32_active_ratio": lambda t: round(0.08 * load(t), 3),
+        "fp64_active_ratio": lambda _t: 0.0,
+        "graphics_active_ratio": lambda t: round(0.97 * load(t), 3),
+        "gpm_throughput_bytes_per_second": lambda t: {
+            "nvlink_tx": round(120e9 * load(t)),
+            "nvlink_rx": round(118e9 * load(t)),
+            "pcie_tx": round(2e9 * load(t)),
+            "pcie_rx": round(6e9 * load(t)),
+        },
+    }
