@@ -9,9 +9,10 @@ import os
 import sys
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from gpumon import __version__
+from gpumon.cli_parser import CommandParser, UsageError, add_command, named_command
 from gpumon.config import DEFAULT_PORT, DEFAULT_STATE_DIR, Config, ConfigError, load
 from gpumon.early_hangup import hold_hangups
 from gpumon.jsonout import add_json_option, emit_json, to_stdout
@@ -19,8 +20,6 @@ from gpumon.pipes import reader_gone
 from gpumon.state.files import ensure_dir
 
 if TYPE_CHECKING:
-    from _typeshed import SupportsWrite
-
     from gpumon.exporter.webconfig import WebConfigError
 
 EXIT_OK = 0
@@ -55,55 +54,33 @@ MODULE_COMMANDS = {
 name -> (module, the line ``gpumon --help`` shows)."""
 
 
-def named_command(argv: Sequence[str]) -> str | None:
-    """The command ``argv`` names: its first word that is not an option (gpumon's own options,
-    --help and --version, take no value)."""
-    return next((word for word in argv if not word.startswith("-")), None)
-
-
-class UsageError(Exception):
-    """A command line argparse rejects; ``main`` decides what the user sees and the exit code."""
-
-    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
-        super().__init__(message)
-        self.parser = parser
-        self.message = message
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors raise UsageError instead of exiting 2 (its subparsers too), so a
-    command can answer them its own way: ``gpumon health`` says UNKNOWN (a check that cannot judge)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(self, message)
-
-    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
-        """As argparse's, but a closed stdout is not silently ignored: main() answers it (exit 141)."""
-        if message:
-            (file or sys.stderr).write(message)
-
-
-def _command(
-    sub: argparse._SubParsersAction[_Parser], name: str, help_line: str, more: str = ""
-) -> argparse.ArgumentParser:
-    """A subcommand whose ``--help`` starts with the line ``gpumon --help`` shows for it (a module's
-    ``configure`` may give a longer description)."""
-    description = help_line[0].upper() + help_line[1:] + "." + (f" {more}" if more else "")
-    return sub.add_parser(name, help=help_line, description=description)
-
-
 def build_parser(configured: Collection[str] | None = None) -> argparse.ArgumentParser:
     """gpumon's parser. Of MODULE_COMMANDS, only those in ``configured`` (None: all) get their
     options, which imports their modules; the others are listed with their help line. main()
     configures only the command it runs, so ``gpumon run`` loads no other command's code."""
-    parser = _Parser(
+    parser = CommandParser(
         prog="gpumon",
         description="GPU monitoring, alerting and burn-in for Linux GPU servers.",
     )
     parser.add_argument("--version", action="version", version=f"gpumon {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_run(sub)
+    _add_once(sub)
+    _add_check_config(sub)
+    scen = add_command(sub, "scenarios", "list the named fake-backend scenarios (--backend fake:NAME)")
+    scen.set_defaults(func=cmd_scenarios)
 
-    run = _command(sub, "run", "run the daemon: poll GPUs, serve /metrics, send alerts")
+    for name, (module, help_line) in MODULE_COMMANDS.items():
+        command = add_command(sub, name, help_line)
+        if configured is None or name in configured:
+            # gpumon.burn.cli registers options only; torch is imported when a burn runs
+            importlib.import_module(module).configure(command)
+    return parser
+
+
+def _add_run(sub: argparse._SubParsersAction[CommandParser]) -> None:
+    """``gpumon run`` and its options (those of the config it may override)."""
+    run = add_command(sub, "run", "run the daemon: poll GPUs, serve /metrics, send alerts")
     _add_common(run)
     run.add_argument("--listen", help=f"HOST:PORT to serve on (default 0.0.0.0:{DEFAULT_PORT})")
     run.add_argument("--interval-seconds", type=float, dest="interval_seconds", help="fast poll interval (default 1)")
@@ -125,7 +102,10 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     run.add_argument("--web-config-file", type=Path, dest="web_config_file", help="exporter-toolkit web-config.yml")
     run.set_defaults(func=cmd_run)
 
-    once = _command(
+
+def _add_once(sub: argparse._SubParsersAction[CommandParser]) -> None:
+    """``gpumon once``: one poll as a table or JSON."""
+    once = add_command(
         sub,
         "once",
         "poll once and print a table (or JSON), then exit",
@@ -140,7 +120,10 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     add_tick_option(once)
     once.set_defaults(func=cmd_once)
 
-    check = _command(
+
+def _add_check_config(sub: argparse._SubParsersAction[CommandParser]) -> None:
+    """``gpumon check-config FILE``."""
+    check = add_command(
         sub,
         "check-config",
         "validate a config file and the files it names (web config, scenario) as run would; print every problem",
@@ -149,16 +132,6 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     )
     check.add_argument("file", type=Path, help="the gpumon YAML config file")
     check.set_defaults(func=cmd_check_config)
-
-    scen = _command(sub, "scenarios", "list the named fake-backend scenarios (--backend fake:NAME)")
-    scen.set_defaults(func=cmd_scenarios)
-
-    for name, (module, help_line) in MODULE_COMMANDS.items():
-        command = _command(sub, name, help_line)
-        if configured is None or name in configured:
-            # gpumon.burn.cli registers options only; torch is imported when a burn runs
-            importlib.import_module(module).configure(command)
-    return parser
 
 
 def add_tick_option(parser: argparse.ArgumentParser) -> None:

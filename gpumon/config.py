@@ -16,17 +16,15 @@ Top-level scalar keys map to environment variables by upper-casing them:
 
 from __future__ import annotations
 
-import ipaddress
-import math
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpumon.compat_config import parse_compat
-from gpumon.exporter_detail import parse_detail
+from gpumon.config_checks import validate_backend, validate_listen, web_config_problems
+from gpumon.config_scalars import convert
+from gpumon.exporter_config import EXPORTER_KEYS, ExporterConfig, parse_exporter, set_exporter
 from gpumon.yamlfile import MAX_FILE_BYTES, YamlFileError, brief, read_yaml
 
 if TYPE_CHECKING:
@@ -39,7 +37,6 @@ has 9400, nvidia_gpu_exporter 9835), so gpumon sits just outside it."""
 DEFAULT_CONFIG_PATH = Path("/etc/gpumon/gpumon.yaml")
 DEFAULT_STATE_DIR = Path("/var/lib/gpumon")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-_EXPORTER_KEYS = ("processes", "compat", "compat_hostname_label", "compat_labels", "detail")
 
 
 class ConfigError(Exception):
@@ -48,24 +45,6 @@ class ConfigError(Exception):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
-
-
-@dataclass(frozen=True)
-class ExporterConfig:
-    """What /metrics serves beyond the contract."""
-
-    processes: bool = False
-    """Per-process series (gpumon_process_*); off by default for cardinality."""
-    compat: tuple[str, ...] = ()
-    """Extra name sets; ``dcgm`` adds dcgm-exporter's DCGM_FI_* names (<= 4.8.x), ``dcgm-4.9`` 4.9's."""
-    compat_hostname_label: str | None = None
-    """``Hostname`` or ``hostname`` on every DCGM set; None: each set's own (dcgm: Hostname, dcgm-4.9: hostname)."""
-    compat_labels: tuple[str, ...] = ()
-    """Optional labels of the DCGM sets: nvml_version, serial, vbios_version (dcgm-exporter's label
-    rows) and hpc_job (the Slurm job of the GPU's processes)."""
-    detail: tuple[str, ...] = ()
-    """Opt-ins to series the default leaves out (gpumon.fields.spec.DETAILS; ``all`` for every one):
-    each NVLink link's series, every P2P row, topology, rows that say nothing happened, GPM profiling detail."""
 
 
 @dataclass(frozen=True)
@@ -140,167 +119,6 @@ SECONDS_RANGES: Mapping[str, tuple[float, float]] = {
 }
 """The range of each interval setting, in seconds (stale_after_seconds may also be 0: 5 × interval_seconds)."""
 MAX_FAKE_GPUS = 4096
-MAX_PATH_BYTES = 4095
-"""Longest path Linux accepts (PATH_MAX less the final NUL); each part at most 255 bytes."""
-_BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
-_HOST_NAME = re.compile(
-    r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
-)
-
-
-def _convert(name: str, value: Any, want: type, problems: list[str], where: str) -> Any:
-    """``value`` (from YAML, the environment or a flag) as ``want``, or None with a problem added."""
-    if want is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
-            return _BOOL_WORDS[value.strip().lower()]
-        problems.append(f"{where}: {name} must be true or false, got {brief(value)}")
-        return None
-    if want is int:
-        number = _number(value)
-        if number is None or not float(number).is_integer():
-            problems.append(f"{where}: {name} must be a whole number, got {brief(value)}")
-            return None
-        return int(number)
-    if want is float:
-        number = _number(value)
-        if number is None:
-            problems.append(f"{where}: {name} must be a number, got {brief(value)}")
-            return None
-        return float(number)
-    if want is Path:
-        problem = path_problem(value)
-        if problem is not None:
-            problems.append(f"{where}: {name} {problem}")
-            return None
-        return Path(value)
-    if not isinstance(value, str):
-        problems.append(f"{where}: {name} must be a string, got {brief(value)}")
-        return None
-    return value
-
-
-def _number(value: Any) -> float | int | None:
-    """An int or float from YAML, or a number written as text (environment, flags); None if not a number.
-
-    Infinite and NaN values pass through (the range checks reject them with the range in the message);
-    integers too large for a float become infinity."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if abs(value) < 2**63 else math.copysign(math.inf, value)
-    if isinstance(value, float):
-        return value
-    if isinstance(value, str) and 0 < len(value.strip()) <= 40:
-        try:
-            return float(value.strip())
-        except ValueError:
-            return None
-    return None
-
-
-def path_problem(value: Any) -> str | None:
-    """Why ``value`` cannot be a file or directory name (a phrase after the setting's name), or None."""
-    if isinstance(value, Path):
-        value = str(value)
-    if not isinstance(value, str) or not value:
-        return f"must be a path, got {brief(value)}"
-    if "\0" in value:
-        return f"must not contain a NUL byte, got {brief(value)}"
-    encoded = value.encode("utf-8", "surrogateescape")
-    if len(encoded) > MAX_PATH_BYTES or any(len(part) > 255 for part in encoded.split(b"/")):
-        return f"is too long for a path ({len(encoded)} bytes; at most {MAX_PATH_BYTES}, 255 per name)"
-    return None
-
-
-def _validate_listen(value: str, problems: list[str], where: str) -> None:
-    host, sep, port = value.rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit() and len(port) <= 5) or not 0 < int(port) < 65536:
-        problems.append(f"{where}: listen must be HOST:PORT with a port 1-65535, got {brief(value)}")
-        return
-    if host.startswith("[") and host.endswith("]"):
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            problems.append(f"{where}: listen: {brief(host)} is not an IPv6 address in brackets")
-        return
-    if ":" in host:
-        problems.append(f"{where}: listen: write an IPv6 address in brackets, e.g. [::1]:{port}, got {brief(value)}")
-    elif host and not (host.isascii() and _HOST_NAME.match(host) and len(host) <= 253):
-        problems.append(f"{where}: listen: {brief(host)} is not a host name or IP address")
-
-
-def _validate_backend(value: str, problems: list[str], where: str) -> None:
-    if value in ("nvml", "fake"):
-        return
-    if value.startswith("fake:") and len(value) > 5:
-        from gpumon.backends import scenarios
-
-        target = value[5:]
-        named = scenarios.path_of(target)
-        if named is None:
-            problem = path_problem(target)
-            if problem is None and not Path(target).exists():
-                problem = "does not exist"
-            if problem is not None:
-                problems.append(
-                    f"{where}: backend {brief(value)}: no named scenario of that name "
-                    f"({', '.join(scenarios.names())}; gpumon scenarios describes them) and the scenario file {problem}"
-                )
-                return
-        from gpumon.backends.base import ScenarioError
-        from gpumon.backends.scenario import read_scenario
-
-        try:
-            read_scenario(named or Path(target))
-        except ScenarioError as exc:
-            problems.extend(exc.problems)
-        return
-    problems.append(f"{where}: backend must be nvml, fake, fake:NAME or fake:PATH, got {brief(value)}")
-
-
-def _web_config_problems(path: Path) -> list[str]:
-    """Every problem of the web config file, as ``gpumon run`` would meet them (it calls the same loader)."""
-    from gpumon.exporter.webconfig import WebConfig, WebConfigError
-
-    # WebConfig.load reads it with read_yaml (not UTF-8, too deep, alias bombs, duplicate keys,
-    # numbers out of range: with positions; a FIFO or a device refused; at most its MAX_FILE_BYTES)
-
-    try:
-        WebConfig.load(path)
-    except WebConfigError as exc:
-        return [_one_line(p) for p in exc.problems] or [f"{path}: not a usable web config"]
-    except Exception as exc:  # a defect of the web config reader must still be one line here, never a traceback
-        return [f"{path}: the web config cannot be checked ({type(exc).__name__}: {brief(str(exc), 120)})"]
-    return []
-
-
-def _one_line(text: str) -> str:
-    """A problem as one line (a YAML error's text spans several, with a caret under the column)."""
-    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
-
-
-def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig:
-    if raw is None:
-        return ExporterConfig()
-    if not isinstance(raw, dict):
-        problems.append(f"{where}: exporter must be a mapping with processes, compat and detail, got {brief(raw)}")
-        return ExporterConfig()
-    for key in raw:
-        if key not in _EXPORTER_KEYS:
-            shown = key if isinstance(key, str) and key.isprintable() and len(key) <= 60 else brief(key)
-            problems.append(f"{where}: unknown key exporter.{shown} (known: {', '.join(_EXPORTER_KEYS)})")
-    processes = _convert("exporter.processes", raw.get("processes", False), bool, problems, where)
-    compat, spelling, labels = parse_compat(raw, problems, where)
-    detail = parse_detail(raw.get("detail", []), problems, where)
-    return ExporterConfig(
-        processes=bool(processes),
-        compat=compat,
-        compat_hostname_label=spelling,
-        compat_labels=labels,
-        detail=detail,
-    )
 
 
 def _parse_xid_catalog(raw: Any, problems: list[str], where: str) -> dict[int, dict[str, str]]:
@@ -342,7 +160,7 @@ def _apply(values: dict[str, Any], raw: Mapping[Any, Any], where: str, problems:
         if key in _SCALARS:
             if value is None:
                 continue
-            converted = _convert(key, value, _SCALARS[key], problems, where)
+            converted = convert(key, value, _SCALARS[key], problems, where)
             if converted is not None:
                 values[key] = converted
         elif sections and key in _SECTIONS:
@@ -372,9 +190,9 @@ def _read_file(path: Path, must_exist: bool, problems: list[str]) -> dict[Any, A
 def _check_values(values: dict[str, Any], where: str, problems: list[str]) -> None:
     """Ranges and relations of the scalar settings; each message gives the range."""
     if "listen" in values:
-        _validate_listen(values["listen"], problems, where)
+        validate_listen(values["listen"], problems, where)
     if "backend" in values:
-        _validate_backend(values["backend"], problems, where)
+        validate_backend(values["backend"], problems, where)
     for key, (low, high) in SECONDS_RANGES.items():
         if key not in values:
             continue
@@ -394,7 +212,7 @@ def _check_values(values: dict[str, Any], where: str, problems: list[str]) -> No
         if not web.exists():
             problems.append(f"{where}: web_config_file {brief(str(web))} does not exist")
         else:
-            problems.extend(_web_config_problems(web))
+            problems.extend(web_config_problems(web))
     interval = values.get("interval_seconds", Config.interval_seconds)
     if values.get("slow_interval_seconds", Config.slow_interval_seconds) < interval:
         problems.append(f"{where}: slow_interval_seconds must not be shorter than interval_seconds")
@@ -431,8 +249,20 @@ def load(
         readable = raw is not None
         if raw:
             _apply(values, raw, source, problems, sections=True)
+    _apply_environment(values, os.environ if env is None else env, problems)
+    if flags:
+        _apply_flags(values, flags, problems)
+    _check_values(values, source or "config", problems)
+    _parse_sections(values, source or "config", problems)
+    if problems:
+        raise ConfigError(_located(problems, source) if readable else problems)
+    known = {f.name for f in fields(Config)}
+    return replace(Config(), source=source, **{k: v for k, v in values.items() if k in known})
 
-    env = os.environ if env is None else env
+
+def _apply_environment(values: dict[str, Any], env: Mapping[str, str], problems: list[str]) -> None:
+    """The ``GPUMON_*`` variables over the file's values: scalars by their upper-cased names, the
+    exporter's as ``GPUMON_EXPORTER_<KEY>``; any other ``GPUMON_*`` variable is a problem."""
     env_raw = {}
     for name, value in env.items():
         if not name.startswith("GPUMON_"):
@@ -440,32 +270,32 @@ def load(
         key = name[len("GPUMON_") :].lower()
         if key in _SCALARS:
             env_raw[key] = value
-        elif key.startswith("exporter_") and key[len("exporter_") :] in _EXPORTER_KEYS:
-            _set_exporter(values, key[len("exporter_") :], value)
+        elif key.startswith("exporter_") and key[len("exporter_") :] in EXPORTER_KEYS:
+            set_exporter(values, key[len("exporter_") :], value)
         elif key in _NOT_CONFIGURATION:
             continue
         else:
             problems.append(f"environment: unknown variable {brief(name)}")
     _apply(values, env_raw, "environment", problems, sections=False)
-    if flags:
-        flag_values = {k: v for k, v in flags.items() if k in _SCALARS and v is not None}
-        _apply(values, flag_values, "command line", problems, sections=False)
-        for key in ("compat", "compat_hostname_label", "compat_labels"):
-            if flags.get(key) is not None:
-                _set_exporter(values, key, flags[key])
-        if flags.get("processes"):
-            _set_exporter(values, "processes", True)
 
-    _check_values(values, source or "config", problems)
-    where = source or "config"
-    values["exporter"] = _parse_exporter(values.get("exporter"), problems, where)
+
+def _apply_flags(values: dict[str, Any], flags: Mapping[str, Any], problems: list[str]) -> None:
+    """The options given on the command line over the environment and the file."""
+    flag_values = {k: v for k, v in flags.items() if k in _SCALARS and v is not None}
+    _apply(values, flag_values, "command line", problems, sections=False)
+    for key in ("compat", "compat_hostname_label", "compat_labels"):
+        if flags.get(key) is not None:
+            set_exporter(values, key, flags[key])
+    if flags.get("processes"):
+        set_exporter(values, "processes", True)
+
+
+def _parse_sections(values: dict[str, Any], where: str, problems: list[str]) -> None:
+    """Each section's raw value replaced by its validated form (each read by the module that owns it)."""
+    values["exporter"] = parse_exporter(values.get("exporter"), problems, where)
     values["xid_catalog"] = _parse_xid_catalog(values.get("xid_catalog"), problems, where)
     values["alerting"] = _parse_alerting(values.get("alerting"), problems, where)
     values["health"] = _parse_health(values.get("health"), problems, where)
-    if problems:
-        raise ConfigError(_located(problems, source) if readable else problems)
-    known = {f.name for f in fields(Config)}
-    return replace(Config(), source=source, **{k: v for k, v in values.items() if k in known})
 
 
 def _located(problems: list[str], source: str | None) -> list[str]:
@@ -482,14 +312,6 @@ def _located(problems: list[str], source: str | None) -> list[str]:
     from gpumon.config_positions import with_positions
 
     return with_positions(problems, source, text)
-
-
-def _set_exporter(values: dict[str, Any], key: str, value: Any) -> None:
-    """An exporter setting from the environment or a flag over the file's section (a broken section
-    stays as it is, to be reported)."""
-    section = values.get("exporter")
-    if section is None or isinstance(section, dict):
-        values["exporter"] = {**(section or {}), key: value}
 
 
 def reloader(

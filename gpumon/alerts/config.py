@@ -196,90 +196,15 @@ def parse(raw: Any) -> tuple[AlertingConfig | None, list[str]]:
     for key in raw:
         if key not in _TOP_KEYS:
             p.add("", f"unknown key {brief(key)} (known: {', '.join(sorted(_TOP_KEYS))})")
-
-    host_label = raw.get("host_label", "host")
-    if not isinstance(host_label, str) or not LABEL_RE.match(host_label) or host_label in RESERVED_LABELS:
-        p.add(
-            "host_label",
-            f"must be a label name other than {', '.join(sorted(RESERVED_LABELS))}, got {brief(host_label)}",
-        )
-        host_label = "host"
-    host = raw.get("host")
-    if host is not None and (not isinstance(host, str) or not host):
-        p.add("host", f"must be a non-empty string, got {brief(host)}")
-        host = None
-
-    builtin_on = raw.get("builtin_rules", True)
-    if not isinstance(builtin_on, bool):
-        p.add("builtin_rules", f"must be true or false, got {brief(builtin_on)}")
-        builtin_on = True
-    overrides = raw.get("builtin") or {}
-    if not isinstance(overrides, dict):
-        p.add("builtin", "must be a mapping of built-in rule names to false or overrides")
-        overrides = {}
-    pack = builtin_pack()
-    known = {r["name"] for r in pack}
-    for name in overrides:
-        if name not in known:
-            p.add("builtin", f"no built-in rule named {brief(name)} (known: {', '.join(sorted(known))})")
-    builtin: list[Rule] = []
-    if builtin_on and not overrides:
-        builtin = list(default_builtin(host_label))
-    elif builtin_on:
-        builtin = builtin_with_overrides(pack, overrides, host_label, p)
-
-    rules: list[Rule] = []
-    rules_raw = raw.get("rules") or []
-    if not isinstance(rules_raw, list):
-        p.add("rules", "must be a list of rules")
-        rules_raw = []
-    seen = set(known)
-    for i, item in enumerate(rules_raw):
-        rule = parse_rule(item, f"rules[{i}]", p, host_label)
-        if rule is None:
-            continue
-        if rule.name in seen:
-            what = "a built-in rule (change it under alerting.builtin)" if rule.name in known else "another rule"
-            p.add(f"rules[{i}]({rule.name})", f"name is already used by {what}")
-            continue
-        seen.add(rule.name)
-        rules.append(rule)
-
+    host_label, host = _host(raw, p)
+    builtin_on, builtin, known = _builtin(raw, host_label, p)
+    rules = _user_rules(raw, host_label, known, p)
     receiver_http: dict[str, ReceiverHttp] = {}
     alertmanagers = _urls(raw.get("alertmanagers"), "alertmanagers", p, receiver_http)
     webhooks = _urls(raw.get("webhooks"), "webhooks", p, receiver_http)
     resend = read_duration(raw, "resend_interval", 60.0, "", p, MIN_RESEND_SECONDS, MAX_RESEND_SECONDS)
-
-    retry_raw = raw.get("retry") or {}
-    retry = RetryConfig()
-    if not isinstance(retry_raw, dict):
-        p.add("retry", "must be a mapping with initial_backoff, max_backoff, timeout")
-    else:
-        for key in retry_raw:
-            if key not in ("initial_backoff", "max_backoff", "timeout"):
-                p.add("retry", f"unknown key {key!r} (known: initial_backoff, max_backoff, timeout)")
-        initial = read_duration(retry_raw, "initial_backoff", 0.5, "retry", p, MIN_RETRY_SECONDS, MAX_BACKOFF_SECONDS)
-        maximum = read_duration(retry_raw, "max_backoff", 30.0, "retry", p, MIN_RETRY_SECONDS, MAX_BACKOFF_SECONDS)
-        timeout = read_duration(retry_raw, "timeout", 5.0, "retry", p, MIN_RETRY_SECONDS, MAX_TIMEOUT_SECONDS)
-        if maximum < initial:
-            p.add("retry", "max_backoff must not be shorter than initial_backoff")
-        retry = RetryConfig(initial, maximum, timeout)
-
-    capacity = raw.get("queue_capacity", 1000)
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or not 10 <= capacity <= 1_000_000:
-        p.add("queue_capacity", f"must be a whole number from 10 to 1000000, got {brief(capacity)}")
-        capacity = 1000
-    burn = raw.get("burn_hold_back", True)
-    if not isinstance(burn, bool):
-        p.add("burn_hold_back", f"must be true or false, got {brief(burn)}")
-        burn = True
-    external_url = raw.get("external_url", "")
-    if external_url:
-        problem = url_problem(external_url)
-        if problem:
-            p.add("external_url", problem)
-            external_url = ""
-
+    retry = _retry(raw, p)
+    capacity, burn, external_url = _delivery(raw, p)
     if p.items:
         return None, p.items
     return (
@@ -300,3 +225,102 @@ def parse(raw: Any) -> tuple[AlertingConfig | None, list[str]]:
         ),
         [],
     )
+
+
+def _host(raw: Mapping[Any, Any], p: Problems) -> tuple[str, str | None]:
+    """``host_label`` (a label name none of gpumon's own) and ``host`` (None: the machine's name)."""
+    host_label = raw.get("host_label", "host")
+    if not isinstance(host_label, str) or not LABEL_RE.match(host_label) or host_label in RESERVED_LABELS:
+        p.add(
+            "host_label",
+            f"must be a label name other than {', '.join(sorted(RESERVED_LABELS))}, got {brief(host_label)}",
+        )
+        host_label = "host"
+    host = raw.get("host")
+    if host is not None and (not isinstance(host, str) or not host):
+        p.add("host", f"must be a non-empty string, got {brief(host)}")
+        host = None
+    return host_label, host
+
+
+def _builtin(raw: Mapping[Any, Any], host_label: str, p: Problems) -> tuple[bool, list[Rule], set[str]]:
+    """``builtin_rules`` (on or off), the built-in rules after the ``builtin`` overrides, and the
+    names of the shipped pack's rules."""
+    builtin_on = raw.get("builtin_rules", True)
+    if not isinstance(builtin_on, bool):
+        p.add("builtin_rules", f"must be true or false, got {brief(builtin_on)}")
+        builtin_on = True
+    overrides = raw.get("builtin") or {}
+    if not isinstance(overrides, dict):
+        p.add("builtin", "must be a mapping of built-in rule names to false or overrides")
+        overrides = {}
+    pack = builtin_pack()
+    known = {r["name"] for r in pack}
+    for name in overrides:
+        if name not in known:
+            p.add("builtin", f"no built-in rule named {brief(name)} (known: {', '.join(sorted(known))})")
+    builtin: list[Rule] = []
+    if builtin_on and not overrides:
+        builtin = list(default_builtin(host_label))
+    elif builtin_on:
+        builtin = builtin_with_overrides(pack, overrides, host_label, p)
+    return builtin_on, builtin, known
+
+
+def _user_rules(raw: Mapping[Any, Any], host_label: str, known: set[str], p: Problems) -> list[Rule]:
+    """``rules``: the user's rules, each name used once (and by no built-in rule, ``known``)."""
+    rules: list[Rule] = []
+    rules_raw = raw.get("rules") or []
+    if not isinstance(rules_raw, list):
+        p.add("rules", "must be a list of rules")
+        rules_raw = []
+    seen = set(known)
+    for i, item in enumerate(rules_raw):
+        rule = parse_rule(item, f"rules[{i}]", p, host_label)
+        if rule is None:
+            continue
+        if rule.name in seen:
+            what = "a built-in rule (change it under alerting.builtin)" if rule.name in known else "another rule"
+            p.add(f"rules[{i}]({rule.name})", f"name is already used by {what}")
+            continue
+        seen.add(rule.name)
+        rules.append(rule)
+    return rules
+
+
+def _retry(raw: Mapping[Any, Any], p: Problems) -> RetryConfig:
+    """``retry``: initial_backoff, max_backoff (not shorter) and one request's timeout."""
+    retry_raw = raw.get("retry") or {}
+    retry = RetryConfig()
+    if not isinstance(retry_raw, dict):
+        p.add("retry", "must be a mapping with initial_backoff, max_backoff, timeout")
+    else:
+        for key in retry_raw:
+            if key not in ("initial_backoff", "max_backoff", "timeout"):
+                p.add("retry", f"unknown key {key!r} (known: initial_backoff, max_backoff, timeout)")
+        initial = read_duration(retry_raw, "initial_backoff", 0.5, "retry", p, MIN_RETRY_SECONDS, MAX_BACKOFF_SECONDS)
+        maximum = read_duration(retry_raw, "max_backoff", 30.0, "retry", p, MIN_RETRY_SECONDS, MAX_BACKOFF_SECONDS)
+        timeout = read_duration(retry_raw, "timeout", 5.0, "retry", p, MIN_RETRY_SECONDS, MAX_TIMEOUT_SECONDS)
+        if maximum < initial:
+            p.add("retry", "max_backoff must not be shorter than initial_backoff")
+        retry = RetryConfig(initial, maximum, timeout)
+    return retry
+
+
+def _delivery(raw: Mapping[Any, Any], p: Problems) -> tuple[int, bool, Any]:
+    """``queue_capacity`` (10 to 1000000 alerts), ``burn_hold_back`` and ``external_url``."""
+    capacity = raw.get("queue_capacity", 1000)
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or not 10 <= capacity <= 1_000_000:
+        p.add("queue_capacity", f"must be a whole number from 10 to 1000000, got {brief(capacity)}")
+        capacity = 1000
+    burn = raw.get("burn_hold_back", True)
+    if not isinstance(burn, bool):
+        p.add("burn_hold_back", f"must be true or false, got {brief(burn)}")
+        burn = True
+    external_url = raw.get("external_url", "")
+    if external_url:
+        problem = url_problem(external_url)
+        if problem:
+            p.add("external_url", problem)
+            external_url = ""
+    return capacity, burn, external_url

@@ -147,95 +147,19 @@ def parse_rule(raw: Any, where: str, p: Problems, host_label: str, builtin: bool
         p.add(where, "each rule must be a mapping")
         return None
     before = len(p.items)
-    name = raw.get("name")
-    if not isinstance(name, str) or not LABEL_RE.match(name):
-        p.add(where, f"name must be a word of letters, digits and _ (it becomes alertname), got {brief(name)}")
-        name = "?"
-    else:
-        where = f"{where}({name})"
-    kind = raw.get("kind", "threshold")
-    if kind not in KINDS:
-        p.add(where, f"unknown kind {brief(kind)} (known: {', '.join(KINDS)})")
-        kind = None
-    for key in raw:
-        if key not in _RULE_KEYS:
-            p.add(where, f"unknown key {brief(key)}")
-        elif kind is not None and key not in _COMMON_KEYS and key not in KIND_KEYS[kind]:
-            p.add(where, f"key {brief(key)} does not apply to kind {kind}")
-
-    field_name = raw.get("field")
-    op = raw.get("op")
-    threshold = None
-    clear = None
-    if kind == "threshold":
-        if not isinstance(field_name, str):
-            p.add(where, "threshold rules need field (e.g. temperature_celsius)")
-            field_name = None
-        else:
-            problem = field_problem(field_name)
-            if problem:
-                p.add(where, problem)
-        if not isinstance(op, str) or op not in OPS:
-            p.add(where, f"op must be one of {' '.join(OPS)}, got {brief(op)}")
-            op = None
-    if kind in ("threshold", "stale_snapshot", "idle_with_memory"):
-        defaults = {"threshold": None, "stale_snapshot": None, "idle_with_memory": 0.3}
-        if raw.get("threshold") is None:
-            threshold = defaults[kind]
-            if threshold is None:
-                p.add(where, f"{kind} rules need threshold")
-        else:
-            threshold = finite_number(raw["threshold"])
-            if threshold is None:
-                p.add(where, f"threshold must be a finite number or true/false, got {brief(raw['threshold'])}")
-        if kind == "stale_snapshot" and threshold is not None and not 0 < threshold <= MAX_STALE_SECONDS:
-            p.add(where, f"threshold must be more than 0 and at most {MAX_STALE_SECONDS:g} seconds, got {threshold:g}")
-        if kind == "idle_with_memory" and threshold is not None and not 0 <= threshold <= 1:
-            p.add(where, f"threshold (a utilization ratio) must be from 0 to 1, got {threshold:g}")
-    if raw.get("clear_threshold") is not None:
-        clear = finite_number(raw["clear_threshold"])
-        if clear is None:
-            p.add(where, f"clear_threshold must be a finite number, got {brief(raw['clear_threshold'])}")
-        elif op in ("==", "!="):
-            p.add(where, "clear_threshold needs op > >= < or <=")
-        elif threshold is not None and op in (">", ">=") and clear > threshold:
-            p.add(where, f"clear_threshold {clear:g} must not be above threshold {threshold:g} for op {op}")
-        elif threshold is not None and op in ("<", "<=") and clear < threshold:
-            p.add(where, f"clear_threshold {clear:g} must not be below threshold {threshold:g} for op {op}")
-
-    severity = raw.get("severity", "warning")
-    if kind == "finding" and severity == FROM_FINDING:
-        pass
-    elif severity not in SEVERITIES:
-        also = f" (or {FROM_FINDING} for finding rules)"
-        p.add(where, f"severity must be one of {', '.join(SEVERITIES)}{also}, got {brief(severity)}")
-    finding_kinds: frozenset[str] = frozenset()
-    min_severity = raw.get("min_severity", "WARNING")
-    if kind == "finding":
-        finding_kinds = _finding_kinds(raw.get("kinds"), where, p)
-        if min_severity not in FINDING_SEVERITIES:
-            p.add(where, f"min_severity must be one of {', '.join(FINDING_SEVERITIES)}, got {brief(min_severity)}")
-    labels = _str_map(raw.get("labels"), "labels", where, p)
-    for k in labels:
-        if k in RESERVED_LABELS or k == host_label:
-            p.add(where, f"labels.{k} is set by gpumon and cannot be overridden")
-    annotations = _str_map(raw.get("annotations"), "annotations", where, p)
-    for k, text in annotations.items():
-        for problem in template_problems(text):
-            p.add(where, f"annotations.{k}: {problem}")
+    name, kind, where = _name_and_kind(raw, where, p)
+    field_name, op = _field_and_op(raw, kind, where, p)
+    threshold = _threshold(raw, kind, where, p)
+    clear = _clear_threshold(raw, op, threshold, where, p)
+    severity, finding_kinds, min_severity = _severity_and_findings(raw, kind, where, p)
+    labels, annotations = _labels_and_annotations(raw, host_label, where, p)
     burn = raw.get("burn_hold_back")
     if burn is not None and not isinstance(burn, bool):
         p.add(where, f"burn_hold_back must be true or false, got {brief(burn)}")
         burn = None
     codes = _xid_codes(raw, "codes", where, p)
     exclude_codes = _xid_codes(raw, "exclude_codes", where, p)
-    min_util = 0.5
-    if raw.get("min_utilization") is not None:
-        value = finite_number(raw["min_utilization"])
-        if value is None or isinstance(raw["min_utilization"], bool) or not 0 <= value <= 1:
-            p.add(where, f"min_utilization must be a ratio from 0 to 1, got {brief(raw['min_utilization'])}")
-        else:
-            min_util = value
+    min_util = _min_utilization(raw, where, p)
     for_seconds = read_duration(raw, "for", 0.0, where, p, 0.0, MAX_FOR_SECONDS)
     if kind == "xid" and raw.get("for"):
         p.add(where, "xid rules fire at once; 'for' does not apply (use hold)")
@@ -268,6 +192,127 @@ def parse_rule(raw: Any, where: str, p: Problems, host_label: str, builtin: bool
         min_severity=str(min_severity),
         builtin=builtin,
     )
+
+
+def _name_and_kind(raw: Mapping[Any, Any], where: str, p: Problems) -> tuple[str, str | None, str]:
+    """The rule's name (``?`` when unusable), its kind (None when unknown) and ``where`` with the name
+    in it; every key is checked against the kind's keys."""
+    name = raw.get("name")
+    if not isinstance(name, str) or not LABEL_RE.match(name):
+        p.add(where, f"name must be a word of letters, digits and _ (it becomes alertname), got {brief(name)}")
+        name = "?"
+    else:
+        where = f"{where}({name})"
+    kind = raw.get("kind", "threshold")
+    if kind not in KINDS:
+        p.add(where, f"unknown kind {brief(kind)} (known: {', '.join(KINDS)})")
+        kind = None
+    for key in raw:
+        if key not in _RULE_KEYS:
+            p.add(where, f"unknown key {brief(key)}")
+        elif kind is not None and key not in _COMMON_KEYS and key not in KIND_KEYS[kind]:
+            p.add(where, f"key {brief(key)} does not apply to kind {kind}")
+    return name, kind, where
+
+
+def _field_and_op(raw: Mapping[Any, Any], kind: str | None, where: str, p: Problems) -> tuple[Any, Any]:
+    """``field`` and ``op`` (each None when a threshold rule's is unusable)."""
+    field_name = raw.get("field")
+    op = raw.get("op")
+    if kind == "threshold":
+        if not isinstance(field_name, str):
+            p.add(where, "threshold rules need field (e.g. temperature_celsius)")
+            field_name = None
+        else:
+            problem = field_problem(field_name)
+            if problem:
+                p.add(where, problem)
+        if not isinstance(op, str) or op not in OPS:
+            p.add(where, f"op must be one of {' '.join(OPS)}, got {brief(op)}")
+            op = None
+    return field_name, op
+
+
+def _threshold(raw: Mapping[Any, Any], kind: str | None, where: str, p: Problems) -> float | None:
+    """``threshold`` of the kinds that take one (idle_with_memory's defaults to 0.3), in its kind's range."""
+    threshold = None
+    if kind in ("threshold", "stale_snapshot", "idle_with_memory"):
+        defaults = {"threshold": None, "stale_snapshot": None, "idle_with_memory": 0.3}
+        if raw.get("threshold") is None:
+            threshold = defaults[kind]
+            if threshold is None:
+                p.add(where, f"{kind} rules need threshold")
+        else:
+            threshold = finite_number(raw["threshold"])
+            if threshold is None:
+                p.add(where, f"threshold must be a finite number or true/false, got {brief(raw['threshold'])}")
+        if kind == "stale_snapshot" and threshold is not None and not 0 < threshold <= MAX_STALE_SECONDS:
+            p.add(where, f"threshold must be more than 0 and at most {MAX_STALE_SECONDS:g} seconds, got {threshold:g}")
+        if kind == "idle_with_memory" and threshold is not None and not 0 <= threshold <= 1:
+            p.add(where, f"threshold (a utilization ratio) must be from 0 to 1, got {threshold:g}")
+    return threshold
+
+
+def _clear_threshold(raw: Mapping[Any, Any], op: Any, threshold: float | None, where: str, p: Problems) -> float | None:
+    """``clear_threshold`` (hysteresis): on the clearing side of ``threshold`` for ``op``."""
+    clear = None
+    if raw.get("clear_threshold") is not None:
+        clear = finite_number(raw["clear_threshold"])
+        if clear is None:
+            p.add(where, f"clear_threshold must be a finite number, got {brief(raw['clear_threshold'])}")
+        elif op in ("==", "!="):
+            p.add(where, "clear_threshold needs op > >= < or <=")
+        elif threshold is not None and op in (">", ">=") and clear > threshold:
+            p.add(where, f"clear_threshold {clear:g} must not be above threshold {threshold:g} for op {op}")
+        elif threshold is not None and op in ("<", "<=") and clear < threshold:
+            p.add(where, f"clear_threshold {clear:g} must not be below threshold {threshold:g} for op {op}")
+    return clear
+
+
+def _severity_and_findings(
+    raw: Mapping[Any, Any], kind: str | None, where: str, p: Problems
+) -> tuple[Any, frozenset[str], Any]:
+    """``severity``, and a finding rule's ``kinds`` and ``min_severity``."""
+    severity = raw.get("severity", "warning")
+    if kind == "finding" and severity == FROM_FINDING:
+        pass
+    elif severity not in SEVERITIES:
+        also = f" (or {FROM_FINDING} for finding rules)"
+        p.add(where, f"severity must be one of {', '.join(SEVERITIES)}{also}, got {brief(severity)}")
+    finding_kinds: frozenset[str] = frozenset()
+    min_severity = raw.get("min_severity", "WARNING")
+    if kind == "finding":
+        finding_kinds = _finding_kinds(raw.get("kinds"), where, p)
+        if min_severity not in FINDING_SEVERITIES:
+            p.add(where, f"min_severity must be one of {', '.join(FINDING_SEVERITIES)}, got {brief(min_severity)}")
+    return severity, finding_kinds, min_severity
+
+
+def _labels_and_annotations(
+    raw: Mapping[Any, Any], host_label: str, where: str, p: Problems
+) -> tuple[dict[str, str], dict[str, str]]:
+    """``labels`` (none of gpumon's own) and ``annotations`` (templates that render)."""
+    labels = _str_map(raw.get("labels"), "labels", where, p)
+    for k in labels:
+        if k in RESERVED_LABELS or k == host_label:
+            p.add(where, f"labels.{k} is set by gpumon and cannot be overridden")
+    annotations = _str_map(raw.get("annotations"), "annotations", where, p)
+    for k, text in annotations.items():
+        for problem in template_problems(text):
+            p.add(where, f"annotations.{k}: {problem}")
+    return labels, annotations
+
+
+def _min_utilization(raw: Mapping[Any, Any], where: str, p: Problems) -> float:
+    """pcie_degraded rules' ``min_utilization`` ratio (default 0.5)."""
+    min_util = 0.5
+    if raw.get("min_utilization") is not None:
+        value = finite_number(raw["min_utilization"])
+        if value is None or isinstance(raw["min_utilization"], bool) or not 0 <= value <= 1:
+            p.add(where, f"min_utilization must be a ratio from 0 to 1, got {brief(raw['min_utilization'])}")
+        else:
+            min_util = value
+    return min_util
 
 
 def _merge_override(base: dict[str, Any], override: Any, where: str, p: Problems) -> dict[str, Any] | None:

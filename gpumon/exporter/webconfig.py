@@ -21,14 +21,14 @@ and checked at load time. Only a regular file of at most ``MAX_FILE_BYTES`` is r
 a device put in its place is refused at once). ``unauthenticated_paths`` (gpumon's addition to the format):
 ``/healthz`` and ``/ready`` can be opened to probes that carry no credentials.
 
-The other pieces: ``gpumon.exporter.tls`` (the SSLContext and how it differs from Go's),
+The other pieces: ``gpumon.exporter.webconfig_tls`` (the ``tls_server_config`` section),
+``gpumon.exporter.tls`` (the SSLContext and how it differs from Go's),
 ``gpumon.exporter.basic_auth`` (bcrypt checks), ``gpumon.exporter.webconfig_watcher`` (the
 configuration in force, re-read when its files change).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import ssl
 from collections.abc import Mapping
@@ -36,14 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpumon.exporter.tls import (
-    CIPHER_SUITES,
-    CLIENT_AUTH_ALIASES,
-    CLIENT_AUTH_TYPES,
-    TLS_VERSIONS,
-    TlsServerConfig,
-    build_context,
-)
+from gpumon.exporter.tls import TlsServerConfig, build_context
+from gpumon.exporter.webconfig_tls import SHOWN_CHARACTERS, parse_tls
 from gpumon.yamlfile import YamlFileError, brief, read_yaml
 
 MAX_FILE_BYTES = 256 * 1024
@@ -64,26 +58,7 @@ _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m
 _TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit", "unauthenticated_paths")
 UNAUTHENTICATED_PATHS_ALLOWED = ("/healthz", "/ready")
 """Paths ``unauthenticated_paths`` (a gpumon addition to the format) may open to probes without credentials."""
-_TLS_KEYS = (
-    "cert_file",
-    "key_file",
-    "cert",
-    "key",
-    "client_auth_type",
-    "client_ca_file",
-    "client_ca",
-    "client_allowed_sans",
-    "min_version",
-    "max_version",
-    "cipher_suites",
-    "prefer_server_cipher_suites",
-    "curve_preferences",
-)
 _HTTP_KEYS = ("http2", "headers")
-
-
-SHOWN_CHARACTERS = 200
-"""A value quoted in an error is cut to about this many characters: a problem stays one readable line."""
 QUOTES = "'\""
 """What ``brief`` quotes a string with (a user name is shown unquoted)."""
 
@@ -145,7 +120,7 @@ class WebConfig:
         for key in raw:
             if key not in _TOP_KEYS:
                 problems.append(f"{where}: unknown key {brief(key, SHOWN_CHARACTERS)} (known: {', '.join(_TOP_KEYS)})")
-        tls = _parse_tls(raw.get("tls_server_config"), path.parent, problems, where)
+        tls = parse_tls(raw.get("tls_server_config"), path.parent, problems, where)
         headers = _parse_http(raw.get("http_server_config"), problems, where)
         users = _parse_users(raw.get("basic_auth_users"), problems, where)
         rate_limit = _parse_rate_limit(raw.get("rate_limit"), problems, where)
@@ -163,120 +138,6 @@ class WebConfig:
         if self.tls is not None:
             files += [p for p in (self.tls.cert_file, self.tls.key_file, self.tls.client_ca_file) if p is not None]
         return tuple(files)
-
-
-def _parse_tls(raw: Any, base: Path, problems: list[str], where: str) -> TlsServerConfig | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        problems.append(f"{where}: tls_server_config must be a mapping")
-        return None
-    for key in raw:
-        if key not in _TLS_KEYS:
-            problems.append(f"{where}: unknown key tls_server_config.{key}")
-
-    def text(key: str) -> str | None:
-        value = raw.get(key)
-        if value is None or value == "":
-            return None
-        if not isinstance(value, str):
-            problems.append(f"{where}: tls_server_config.{key} must be a string")
-            return None
-        return value
-
-    def file(key: str) -> Path | None:
-        value = text(key)
-        if value is None:
-            return None
-        resolved = base / value
-        if not resolved.is_file():
-            problems.append(f"{where}: tls_server_config.{key} {brief(str(resolved), SHOWN_CHARACTERS)}: no such file")
-        elif not os.access(resolved, os.R_OK):
-            problems.append(
-                f"{where}: tls_server_config.{key} {brief(str(resolved), SHOWN_CHARACTERS)}: not readable by this user"
-            )
-        return resolved
-
-    cert_file, key_file, cert_pem, key_pem = file("cert_file"), file("key_file"), text("cert"), text("key")
-    client_ca_file, client_ca_pem = file("client_ca_file"), text("client_ca")
-    has_cert = raw.get("cert_file") or raw.get("cert")
-    has_key = raw.get("key_file") or raw.get("key")
-    if not has_cert and not has_key:
-        # exporter-toolkit: a TLS section without certificate and key means plain HTTP.
-        return None
-    for a, b in (("cert", "cert_file"), ("key", "key_file"), ("client_ca", "client_ca_file")):
-        if raw.get(a) and raw.get(b):
-            problems.append(f"{where}: tls_server_config: give {a} or {b}, not both")
-    if not has_cert:
-        problems.append(f"{where}: tls_server_config: key given but cert_file (or cert) missing")
-    if not has_key:
-        problems.append(f"{where}: tls_server_config: cert given but key_file (or key) missing")
-
-    auth = text("client_auth_type") or "NoClientCert"
-    auth = CLIENT_AUTH_ALIASES.get(auth, auth)
-    has_ca = client_ca_file is not None or client_ca_pem is not None
-    if auth not in CLIENT_AUTH_TYPES:
-        problems.append(
-            f"{where}: tls_server_config.client_auth_type {brief(auth, SHOWN_CHARACTERS)} is not one of {', '.join(CLIENT_AUTH_TYPES)}"
-        )
-    elif auth == "NoClientCert" and has_ca:
-        problems.append(f"{where}: tls_server_config: client_ca_file is set but client_auth_type is NoClientCert")
-    elif auth in ("RequireAnyClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert") and not has_ca:
-        problems.append(f"{where}: tls_server_config: client_auth_type {auth} needs client_ca_file")
-
-    sans = raw.get("client_allowed_sans") or []
-    if not isinstance(sans, list) or not all(isinstance(s, str) for s in sans):
-        problems.append(f"{where}: tls_server_config.client_allowed_sans must be a list of strings")
-        sans = []
-    elif sans and auth not in ("RequireAnyClientCert", "RequireAndVerifyClientCert"):
-        problems.append(
-            f"{where}: tls_server_config.client_allowed_sans needs client_auth_type "
-            "RequireAndVerifyClientCert (or RequireAnyClientCert)"
-        )
-
-    versions = {}
-    for key, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
-        value = text(key) or default
-        if value not in TLS_VERSIONS:
-            problems.append(
-                f"{where}: tls_server_config.{key} {brief(value, SHOWN_CHARACTERS)} is not one of {', '.join(TLS_VERSIONS)}"
-            )
-            value = default
-        versions[key] = value
-    if TLS_VERSIONS[versions["min_version"]] > TLS_VERSIONS[versions["max_version"]]:
-        problems.append(f"{where}: tls_server_config: min_version is above max_version")
-
-    suites = raw.get("cipher_suites") or []
-    if not isinstance(suites, list):
-        problems.append(f"{where}: tls_server_config.cipher_suites must be a list")
-        suites = []
-    for suite in suites:
-        if not isinstance(suite, str) or suite not in CIPHER_SUITES:
-            problems.append(
-                f"{where}: tls_server_config.cipher_suites: unknown or insecure suite {brief(suite, SHOWN_CHARACTERS)} "
-                f"(known: {', '.join(CIPHER_SUITES)})"
-            )
-    prefer = raw.get("prefer_server_cipher_suites", True)
-    if not isinstance(prefer, bool):
-        problems.append(f"{where}: tls_server_config.prefer_server_cipher_suites must be true or false")
-        prefer = True
-    curves = raw.get("curve_preferences")
-    if curves is not None and not isinstance(curves, list):
-        problems.append(f"{where}: tls_server_config.curve_preferences must be a list")
-    return TlsServerConfig(
-        cert_file=cert_file,
-        key_file=key_file,
-        cert_pem=cert_pem,
-        key_pem=key_pem,
-        client_auth_type=auth,
-        client_ca_file=client_ca_file,
-        client_ca_pem=client_ca_pem,
-        client_allowed_sans=tuple(sans),
-        min_version=versions["min_version"],
-        max_version=versions["max_version"],
-        cipher_suites=tuple(s for s in suites if s in CIPHER_SUITES),
-        prefer_server_cipher_suites=prefer,
-    )
 
 
 def _parse_http(raw: Any, problems: list[str], where: str) -> dict[str, str]:
