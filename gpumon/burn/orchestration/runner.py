@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from gpumon.backends.base import GpuBackend, GpuLostError
-from gpumon.burn.orchestration.agent import Agent, start_worker_server
+from gpumon.burn.orchestration.agent import Agent
 from gpumon.burn.orchestration.live import LiveView
 from gpumon.burn.orchestration.merge import build_report, merge_results
 from gpumon.burn.orchestration.network import gloo_interface
@@ -24,6 +24,7 @@ from gpumon.burn.orchestration.options import BurnOptions
 from gpumon.burn.orchestration.protocol import WorkerSpec
 from gpumon.burn.orchestration.rendezvous import meet, open_store
 from gpumon.burn.orchestration.watcher import Watcher, summarise
+from gpumon.burn.orchestration.worker_server import start_worker_server
 from gpumon.burn.verdict import report as report_mod
 from gpumon.burn.verdict.errors import EXIT_CANNOT_RUN, CannotRunError
 from gpumon.burn.verdict.thresholds import GroupLink, Thresholds, group_link
