@@ -179,7 +179,9 @@ def test_a_lost_node_is_named_by_its_slurm_name_too() -> None:
         startup_timeout_seconds=60,
         node_names={0: "n1", 1: "n2", 2: "n3"},
     )
-    beat = [{"rank": 2, "gpu": 0, "node": 2, "test": "matmul", "collective": None, "age": 0.3, "ready": True, "done": False}]
+    beat = [
+        {"rank": 2, "gpu": 0, "node": 2, "test": "matmul", "collective": None, "age": 0.3, "ready": True, "done": False}
+    ]
     agent._remote[1] = (7, time.monotonic(), [{**beat[0], "rank": 1, "node": 1}])
     agent._remote[2] = (7, time.monotonic() - 6, beat)
     agent._check_watchdog()
