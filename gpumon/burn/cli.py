@@ -24,6 +24,7 @@ from gpumon.burn.orchestration.options import (
     DTYPES,
     TESTS,
     BurnOptions,
+    Launch,
     default_duration,
     launch_from,
     parse_gpus,
@@ -113,50 +114,20 @@ def _torchrun(env: dict[str, str]) -> bool:
 
 def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOptions | None, Any, list[str]]:
     """Validate everything; returns (options, initialised backend, problems). Raises CannotRunError."""
-    from gpumon.backends.base import NvmlUnavailableError
-    from gpumon.burn.verdict import thresholds
-    from gpumon.burn.workloads import inject
-
     problems: list[str] = []
     tests, p = parse_tests(args.tests)
     problems += p
-    if args.dtype not in DTYPES:
-        problems.append(f"--dtype: unknown dtype {args.dtype!r} (one of {'|'.join(DTYPES)})")
-    if args.device not in DEVICES:
-        problems.append(f"--device: {args.device!r} is not one of {'|'.join(DEVICES)}")
+    problems += _flag_problems(args)
     device = args.device if args.device in DEVICES else "cuda"
-    if args.duration is not None and not args.duration > 0:
-        problems.append("--duration must be more than 0 seconds")
-    if not args.heartbeat_timeout > 0:
-        problems.append("--heartbeat-timeout must be more than 0 seconds")
-    if not args.startup_timeout > 0:
-        problems.append("--startup-timeout must be more than 0 seconds")
-    _injection, p = inject.parse(env.get(inject.ENV_VAR))
-    problems += p
-    _th, p = thresholds.parse_floors(env.get(thresholds.FLOORS_ENV_VAR))
-    problems += p
-    if _torchrun(env) or args.nnodes > 1 or not slurm_launch.in_slurm_step(env):
-        launch, p = launch_from(env, args.nnodes, args.node_rank, args.master_addr, args.master_port)
-    else:
-        launch, p = slurm_launch.launch_from_slurm(
-            env, args.master_addr, args.master_port, slurm_launch.first_node_address
-        )
+    problems += _environment_problems(env)
+    launch, p = _launch(args, env)
     problems += p
     _gpus, p = parse_gpus(args.gpus, None)
     problems += p
-    backend = None
     spec = args.backend or ("nvml" if device == "cuda" else "fake")
-    try:
-        backend = _make_backend(spec, device)
-        backend.init()
-    except NvmlUnavailableError as exc:
-        if problems:
-            return None, None, problems
-        raise CannotRunError(
-            f"NVML is not available ({exc}): is the NVIDIA driver loaded? (--device cpu for a dry run)"
-        ) from exc
-    except (ValueError, ImportError) as exc:  # ScenarioError is a ValueError
-        problems.append(f"--backend {spec}: {exc}")
+    backend, p = _open_backend(spec, device, any_problems=bool(problems))
+    problems += p
+    if backend is None:
         return None, None, problems
     count = backend.device_count()
     if count == 0 and not problems:
@@ -164,16 +135,8 @@ def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOp
         raise CannotRunError("no GPU found")
     gpus, p = parse_gpus(args.gpus, count)
     problems += [x for x in p if x not in problems]
-    gpus_per_agent = len(gpus or ())
-    if launch.mode == "torchrun":
-        local_world = int(env.get("LOCAL_WORLD_SIZE", "1"))
-        if args.gpus is None:
-            gpus = tuple(range(min(local_world, count)))
-        if gpus is not None and len(gpus) != local_world:
-            problems.append(
-                f"torchrun --nproc-per-node {local_world} needs {local_world} GPUs, --gpus selects {len(gpus)}"
-            )
-        gpus_per_agent = 1
+    gpus, gpus_per_agent, p = _agent_gpus(args, env, launch, gpus, count)
+    problems += p
     if problems:
         backend.shutdown()
         return None, None, problems
@@ -195,6 +158,75 @@ def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOp
         gpus_per_agent=gpus_per_agent,
     )
     return opts, backend, []
+
+
+def _flag_problems(args: argparse.Namespace) -> list[str]:
+    """What is wrong with --dtype, --device, --duration and the two timeouts (seconds)."""
+    problems: list[str] = []
+    if args.dtype not in DTYPES:
+        problems.append(f"--dtype: unknown dtype {args.dtype!r} (one of {'|'.join(DTYPES)})")
+    if args.device not in DEVICES:
+        problems.append(f"--device: {args.device!r} is not one of {'|'.join(DEVICES)}")
+    if args.duration is not None and not args.duration > 0:
+        problems.append("--duration must be more than 0 seconds")
+    if not args.heartbeat_timeout > 0:
+        problems.append("--heartbeat-timeout must be more than 0 seconds")
+    if not args.startup_timeout > 0:
+        problems.append("--startup-timeout must be more than 0 seconds")
+    return problems
+
+
+def _environment_problems(env: dict[str, str]) -> list[str]:
+    """What is wrong with the fault injection and the floor overrides given in the environment."""
+    from gpumon.burn.verdict import thresholds
+    from gpumon.burn.workloads import inject
+
+    _injection, injection_problems = inject.parse(env.get(inject.ENV_VAR))
+    _th, floor_problems = thresholds.parse_floors(env.get(thresholds.FLOORS_ENV_VAR))
+    return injection_problems + floor_problems
+
+
+def _launch(args: argparse.Namespace, env: dict[str, str]) -> tuple[Launch, list[str]]:
+    """Where this process sits: from torchrun's or the flags' values, else (inside a Slurm step) from srun's."""
+    if _torchrun(env) or args.nnodes > 1 or not slurm_launch.in_slurm_step(env):
+        return launch_from(env, args.nnodes, args.node_rank, args.master_addr, args.master_port)
+    return slurm_launch.launch_from_slurm(env, args.master_addr, args.master_port, slurm_launch.first_node_address)
+
+
+def _open_backend(spec: str, device: str, any_problems: bool) -> tuple[Any, list[str]]:
+    """The initialised telemetry backend, or None and the problem with --backend.
+
+    Without NVML: None when other problems are already listed (they are what the user sees), else CannotRunError.
+    """
+    from gpumon.backends.base import NvmlUnavailableError
+
+    try:
+        backend = _make_backend(spec, device)
+        backend.init()
+    except NvmlUnavailableError as exc:
+        if any_problems:
+            return None, []
+        raise CannotRunError(
+            f"NVML is not available ({exc}): is the NVIDIA driver loaded? (--device cpu for a dry run)"
+        ) from exc
+    except (ValueError, ImportError) as exc:  # ScenarioError is a ValueError
+        return None, [f"--backend {spec}: {exc}"]
+    return backend, []
+
+
+def _agent_gpus(
+    args: argparse.Namespace, env: dict[str, str], launch: Launch, gpus: tuple[int, ...] | None, count: int
+) -> tuple[tuple[int, ...] | None, int, list[str]]:
+    """The GPUs this agent burns and how many each agent has; under torchrun one each, --nproc-per-node in all."""
+    if launch.mode != "torchrun":
+        return gpus, len(gpus or ()), []
+    local_world = int(env.get("LOCAL_WORLD_SIZE", "1"))
+    if args.gpus is None:
+        gpus = tuple(range(min(local_world, count)))
+    problems = []
+    if gpus is not None and len(gpus) != local_world:
+        problems.append(f"torchrun --nproc-per-node {local_world} needs {local_world} GPUs, --gpus selects {len(gpus)}")
+    return gpus, 1, problems
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from gpumon.burn.orchestration import runner
+from gpumon.burn.orchestration import merge
 from gpumon.burn.orchestration.agent import Agent
 from gpumon.burn.orchestration.options import BurnOptions, Launch
+from gpumon.burn.verdict.thresholds import Thresholds
 
 LOST_ABORT = '{"kind": "lost", "message": "node 2 lost: its agent sent nothing for 9 s (limit 5 s)", '
 WAITED_TOO_LONG_SECONDS = 5.0
@@ -85,11 +86,11 @@ def _opts(index: int) -> BurnOptions:
 
 @pytest.fixture(autouse=True)
 def _short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner, "LOST_MERGE_GRACE_SECONDS", 0.2)
+    monkeypatch.setattr(merge, "LOST_MERGE_GRACE_SECONDS", 0.2)
 
 
 def _merge(store: _Store, index: int, agent: Agent) -> dict[str, Any]:
-    return runner._merge_multi(store, _opts(index), agent.node_result(), runner.Thresholds(), _NoInjection(), 0.0)
+    return merge.merge_results(store, _opts(index), agent.node_result(), Thresholds(), _NoInjection(), 0.0)
 
 
 class _NoInjection:

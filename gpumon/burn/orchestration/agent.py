@@ -1,106 +1,35 @@
 """The agent: spawns one worker per local GPU, watches their heartbeats, collects their results.
 
-One agent per host (or per torchrun process). Agents of a multi-node run share a TCPStore:
-each publishes its ranks' progress every second, so every agent's watchdog sees the whole
-run, and the first agent to find a hang or a dead rank tells the others to stop.
+One agent per host (or per torchrun process). Agents of a multi-node run share a TCPStore
+(``agent_exchange``): each publishes its ranks' progress every second, so every agent's watchdog
+sees the whole run, and the first agent to find a hang or a dead rank tells the others to stop.
+The workers start from the fork server of ``worker_server``; ``rank_state`` holds what is known of each.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import multiprocessing
 import os
 import queue as queue_mod
 import socket
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from multiprocessing import forkserver
 from typing import Any
 
 from gpumon.burn.orchestration import watchdog
+from gpumon.burn.orchestration.agent_exchange import BEAT_PUBLISH_SECONDS, AgentExchange
 from gpumon.burn.orchestration.interrupts import signals_deferred
 from gpumon.burn.orchestration.protocol import NO_MULTICAST_ENV, WorkerSpec
+from gpumon.burn.orchestration.rank_state import Abort, RankState
 
-BEAT_PUBLISH_SECONDS = 1.0
 KILL_GRACE_SECONDS = 2.0
-REMOTE_EXTRAPOLATE_SECONDS = 2.0
-"""A remote rank's age is what its agent last said plus at most this; longer silence is the agent's (a lost node)."""
 DEATH_GRACE_SECONDS = 2.5
 """After a local worker dies in a multi-node run, every other agent gets this long to speak: one that stays
 silent since before the death is the likelier cause (a lost node), and is named once past its limit."""
 
 
-@dataclass
-class RankState:
-    """The agent's view of one local worker."""
-
-    rank: int
-    gpu: int
-    node: int
-    test: str = "start"
-    collective: str | None = "spawn"
-    last_progress: float = field(default_factory=time.monotonic)
-    ready: bool = False
-    done: bool = False
-    exit_code: int | None = None
-    model: str | None = None
-    startup_seconds: dict[str, float] = field(default_factory=dict)
-    """How long the worker took to import torch, open its device and join the process group."""
-    metrics: dict[str, float] = field(default_factory=dict)
-    rates: dict[str, list[float]] = field(default_factory=dict)
-    """TFLOP/s of every round reported so far, by test: kept when the run is stopped before the result."""
-    died_at: float | None = None
-    results: dict[str, Any] = field(default_factory=dict)
-    errors: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class Abort:
-    kind: str
-    """hang | dead | lost (another node's agent went silent) | cannot_run | interrupted"""
-    message: str
-    ranks: tuple[int, ...] = ()
-    agents: tuple[int, ...] = ()
-    """For ``lost``: the agents that went silent (the merge does not wait for them)."""
-
-    def to_jsonable(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": self.message, "ranks": list(self.ranks), "agents": list(self.agents)}
-
-
-TORCH_NUMPY_WARNING = "ignore:Failed to initialize NumPy:UserWarning"
-"""The warning filter (PYTHONWARNINGS syntax) for torch's import-time warning when NumPy is missing."""
-
-
-def start_worker_server() -> Any:
-    """The multiprocessing context the workers start from, its fork server already importing torch.
-
-    Spawned workers each imported torch themselves, all at once (3.4-5.4 s on 4 x H100); the fork
-    server imports it once, while the agent does its own start-up, and forks every worker from there
-    with torch loaded. The server never initialises CUDA, so each worker opens its GPU as before. It
-    starts with SIGINT and SIGTERM blocked, as spawned workers did: each worker unblocks them first.
-    """
-    for key, value in NO_MULTICAST_ENV.items():
-        os.environ[key] = value  # the server's environment is the workers'
-    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "gpumon.burn.orchestration.worker"])
-    before = os.environ.get("PYTHONWARNINGS")
-    # torch built without NumPy warns at import; the server imports it before any filter of ours runs
-    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [before, TORCH_NUMPY_WARNING]))
-    try:
-        with signals_deferred():
-            forkserver.ensure_running()
-    finally:
-        if before is None:
-            del os.environ["PYTHONWARNINGS"]
-        else:
-            os.environ["PYTHONWARNINGS"] = before
-    return ctx
-
-
-class Agent:
+class Agent(AgentExchange):
     """Runs the local workers to the end, or until the watchdog or another agent stops them."""
 
     def __init__(
@@ -278,56 +207,6 @@ class Agent:
             self._publish_abort()
             return
 
-    def _others(self) -> list[int]:
-        return [a for a in range(self.agent_count) if a != self.agent_index]
-
-    def _finished(self, agent: int) -> bool:
-        """Whether ``agent``'s last beat says all its ranks are done (it stops beating on purpose)."""
-        seen = self._remote.get(agent)
-        return seen is not None and bool(seen[2]) and all(r["done"] for r in seen[2])
-
-    def _last_heard(self, agent: int) -> float:
-        """When this agent last saw ``agent``'s beat change (the start of the run before its first beat)."""
-        seen = self._remote.get(agent)
-        return seen[1] if seen is not None else self._started
-
-    def _node_name(self, node: int) -> str:
-        return f"{node} ({self.node_names[node]})" if node in self.node_names else str(node)
-
-    def _check_lost_agents(self) -> None:
-        """Agents silent past the heartbeat limit (start-up limit before their first beat) are lost nodes."""
-        if self.abort is not None or self.agent_count <= 1:
-            return
-        now = time.monotonic()
-        lost, parts, ranks = [], [], []
-        for agent in self._others():
-            if self._finished(agent):
-                continue  # it stopped beating on purpose
-            seen = self._remote.get(agent)
-            limit = self.heartbeat_timeout_seconds if seen is not None else self.startup_timeout_seconds
-            silent = now - self._last_heard(agent)
-            if silent <= limit:
-                continue
-            lost.append(agent)
-            theirs = seen[2] if seen is not None else []
-            ranks += [r["rank"] for r in theirs]
-            nodes = sorted({r["node"] for r in theirs})
-            where = f"node {', '.join(self._node_name(n) for n in nodes)}" if nodes else f"agent {agent}"
-            named = ", ".join(f"rank {r['rank']} (GPU {r['gpu']})" for r in theirs)
-            parts.append(
-                f"{where} lost: its agent sent nothing for {silent:.0f} s (limit {limit:.0f} s)"
-                + (f"; {named} went with it" if named else "")
-            )
-        if not lost:
-            return
-        since = min(self._last_heard(a) for a in lost)
-        for st in self.states.values():
-            for err in st.errors:
-                if err.get("at", 0.0) >= since - BEAT_PUBLISH_SECONDS:
-                    err["after_abort"] = True  # a collective that failed because the node vanished
-        self.abort = Abort("lost", "; ".join(parts), tuple(ranks), tuple(lost))
-        self._publish_abort()
-
     def _views(self) -> list[watchdog.RankView]:
         now = time.monotonic()
         views = [
@@ -343,21 +222,7 @@ class Agent:
             )
             for s in self.states.values()
         ]
-        for _agent, (_seq, seen_at, ranks) in self._remote.items():
-            silent = min(now - seen_at, REMOTE_EXTRAPOLATE_SECONDS)
-            for r in ranks:
-                views.append(
-                    watchdog.RankView(
-                        rank=r["rank"],
-                        gpu=r["gpu"],
-                        node=r["node"],
-                        test=r["test"],
-                        collective=r["collective"],
-                        age_seconds=r["age"] + silent,
-                        ready=r["ready"],
-                        done=r["done"],
-                    )
-                )
+        views += self._remote_views(now)
         return views
 
     def _check_watchdog(self) -> None:
@@ -369,62 +234,6 @@ class Agent:
         if hang is not None:
             self.abort = Abort("hang", hang.message, hang.ranks)
             self._publish_abort()
-
-    def _exchange_beats(self) -> None:
-        if self.agent_count <= 1:
-            return
-        now = time.monotonic()
-        self._beat_seq += 1
-        mine = [
-            {
-                "rank": s.rank,
-                "gpu": s.gpu,
-                "node": s.node,
-                "test": s.test,
-                "collective": s.collective,
-                "age": now - s.last_progress,
-                "ready": s.ready,
-                "done": s.done or s.exit_code is not None,
-            }
-            for s in self.states.values()
-        ]
-        try:
-            self.store.set(f"beat/{self.agent_index}", json.dumps({"seq": self._beat_seq, "ranks": mine}))
-            for agent in range(self.agent_count):
-                if agent == self.agent_index or not self.store.check([f"beat/{agent}"]):
-                    continue
-                data = json.loads(self.store.get(f"beat/{agent}"))
-                old = self._remote.get(agent)
-                if old is None or old[0] != data["seq"]:
-                    self._remote[agent] = (data["seq"], now, data["ranks"])
-            if self.abort is None:
-                self.abort = self._stored_abort()
-        except Exception as exc:  # the store (rank 0's host) went away
-            if self.abort is None:
-                self.abort = Abort("dead", f"lost contact with the other nodes' agents: {exc}")
-
-    def _stored_abort(self) -> Abort | None:
-        """The abort another agent put in the store, if any; raises when the store is unreachable."""
-        if not self.store.check(["abort"]):
-            return None
-        data = json.loads(self.store.get("abort"))
-        return Abort(data["kind"], data["message"], tuple(data["ranks"]), tuple(data.get("agents") or ()))
-
-    def _adopt_remote_abort(self) -> None:
-        """Take over another agent's abort, if one is in the store (multi-node runs only)."""
-        if self.agent_count <= 1 or self.abort is not None:
-            return
-        with contextlib.suppress(Exception):  # the store is gone; the next beat exchange says so
-            self.abort = self._stored_abort()
-
-    def _publish_abort(self) -> None:
-        if self.agent_count <= 1 or self.abort is None:
-            return
-        try:
-            if not self.store.check(["abort"]):
-                self.store.set("abort", json.dumps(self.abort.to_jsonable()))
-        except Exception:
-            pass
 
     def _stop_workers(self) -> None:
         alive = [p for p in self._procs.values() if p.is_alive()]

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from gpumon.burn.orchestration.agent import RankState
 from gpumon.burn.orchestration.interrupts import signals_deferred
+from gpumon.burn.orchestration.rank_state import RankState
 from gpumon.burn.orchestration.watcher import Watcher
 
 PLAIN_EVERY_SECONDS = 5.0

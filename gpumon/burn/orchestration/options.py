@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 TESTS = ("sw", "matmul", "memory", "p2p", "allreduce")
-LOAD_TESTS = ("matmul", "memory", "p2p", "allreduce")
 DTYPES = ("auto", "bf16", "fp16", "tf32", "fp32", "fp64")
 DEVICES = ("cuda", "cpu")
 

@@ -22,8 +22,6 @@ from gpumon.snapshot import Tier
 
 SLOWDOWN_FAULT_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown")
 """Clock-event reasons that fail a GPU when seen under burn load."""
-SLOWDOWN_INFO_REASONS = ("sw_power_cap",)
-"""Reasons reported but expected under full load (the power cap doing its job)."""
 SUSTAINED_SKIP_SECONDS = 3.0
 """Matmul samples of the first seconds are left out of the sustained-power median (ramp-up)."""
 

@@ -16,10 +16,6 @@ from typing import Any
 from gpumon.burn.orchestration.protocol import NO_MULTICAST_ENV, WorkerSpec
 
 
-class InjectedOomError(MemoryError):
-    """Raised by the ``oom:G`` fault injection in place of a real allocation failure."""
-
-
 class CannotRunWorkerError(RuntimeError):
     """The worker cannot run at all here (no CUDA device, NCCL init failed)."""
 

@@ -21,6 +21,23 @@ from gpumon.burn.verdict.thresholds import Thresholds, group_link
 def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str, ...]) -> Judgement:
     """Checks, faults and per-GPU summaries for the whole run (all nodes)."""
     j = Judgement(multi_node=len(nodes) > 1)
+    results = _merge_nodes(j, nodes, tests)
+    for node in nodes:
+        j.busy |= {(node["node"], int(g)) for g in node.get("busy_gpus", ())}
+        for r in node["ranks"]:
+            _partial_matmul(j, (node["node"], r["gpu"]), r)
+    for node in nodes:
+        _judge_sw(j, node)
+    _judge_aborts(j, nodes)
+    _judge_errors(j, nodes)
+    _judge_loads(j, results, nodes, thresholds, tests)
+    _summarise_gpus(j, tests)
+    j.cannot_run = list(dict.fromkeys(j.cannot_run))
+    return j
+
+
+def _merge_nodes(j: Judgement, nodes: list[dict[str, Any]], tests: tuple[str, ...]) -> dict[str, dict[GpuKey, Any]]:
+    """Every node's GPUs into ``j.gpus`` (and node names when each node has its own); returns the results by test."""
     names = {int(node["node"]): str(node.get("hostname") or "") for node in nodes}
     if len(nodes) > 1 and "" not in names.values() and len(set(names.values())) == len(names):
         j.node_names = names  # nodes told apart by name too (one host in tests: indices only)
@@ -43,13 +60,11 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
             }
             for test, data in r["results"].items():
                 results.setdefault(test, {})[key] = data
-    for node in nodes:
-        j.busy |= {(node["node"], int(g)) for g in node.get("busy_gpus", ())}
-        for r in node["ranks"]:
-            _partial_matmul(j, (node["node"], r["gpu"]), r)
-    for node in nodes:
-        _judge_sw(j, node)
-    # The watchdog's finding first: it names the cause, the workers' errors after it are fallout.
+    return results
+
+
+def _judge_aborts(j: Judgement, nodes: list[dict[str, Any]]) -> None:
+    """The watchdog's finding first: it names the cause, the workers' errors after it are fallout."""
     seen_aborts: set[str] = set()
     for node in nodes:
         abort = node.get("abort")
@@ -73,6 +88,10 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
                 )
         if abort and abort["kind"] == "cannot_run":
             j.cannot_run.append(abort["message"])
+
+
+def _judge_errors(j: Judgement, nodes: list[dict[str, Any]]) -> None:
+    """The workers' errors: a fault of their GPU, unless raised because the run was being stopped."""
     for node in nodes:
         for r in node["ranks"]:
             for err in r["errors"]:
@@ -84,6 +103,16 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
                     j.add(str(err.get("test")), (node["node"], r["gpu"]), "error", None, "after the stop: " + message)
                 else:
                     j.add(str(err.get("test")), (node["node"], r["gpu"]), "error", False, message, fault=message)
+
+
+def _judge_loads(
+    j: Judgement,
+    results: dict[str, dict[GpuKey, Any]],
+    nodes: list[dict[str, Any]],
+    thresholds: Thresholds,
+    tests: tuple[str, ...],
+) -> None:
+    """Each load test's rules on its results, and the telemetry rules, in report order."""
     if "matmul" in tests:
         judge_matmul(j, results.get("matmul", {}), thresholds)
     if "memory" in tests:
@@ -98,6 +127,10 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
             gpus = [g for (_n, g), d in results.get("allreduce", {}).items() if "skipped" not in d]
             link = group_link(nodes[0].get("topology") or {}, nodes[0].get("pcie") or {}, sorted(gpus))
         judge_allreduce(j, results.get("allreduce", {}), thresholds, single_node=len(nodes) == 1, link=link)
+
+
+def _summarise_gpus(j: Judgement, tests: tuple[str, ...]) -> None:
+    """Each GPU's verdict per test (None: not judged) from the checks that count for it, with notes."""
     for key, g in j.gpus.items():
         for test in tests:
             checks = [c for c in j.checks if c["test"] == test]
@@ -111,8 +144,6 @@ def judge(nodes: list[dict[str, Any]], thresholds: Thresholds, tests: tuple[str,
             g["tests"]["telemetry"] = all(
                 c["passed"] is not False for c in j.checks if c["test"] == "telemetry" and (c["node"], c["gpu"]) == key
             )
-    j.cannot_run = list(dict.fromkeys(j.cannot_run))
-    return j
 
 
 def _counts_for(check: Mapping[str, Any], key: GpuKey) -> bool:

@@ -79,12 +79,25 @@ def _group_too_slow(
 def judge_allreduce(
     j: Judgement, res: Mapping[GpuKey, Any], th: Thresholds, single_node: bool, link: GroupLink | None = None
 ) -> None:
+    """Every rank's result exact, the pairwise runs against each other, the group's busbw against its floor."""
     ran = {k: d for k, d in res.items() if "skipped" not in d}
     for key, d in res.items():
         if "skipped" in d:
             j.add("allreduce", key, "skipped", None, d["skipped"])
     if not ran:
         return
+    _judge_exact(j, ran)
+    lead = min(ran, key=lambda k: j.gpus[k]["rank"])
+    members = sorted(ran, key=lambda k: j.gpus[k]["rank"])
+    _record_sizes(j, ran, lead)
+    _timing_fallbacks(j, ran, members)
+    pair_faults, slow_alone = _judge_pairs(j, ran, th)
+    _judge_group_busbw(j, ran, lead, members, th, single_node, link, slow_alone)
+    j.faults += pair_faults  # after the group's line, which says the pairwise runs follow
+
+
+def _judge_exact(j: Judgement, ran: Mapping[GpuKey, Any]) -> None:
+    """Each rank's all-reduce results summed exactly (no element wrong, at any size)."""
     for key, d in ran.items():
         bad = sum(s.get("mismatched_elements", 0) for s in d["sizes"])
         j.add(
@@ -99,18 +112,15 @@ def judge_allreduce(
             "elements",
             0,
         )
-    lead = min(ran, key=lambda k: j.gpus[k]["rank"])
+
+
+def _record_sizes(j: Judgement, ran: Mapping[GpuKey, Any], lead: GpuKey) -> None:
+    """The lead rank's figures (largest size's busbw, every size) on each GPU of the group, for the report."""
     sizes = ran[lead]["sizes"]
     largest = sizes[-1]
-    busbw = largest["busbw_bytes_per_second"]
-    models = sorted({j.gpus[k]["model"] for k in ran})
-    floors = [f for m in models if (f := th.allreduce_floor_bytes_per_second(m, single_node, link)) is not None]
-    floor = min(floors) if floors else None
-    members = sorted(ran, key=lambda k: j.gpus[k]["rank"])
-    over = f" over {link.describe()}" if link is not None and link.kind != "unknown" else ""
     for key in ran:
         j.gpus[key]["allreduce"] = {
-            "busbw_bytes_per_second": busbw,
+            "busbw_bytes_per_second": largest["busbw_bytes_per_second"],
             "bytes": largest["bytes"],
             "dtype": ran[lead].get("dtype"),
             "sizes": [
@@ -121,34 +131,55 @@ def judge_allreduce(
                 for s in sizes
             ],
         }
-    _timing_fallbacks(j, ran, members)
-    pair_faults: list[str] = []
-    slow_alone: set[GpuKey] = set()
+
+
+def _judge_pairs(j: Judgement, ran: Mapping[GpuKey, Any], th: Thresholds) -> tuple[list[str], set[GpuKey]]:
+    """The pairwise runs against their median; returns the slow links' faults and the GPUs slow on every link."""
     pairs = [p for d in ran.values() for p in d.get("pairwise", [])]
-    if pairs:
-        by_rank = {g["rank"]: k for k, g in j.gpus.items()}
-        med = median(p["busbw_bytes_per_second"] for p in pairs) or 0.0
-        limit = (1 - th.link_fraction) * med  # pairs against each other: the floor only decided to run them
-        judged = []
-        for p in pairs:
-            a, b = by_rank[p["ranks"][0]], by_rank[p["ranks"][1]]
-            slow = p["busbw_bytes_per_second"] < limit
-            j.add(
-                "allreduce",
-                a,
-                "pair_busbw",
-                not slow,
-                f"ranks {p['ranks'][0]}+{p['ranks'][1]}: {p['busbw_bytes_per_second'] / 1e9:.1f} GB/s "
-                f"(limit {limit / 1e9:.1f})",
-                p["busbw_bytes_per_second"],
-                "bytes_per_second",
-                limit,
-                peer=b[1],
-                fault="",
-            )
-            judged.append((a, b, slow, j.checks[-1]))
-        pair_faults = blame_links(j, "allreduce", judged)
-        slow_alone = slow_gpus([(a, b, slow) for a, b, slow, _check in judged])
+    if not pairs:
+        return [], set()
+    by_rank = {g["rank"]: k for k, g in j.gpus.items()}
+    med = median(p["busbw_bytes_per_second"] for p in pairs) or 0.0
+    limit = (1 - th.link_fraction) * med  # pairs against each other: the floor only decided to run them
+    judged = []
+    for p in pairs:
+        a, b = by_rank[p["ranks"][0]], by_rank[p["ranks"][1]]
+        slow = p["busbw_bytes_per_second"] < limit
+        j.add(
+            "allreduce",
+            a,
+            "pair_busbw",
+            not slow,
+            f"ranks {p['ranks'][0]}+{p['ranks'][1]}: {p['busbw_bytes_per_second'] / 1e9:.1f} GB/s "
+            f"(limit {limit / 1e9:.1f})",
+            p["busbw_bytes_per_second"],
+            "bytes_per_second",
+            limit,
+            peer=b[1],
+            fault="",
+        )
+        judged.append((a, b, slow, j.checks[-1]))
+    return blame_links(j, "allreduce", judged), slow_gpus([(a, b, slow) for a, b, slow, _check in judged])
+
+
+def _judge_group_busbw(
+    j: Judgement,
+    ran: Mapping[GpuKey, Any],
+    lead: GpuKey,
+    members: list[GpuKey],
+    th: Thresholds,
+    single_node: bool,
+    link: GroupLink | None,
+    slow_alone: set[GpuKey],
+) -> None:
+    """The group's busbw at the largest size against the lowest floor of its models (none: reported only)."""
+    sizes = ran[lead]["sizes"]
+    largest = sizes[-1]
+    busbw = largest["busbw_bytes_per_second"]
+    models = sorted({j.gpus[k]["model"] for k in ran})
+    floors = [f for m in models if (f := th.allreduce_floor_bytes_per_second(m, single_node, link)) is not None]
+    floor = min(floors) if floors else None
+    over = f" over {link.describe()}" if link is not None and link.kind != "unknown" else ""
     figures = ", ".join(f"{s['bytes'] / 2**20:.0f} MiB {s['busbw_bytes_per_second'] / 1e9:.1f}" for s in sizes)
     if floor is None:
         j.add(
@@ -178,7 +209,6 @@ def judge_allreduce(
         _group_too_slow(
             j, members, busbw, floor, f"{figures}; below the floor {floor / 1e9:.1f}{over}", ran, slow_alone
         )
-    j.faults += pair_faults  # after the group's line, which says the pairwise runs follow
 
 
 def _timing_fallbacks(j: Judgement, ran: Mapping[GpuKey, Any], members: list[GpuKey]) -> None:

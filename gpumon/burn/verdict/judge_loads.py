@@ -10,67 +10,15 @@ from gpumon.burn.verdict.thresholds import Thresholds
 
 
 def judge_matmul(j: Judgement, res: Mapping[GpuKey, Any], th: Thresholds) -> None:
+    """Each GPU's output bit-exact across rounds and close to float64; then against its peers and its floor."""
     groups: dict[tuple[str, str, int], list[GpuKey]] = {}
     for key, d in res.items():
         j.gpus[key]["matmul"] = {"dtype": d["dtype"], "tflops": d["tflops_median"], "tflops_max": d["tflops_max"]}
-        bad_rounds = d["checksum_mismatch_rounds"]
-        j.add(
-            "matmul",
-            key,
-            "bit_exact_repeat",
-            not bad_rounds,
-            f"output changed between identical GEMMs in {len(bad_rounds)} of {d['rounds']} rounds: "
-            "silent data corruption"
-            if bad_rounds
-            else f"{d['rounds']} rounds bit-identical",
-        )
-        ref = d["reference"]
-        j.add(
-            "matmul",
-            key,
-            "float64_reference",
-            bool(ref["passed"]),
-            f"relative error {ref['max_rel_error']:.2e} vs float64 on a {ref['size']}³ product "
-            f"(tolerance {ref['tolerance']:.0e} for {d['dtype']})",
-            ref["max_rel_error"],
-            "ratio",
-            ref["tolerance"],
-        )
+        _judge_matmul_alone(j, key, d)
         groups.setdefault((d["model"], d["dtype"], d["n"]), []).append(key)
     for (model, _dtype, _n), keys in groups.items():
-        if len(keys) < 2:
-            continue
-        # round 0's output is compared across GPUs; later rounds are compared with round 0 above
-        counts: dict[str, int] = {}
-        for k in keys:
-            counts[res[k]["checksum_first"]] = counts.get(res[k]["checksum_first"], 0) + 1
-        majority = next((c for c, cnt in counts.items() if cnt * 2 > len(keys)), None)
-        trusted = {
-            res[k]["checksum_first"]
-            for k in keys
-            if not res[k]["checksum_mismatch_rounds"] and res[k]["reference"]["passed"]
-        }
-        if majority is None and len(trusted) == 1:
-            majority = next(iter(trusted))  # the GPUs that are self-consistent and right agree
-        for k in keys:
-            mine = res[k]["checksum_first"]
-            if majority is not None:
-                ok = mine == majority
-                detail = (
-                    f"output identical to {counts[majority] - (1 if ok else 0)} {model} peers"
-                    if ok
-                    else f"output differs from {counts[majority]} {model} peers given identical inputs"
-                )
-            else:
-                ok = len(counts) == 1
-                detail = (
-                    "identical"
-                    if ok
-                    else (
-                        f"outputs of {', '.join(j.name(x) for x in keys)} differ with no majority: one of them is wrong"
-                    )
-                )
-            j.add("matmul", k, "bit_exact_peers", ok, detail)
+        if len(keys) >= 2:
+            _judge_matmul_bit_exact_peers(j, res, model, keys)
     rates = {k: d["tflops_median"] * 1e12 for k, d in res.items()}
     group_of = {k: f"{d['model']} {d['dtype']}" for k, d in res.items()}
     peer_check(j, "matmul", "peers", rates, group_of, th.straggler_fraction, "flop_per_second", 1e12, "TFLOP/s")
@@ -89,6 +37,65 @@ def judge_matmul(j: Judgement, res: Mapping[GpuKey, Any], th: Thresholds) -> Non
                 "flop_per_second",
                 floor * 1e12,
             )
+
+
+def _judge_matmul_alone(j: Judgement, key: GpuKey, d: Mapping[str, Any]) -> None:
+    """One GPU on its own: every round's output identical to its first, the product close to float64's."""
+    bad_rounds = d["checksum_mismatch_rounds"]
+    j.add(
+        "matmul",
+        key,
+        "bit_exact_repeat",
+        not bad_rounds,
+        f"output changed between identical GEMMs in {len(bad_rounds)} of {d['rounds']} rounds: silent data corruption"
+        if bad_rounds
+        else f"{d['rounds']} rounds bit-identical",
+    )
+    ref = d["reference"]
+    j.add(
+        "matmul",
+        key,
+        "float64_reference",
+        bool(ref["passed"]),
+        f"relative error {ref['max_rel_error']:.2e} vs float64 on a {ref['size']}³ product "
+        f"(tolerance {ref['tolerance']:.0e} for {d['dtype']})",
+        ref["max_rel_error"],
+        "ratio",
+        ref["tolerance"],
+    )
+
+
+def _judge_matmul_bit_exact_peers(j: Judgement, res: Mapping[GpuKey, Any], model: str, keys: list[GpuKey]) -> None:
+    """GPUs of one model, dtype and size given identical inputs: each output against the majority's."""
+    # round 0's output is compared across GPUs; later rounds are compared with round 0 in _judge_matmul_alone
+    counts: dict[str, int] = {}
+    for k in keys:
+        counts[res[k]["checksum_first"]] = counts.get(res[k]["checksum_first"], 0) + 1
+    majority = next((c for c, cnt in counts.items() if cnt * 2 > len(keys)), None)
+    trusted = {
+        res[k]["checksum_first"]
+        for k in keys
+        if not res[k]["checksum_mismatch_rounds"] and res[k]["reference"]["passed"]
+    }
+    if majority is None and len(trusted) == 1:
+        majority = next(iter(trusted))  # the GPUs that are self-consistent and right agree
+    for k in keys:
+        mine = res[k]["checksum_first"]
+        if majority is not None:
+            ok = mine == majority
+            detail = (
+                f"output identical to {counts[majority] - (1 if ok else 0)} {model} peers"
+                if ok
+                else f"output differs from {counts[majority]} {model} peers given identical inputs"
+            )
+        else:
+            ok = len(counts) == 1
+            detail = (
+                "identical"
+                if ok
+                else (f"outputs of {', '.join(j.name(x) for x in keys)} differ with no majority: one of them is wrong")
+            )
+        j.add("matmul", k, "bit_exact_peers", ok, detail)
 
 
 def judge_memory(j: Judgement, res: Mapping[GpuKey, Any], th: Thresholds) -> None:

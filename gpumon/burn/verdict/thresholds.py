@@ -135,8 +135,6 @@ class Thresholds:
     reference_rel_tolerance: Mapping[str, float] = field(default_factory=lambda: dict(REFERENCE_REL_TOLERANCE))
     floor_overrides: Mapping[str, float] = field(default_factory=dict)
     """GPUMON_BURN_FLOORS values, applied to every model."""
-    power_sustained_fraction: float = 0.0
-    """Reported, not judged: sustained power is a figure of merit, not a pass/fail."""
 
     def model_floors(self, model: str) -> Mapping[str, Any]:
         for needle, floors in _MODEL_FLOORS:

@@ -27,10 +27,45 @@ def matmul(ctx: Context) -> dict[str, Any]:
     if ctx.cuda:
         torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
         torch.backends.cudnn.allow_tf32 = dtype_name == "tf32"
+    n = _matrix_size(ctx, dtype)
+    a, b, c = _operands(ctx, n, dtype)
+    tolerance = {"bf16": 2e-2, "fp16": 4e-3, "tf32": 4e-3, "fp32": 1e-5, "fp64": 1e-12}[dtype_name]
+    reference_before = _reference_check(ctx, a, b, tolerance)
+    per_round = _gemms_per_round(ctx, a, b, c)
+    rates, first_checksum, mismatch_rounds = _timed_rounds(ctx, a, b, c, per_round, flop_per_gemm=2.0 * n * n * n)
+    reference_after = _reference_check(ctx, a, b, tolerance)
+    return {
+        "model": model_name(ctx),
+        "dtype": dtype_name,
+        "n": n,
+        "gemms_per_round": per_round,
+        "rounds": len(rates),
+        "tflops_median": statistics.median(rates),
+        "tflops_max": max(rates),
+        "tflops_rounds": [round(r, 3) for r in rates],
+        "checksum_first": str(first_checksum),
+        "checksum_mismatch_rounds": mismatch_rounds,
+        "reference": {
+            "size": min(REFERENCE_SIZE, n),
+            "tolerance": tolerance,
+            "max_rel_error": max(reference_before, reference_after),
+            "passed": max(reference_before, reference_after) <= tolerance,
+        },
+    }
+
+
+def _matrix_size(ctx: Context, dtype: Any) -> int:
+    """The side n of the square matrices: 8192 on a GPU, halved until the three fit half its free memory; 256 on CPU."""
     n = 8192 if ctx.cuda else 256
-    elem = torch.tensor([], dtype=dtype).element_size()
+    elem = ctx.torch.tensor([], dtype=dtype).element_size()
     while ctx.cuda and n > 1024 and 4 * n * n * elem > 0.5 * ctx.free_bytes():
         n //= 2
+    return n
+
+
+def _operands(ctx: Context, n: int, dtype: Any) -> tuple[Any, Any, Any]:
+    """A and B filled from the fixed seed (the same on every GPU), and C for the product; all held to the end."""
+    torch = ctx.torch
     gen = torch.Generator(device=ctx.device).manual_seed(SEED)  # on the GPU: 2 x 8192^2 on the CPU took ~2 s
     a = ctx.alloc((n, n), dtype)
     b = ctx.alloc((n, n), dtype)
@@ -38,10 +73,12 @@ def matmul(ctx: Context) -> dict[str, Any]:
     ctx.held += [a, b, c]
     a.copy_(torch.randn(n, n, generator=gen, device=ctx.device).to(dtype))
     b.copy_(torch.randn(n, n, generator=gen, device=ctx.device).to(dtype))
-    tolerance = {"bf16": 2e-2, "fp16": 4e-3, "tf32": 4e-3, "fp32": 1e-5, "fp64": 1e-12}[dtype_name]
-    reference_before = _reference_check(ctx, a, b, tolerance)
+    return a, b, c
 
-    flop = 2.0 * n * n * n
+
+def _gemms_per_round(ctx: Context, a: Any, b: Any, c: Any) -> int:
+    """How many GEMMs fill one round (0.5 s on a GPU, 0.2 s on CPU), after a warm-up and a first timing."""
+    torch = ctx.torch
     for _ in range(3):  # warm-up, and a first estimate of one GEMM's time
         torch.matmul(a, b, out=c)
     ctx.sync()
@@ -51,8 +88,15 @@ def matmul(ctx: Context) -> dict[str, Any]:
     ctx.sync()
     per_gemm = max((time.perf_counter() - t0) / 3, 1e-6)
     round_seconds = 0.5 if ctx.cuda else 0.2
-    per_round = max(1, int(round_seconds / per_gemm))
+    return max(1, int(round_seconds / per_gemm))
 
+
+def _timed_rounds(
+    ctx: Context, a: Any, b: Any, c: Any, per_round: int, flop_per_gemm: float
+) -> tuple[list[float], int, list[int]]:
+    """Rounds of GEMMs for the duration (at least two); returns TFLOP/s per round, round 0's checksum and the
+    rounds whose output differed from round 0's bit for bit."""
+    torch = ctx.torch
     rates: list[float] = []
     first: Any = None
     """Round 0's output, kept: every later round is compared with it bit for bit."""
@@ -77,28 +121,10 @@ def matmul(ctx: Context) -> dict[str, Any]:
             first_checksum = checksum(ctx, c)
         elif not torch.equal(c.view(torch.int16), first.view(torch.int16)):  # the bits, not the values (-0.0, NaN)
             mismatch_rounds.append(rnd)
-        rates.append(flop * per_round / elapsed / 1e12)
+        rates.append(flop_per_gemm * per_round / elapsed / 1e12)
         ctx.hb.progress("matmul", {"tflops": rates[-1]})
         rnd += 1
-    reference_after = _reference_check(ctx, a, b, tolerance)
-    return {
-        "model": model_name(ctx),
-        "dtype": dtype_name,
-        "n": n,
-        "gemms_per_round": per_round,
-        "rounds": len(rates),
-        "tflops_median": statistics.median(rates),
-        "tflops_max": max(rates),
-        "tflops_rounds": [round(r, 3) for r in rates],
-        "checksum_first": str(first_checksum),
-        "checksum_mismatch_rounds": mismatch_rounds,
-        "reference": {
-            "size": min(REFERENCE_SIZE, n),
-            "tolerance": tolerance,
-            "max_rel_error": max(reference_before, reference_after),
-            "passed": max(reference_before, reference_after) <= tolerance,
-        },
-    }
+    return rates, first_checksum, mismatch_rounds
 
 
 def _reference_check(ctx: Context, a: Any, b: Any, tolerance: float) -> float:

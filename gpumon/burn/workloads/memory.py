@@ -12,7 +12,6 @@ PATTERNS = (0x00000000, 0xFFFFFFFF, 0xAAAAAAAA, 0x55555555, "index")
 
 def memory(ctx: Context) -> dict[str, Any]:
     """Fill most of the free memory with patterns, verify every word, measure copy bandwidth."""
-    torch = ctx.torch
     free_before = ctx.free_bytes()
     if ctx.cuda:
         fraction = 0.5 if ctx.spec.quick else 0.9
@@ -21,21 +20,47 @@ def memory(ctx: Context) -> dict[str, Any]:
     else:
         chunk_bytes = 4 * MIB
         target = (16 if ctx.spec.quick else 32) * MIB
-    words = chunk_bytes // 4
+    chunks, oom_stopped = _allocate_chunks(ctx, chunk_bytes, target)
+    ctx.held += chunks
+    scratch = chunks.pop()  # holds the index pattern for verification
+    ctx.torch.arange(chunk_bytes // 4, dtype=ctx.torch.int32, out=scratch)
+    mismatched, first_bad = _check_patterns(ctx, chunks, scratch)
+    tested = len(chunks) * chunk_bytes
+    bandwidth = _copy_bandwidth(ctx, chunks[0], chunks[1] if len(chunks) > 1 else scratch)
+    return {
+        "model": model_name(ctx),
+        "free_bytes_before": free_before,
+        "bytes_tested": tested,
+        "chunk_bytes": chunk_bytes,
+        "patterns": [p if isinstance(p, str) else f"0x{p:08X}" for p in PATTERNS],
+        "mismatched_words": mismatched,
+        "first_mismatch": first_bad,
+        "allocation_stopped_by_oom": oom_stopped,
+        "bandwidth_bytes_per_second": bandwidth,
+    }
+
+
+def _allocate_chunks(ctx: Context, chunk_bytes: int, target_bytes: int) -> tuple[list[Any], bool]:
+    """int32 chunks up to ``target_bytes`` (at least two chunks); returns them and whether an OOM stopped it early.
+
+    An OOM before the first chunk, or an injected one, is raised.
+    """
     chunks: list[Any] = []
     oom_stopped = False
-    while (len(chunks) + 1) * chunk_bytes <= max(target, 2 * chunk_bytes):
+    while (len(chunks) + 1) * chunk_bytes <= max(target_bytes, 2 * chunk_bytes):
         try:
-            chunks.append(ctx.alloc((words,), torch.int32))
+            chunks.append(ctx.alloc((chunk_bytes // 4,), ctx.torch.int32))
         except Exception as exc:
             if not chunks or isinstance(exc, InjectedOom):
                 raise
             oom_stopped = True  # fragmentation: test what we got
             break
         ctx.hb.progress("memory")
-    ctx.held += chunks
-    scratch = chunks.pop()  # holds the index pattern for verification
-    torch.arange(words, dtype=torch.int32, out=scratch)
+    return chunks, oom_stopped
+
+
+def _check_patterns(ctx: Context, chunks: list[Any], scratch: Any) -> tuple[int, dict[str, Any] | None]:
+    """Every pattern written to every chunk and read back; returns the words that differed and the first place."""
     mismatched = 0
     first_bad: dict[str, Any] | None = None
     corrupt = ctx.spec.injection.has("corrupt", ctx.spec.gpu)
@@ -60,19 +85,7 @@ def memory(ctx: Context) -> dict[str, Any]:
                         "words": bad,
                     }
             ctx.hb.progress("memory")
-    tested = len(chunks) * chunk_bytes
-    bandwidth = _copy_bandwidth(ctx, chunks[0], chunks[1] if len(chunks) > 1 else scratch)
-    return {
-        "model": model_name(ctx),
-        "free_bytes_before": free_before,
-        "bytes_tested": tested,
-        "chunk_bytes": chunk_bytes,
-        "patterns": [p if isinstance(p, str) else f"0x{p:08X}" for p in PATTERNS],
-        "mismatched_words": mismatched,
-        "first_mismatch": first_bad,
-        "allocation_stopped_by_oom": oom_stopped,
-        "bandwidth_bytes_per_second": bandwidth,
-    }
+    return mismatched, first_bad
 
 
 def _as_int32(value: int) -> int:

@@ -6,7 +6,7 @@ passes, ``busy`` refuses to run unless ``--force`` (exit 3), ``cannot_run`` stop
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,10 @@ def check_host(host: HostSnapshot, torch_cuda_version: str | None, device: str) 
     ]
 
 
+_Add = Callable[[str, str, str], None]
+"""Records one check of the GPU being checked: (name, severity, detail)."""
+
+
 def check_gpu(gpu: int, values: Mapping[str, Any], own_pids: Sequence[int] = ()) -> list[SwCheck]:
     """The no-load checks of one GPU from its STATIC+SLOW+FAST fields."""
     out: list[SwCheck] = []
@@ -83,6 +87,16 @@ def check_gpu(gpu: int, values: Mapping[str, Any], own_pids: Sequence[int] = ())
     def add(name: str, severity: str, detail: str) -> None:
         out.append(SwCheck(name, gpu, severity, detail))
 
+    _check_settings(values, add)
+    _check_memory_errors(values, add)
+    _check_links(values, add)
+    _check_usable(values, add)
+    _check_processes(values, add, own_pids)
+    return out
+
+
+def _check_settings(values: Mapping[str, Any], add: _Add) -> None:
+    """Persistence mode and ECC mode: on is expected, off is a warning."""
     persistence = values.get("persistence_mode_enabled")
     if persistence is False:
         add("persistence_mode", "warn", "persistence mode is off (slow start-up, clocks may reset between jobs)")
@@ -95,6 +109,9 @@ def check_gpu(gpu: int, values: Mapping[str, Any], own_pids: Sequence[int] = ())
     elif ecc:
         add("ecc_mode", "ok", "enabled")
 
+
+def _check_memory_errors(values: Mapping[str, Any], add: _Add) -> None:
+    """Uncorrectable ECC errors, row remaps and page retirements: pending or failed ones are faults."""
     ecc_errors = values.get("ecc_errors_total") or {}
     uncorrected = ecc_errors.get("uncorrected_volatile")
     if uncorrected:
@@ -115,6 +132,9 @@ def check_gpu(gpu: int, values: Mapping[str, Any], own_pids: Sequence[int] = ())
     if retired.get("double_bit"):
         add("retired_pages", "warn", f"{retired['double_bit']} pages retired for double-bit errors")
 
+
+def _check_links(values: Mapping[str, Any], add: _Add) -> None:
+    """NVLinks down and a PCIe link below its max width are faults; a lower PCIe generation at idle is not."""
     nvlink = values.get("nvlink_up") or {}
     down = sorted((k for k, up in nvlink.items() if not up), key=lambda k: int(k) if k.isdigit() else 0)
     if nvlink and down and len(down) < len(nvlink):
@@ -132,6 +152,9 @@ def check_gpu(gpu: int, values: Mapping[str, Any], own_pids: Sequence[int] = ())
     if gen is not None and gen_max is not None and gen < gen_max:
         add("pcie_link_generation_idle", "ok", f"PCIe gen {gen} of {gen_max} at idle (re-checked under load)")
 
+
+def _check_usable(values: Mapping[str, Any], add: _Add) -> None:
+    """MIG mode, or an NVSwitch fabric not yet registered, mean the burn cannot run."""
     if values.get("mig_mode_enabled"):
         add("mig_mode", "cannot_run", "MIG mode is on: the burn needs whole GPUs")
 
@@ -144,10 +167,12 @@ def check_gpu(gpu: int, values: Mapping[str, Any], own_pids: Sequence[int] = ())
     elif fabric is not None:
         add("fabric", "ok", "registered with the NVSwitch fabric")
 
+
+def _check_processes(values: Mapping[str, Any], add: _Add, own_pids: Sequence[int]) -> None:
+    """Other compute processes on the GPU (not ``own_pids``) make it busy."""
     procs = [p for p in (values.get("processes") or ()) if getattr(p, "pid", None) not in own_pids]
     if procs:
         names = ", ".join(f"{p.pid} ({p.name or '?'})" for p in procs[:5])
         add("processes", "busy", f"{len(procs)} other compute process(es) on the GPU: {names}")
     else:
         add("processes", "ok", "no other compute processes")
-    return out
