@@ -14,10 +14,10 @@ from pathlib import Path
 
 from gpumon.cli_support import load_or_report
 from gpumon.config import Config
+from gpumon.findings.clears import Clear
 from gpumon.findings.config import HealthConfig
 from gpumon.findings.local_check import poll_within
 from gpumon.findings.service import add_clear, load_inventory
-from gpumon.findings.xid_lifecycle import Clear
 
 EXIT_USAGE = 2
 """``clear`` / ``accept-inventory``: bad input."""

@@ -22,7 +22,7 @@ from gpumon.alerts.burn_marker import BurnMarkerReader
 from gpumon.events.catalog import XidCatalog
 from gpumon.events.model import XidEvent
 from gpumon.findings.burn_results import burn_findings
-from gpumon.findings.clears import CLEARS_DIR, LEGACY_CLEARS, ClearsRead, read_clears
+from gpumon.findings.clears import CLEARS_DIR, LEGACY_CLEARS, Clear, ClearsRead, read_clears
 from gpumon.findings.clears import add_clear as add_clear  # gpumon health clear, tests: where it always was
 from gpumon.findings.config import HealthConfig
 from gpumon.findings.gpu_state import snapshot_findings
@@ -40,7 +40,7 @@ from gpumon.findings.inventory import (
 from gpumon.findings.model import WARNING, Finding, HealthReport, verdict
 from gpumon.findings.stragglers import Deviation, StragglerDetector
 from gpumon.findings.trends import Increase, TrendTracker
-from gpumon.findings.xid_lifecycle import Clear, XidLifecycle, XidPolicy
+from gpumon.findings.xid_lifecycle import XidLifecycle, XidPolicy
 from gpumon.snapshot import Snapshot
 from gpumon.state.burn_files import LAST_NAME, burn_dir
 from gpumon.state.files import (
