@@ -14,10 +14,10 @@ from pathlib import Path
 
 from gpumon.cli_support import load_or_report
 from gpumon.config import Config
-from gpumon.findings.clears import Clear
+from gpumon.findings.clears import Clear, add_clear
 from gpumon.findings.config import HealthConfig
+from gpumon.findings.health_files import load_inventory
 from gpumon.findings.local_check import poll_within
-from gpumon.findings.service import add_clear, load_inventory
 
 EXIT_USAGE = 2
 """``clear`` / ``accept-inventory``: bad input."""
@@ -111,8 +111,8 @@ def cmd_accept_inventory(args: argparse.Namespace) -> int:
     state_dir = config.state_dir
     from gpumon.backends.base import ScenarioError
     from gpumon.backends.factory import make_backend
+    from gpumon.findings.health_files import save_inventory
     from gpumon.findings.inventory import drift, inventory_of, pci_gpus
-    from gpumon.findings.service import save_inventory
     from gpumon.poller import Poller
     from gpumon.store import SnapshotStore
 
