@@ -111,8 +111,9 @@ def cmd_accept_inventory(args: argparse.Namespace) -> int:
     state_dir = config.state_dir
     from gpumon.backends.base import ScenarioError
     from gpumon.backends.factory import make_backend
+    from gpumon.findings.drift import drift
     from gpumon.findings.health_files import save_inventory
-    from gpumon.findings.inventory import drift, inventory_of, pci_gpus
+    from gpumon.findings.inventory import inventory_of, pci_gpus
     from gpumon.poller import Poller
     from gpumon.store import SnapshotStore
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from gpumon.findings.inventory import Inventory, drift, drift_inputs, pci_gpus
+from gpumon.findings.drift import drift, drift_inputs
+from gpumon.findings.inventory import Inventory, pci_gpus
 from gpumon.findings.model import Finding
 from gpumon.snapshot import Snapshot
 
