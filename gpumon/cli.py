@@ -9,15 +9,18 @@ import os
 import sys
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpumon import __version__
 from gpumon.cli_parser import CommandParser, UsageError, add_command, named_command
-from gpumon.config import DEFAULT_PORT, DEFAULT_STATE_DIR, Config, ConfigError, load
+from gpumon.cli_support import add_common_options as _add_common
+from gpumon.cli_support import add_tick_option, checked_config, load_or_report
+from gpumon.cli_support import config_flags as _flags
+from gpumon.cli_support import usable_state_dir as _usable_state_dir
+from gpumon.config import DEFAULT_PORT, Config
 from gpumon.early_hangup import hold_hangups
 from gpumon.jsonout import add_json_option, emit_json, to_stdout
 from gpumon.pipes import reader_gone
-from gpumon.state.files import ensure_dir
 
 if TYPE_CHECKING:
     from gpumon.exporter.webconfig import WebConfigError
@@ -27,20 +30,6 @@ EXIT_FAULT = 1
 EXIT_USAGE = 2
 
 log = logging.getLogger("gpumon")
-
-
-def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, help="YAML config file (default /etc/gpumon/gpumon.yaml if it exists)")
-    parser.add_argument(
-        "--backend",
-        help="nvml (real GPUs, the default), fake (simulated GPUs), fake:NAME (a named scenario: gpumon scenarios), "
-        "fake:PATH (a scenario file)",
-    )
-    parser.add_argument("--fake-gpus", type=int, dest="fake_gpus", help="number of simulated GPUs for --backend fake")
-    parser.add_argument(
-        "--state-dir", type=Path, dest="state_dir", help=f"state directory (default {DEFAULT_STATE_DIR})"
-    )
-    parser.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
 
 
 MODULE_COMMANDS = {
@@ -132,77 +121,6 @@ def _add_check_config(sub: argparse._SubParsersAction[CommandParser]) -> None:
     )
     check.add_argument("file", type=Path, help="the gpumon YAML config file")
     check.set_defaults(func=cmd_check_config)
-
-
-def add_tick_option(parser: argparse.ArgumentParser) -> None:
-    """``--tick N``: the tick of a scenario a one-shot command shows (gpumon.backends.play)."""
-    parser.add_argument(
-        "--tick",
-        type=_tick,
-        help="with --backend fake:NAME, the scenario's tick to show (default: its last scripted event; 0: the first poll)",
-    )
-
-
-def _tick(text: str) -> int:
-    value = int(text) if text.isdigit() else -1
-    if not 0 <= value <= 100_000:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 100000, got {text!r}")
-    return value
-
-
-def _flags(args: argparse.Namespace) -> dict[str, Any]:
-    names = (
-        "backend",
-        "fake_gpus",
-        "state_dir",
-        "log_level",
-        "listen",
-        "interval_seconds",
-        "web_config_file",
-        "compat",
-        "compat_hostname_label",
-        "compat_labels",
-        "processes",
-    )
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
-
-
-def checked_config(path: Path | None, flags: dict[str, Any], path_must_exist: bool) -> Config | list[str]:
-    """The configuration, or every problem in it: the one gate that ``check-config``, ``run`` and
-    ``once`` go through (``run``'s SIGHUP reload calls the same ``gpumon.config.load``)."""
-    try:
-        return load(path, os.environ, flags, path_must_exist=path_must_exist)
-    except ConfigError as exc:
-        return exc.problems
-
-
-def load_or_report(args: argparse.Namespace) -> Config | None:
-    """``run``/``once``: the checked configuration, or None after printing every problem."""
-    config = checked_config(args.config, _flags(args), path_must_exist=args.config is not None)
-    if isinstance(config, Config):
-        return config
-    print(f"gpumon: {len(config)} problem(s) in the configuration:", file=sys.stderr)
-    for problem in config:
-        print(f"  - {problem}", file=sys.stderr)
-    return None
-
-
-def _usable_state_dir(config: Config, explicit: bool) -> Path | None:
-    """The state dir, created if needed. The default falls back to ~/.local/state/gpumon for non-root users."""
-    candidates = [config.state_dir]
-    if not explicit and config.state_dir == DEFAULT_STATE_DIR:
-        base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        candidates.append(Path(base) / "gpumon")
-    for path in candidates:
-        try:
-            ensure_dir(path)  # 0755 whatever the umask (gpumon.state.files)
-        except OSError:
-            continue
-        if os.access(path, os.W_OK):
-            if path != config.state_dir:
-                log.warning("state directory %s is not writable; using %s", config.state_dir, path)
-            return path
-    return None
 
 
 def cmd_run(args: argparse.Namespace) -> int:

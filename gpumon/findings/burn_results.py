@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpumon.findings.clears import Clear
 from gpumon.findings.model import CRITICAL, Finding
-from gpumon.findings.xid_lifecycle import Clear
 from gpumon.state.burn_files import LAST_NAME, burn_dir
 from gpumon.state.files import read_json
 

@@ -9,16 +9,39 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from gpumon.findings.xid_lifecycle import Clear
 from gpumon.state.files import STATE_FILE_MODE, DamagedFile, ensure_dir, health_dir, json_text, read_state_json
 
 CLEARS_DIR = "clears.d"
 LEGACY_CLEARS = "clears.json"
 _MAX_CLEAR_FILES = 10_000
 _MAX_CLEAR_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Clear:
+    """An operator's clear of one GPU's XID faults (``gpumon health clear``)."""
+
+    gpu: int
+    reason: str
+    at_seconds: float
+    user: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "reason": self.reason, "at_seconds": self.at_seconds, "user": self.user}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Clear:
+        return cls(
+            gpu=int(raw["gpu"]),
+            reason=str(raw["reason"]),
+            at_seconds=float(raw["at_seconds"]),
+            user=str(raw.get("user", "")),
+        )
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import getpass
 import logging
 import os
 import sys
@@ -27,21 +26,20 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpumon.cli_support import add_common_options, add_tick_option, checked_config, config_flags, usable_state_dir
 from gpumon.config import DEFAULT_STATE_DIR, Config
+from gpumon.findings.admin_commands import cmd_accept_inventory, cmd_clear
 from gpumon.findings.config import HealthConfig
 from gpumon.findings.daemon_client import DAEMON_TIMEOUT_SECONDS, DaemonSilent, ask_daemon, daemon_url, health_url
-from gpumon.findings.local_check import BackendProblem, CannotJudge, local_report, poll_within
+from gpumon.findings.local_check import BackendProblem, CannotJudge, local_report
 from gpumon.findings.model import ACTION_WORDS, CRITICAL, UNKNOWN, Finding, HealthReport, verdict
-from gpumon.findings.service import STATUS_VALUES, add_clear, load_inventory
+from gpumon.findings.service import STATUS_VALUES
 from gpumon.findings.slurm_hooks import burn_outcome, epilog_burn, let_through
-from gpumon.findings.xid_lifecycle import Clear
 from gpumon.jsonout import add_json_option, emit_json, to_stdout
 
 if TYPE_CHECKING:
     from gpumon.integrations.slurm import Decision
 
-EXIT_USAGE = 2
-"""``clear`` / ``accept-inventory``: bad input."""
 NPD_MAX_OUTPUT = 80
 """node-problem-detector's default ``max_output_length`` for custom plugins, in bytes."""
 NPD_EXIT = {"OK": 0, "WARNING": 0, "CRITICAL": 1, "UNKNOWN": 2}
@@ -54,13 +52,11 @@ log = logging.getLogger("gpumon")
 
 def configure(p: argparse.ArgumentParser) -> None:
     """Give ``gpumon health``'s parser (made by gpumon.cli) its description, options and commands."""
-    from gpumon.cli import _add_common, add_tick_option
-
     p.description = (
         "The node's health verdict with the findings and recommended actions behind it. "
         "Asks the running daemon (/api/health), else polls the GPUs itself."
     )
-    _add_common(p)
+    add_common_options(p)
     add_tick_option(p)
     add_json_option(p, "the verdict")
     p.add_argument(
@@ -92,12 +88,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_health)
     hs = p.add_subparsers(dest="health_command", metavar="SUBCOMMAND")
     clear = hs.add_parser("clear", help="clear a GPU's XID faults after a repair (recorded with the reason)")
-    _add_common(clear)
+    add_common_options(clear)
     clear.add_argument("--gpu", type=int, required=True, help="GPU index")
     clear.add_argument("--reason", required=True, help="what was done, e.g. 'reseated, passed burn'")
     clear.set_defaults(func=cmd_clear)
     accept = hs.add_parser("accept-inventory", help="make the GPUs seen now the expected inventory")
-    _add_common(accept)
+    add_common_options(accept)
     accept.set_defaults(func=cmd_accept_inventory)
 
 
@@ -172,17 +168,13 @@ def _logging(args: argparse.Namespace) -> None:
 
 
 def _state_dir(config: Config, args: argparse.Namespace) -> Path | None:
-    from gpumon.cli import _usable_state_dir
-
     explicit = args.state_dir is not None or "GPUMON_STATE_DIR" in os.environ
-    return _usable_state_dir(config, explicit)
+    return usable_state_dir(config, explicit)
 
 
 def _judge_setup(args: argparse.Namespace) -> tuple[Config, Path]:
     """The check's config and state directory; CannotJudge (every config problem on stderr) when not usable."""
-    from gpumon.cli import _flags, checked_config
-
-    config = checked_config(args.config, _flags(args), path_must_exist=args.config is not None)
+    config = checked_config(args.config, config_flags(args), path_must_exist=args.config is not None)
     if not isinstance(config, Config):
         print(f"gpumon: {len(config)} problem(s) in the configuration:", file=sys.stderr)
         for problem in config:
@@ -362,122 +354,3 @@ def _judge(
 def _seconds_left(deadline: float) -> Callable[[], float]:
     """The seconds from now until ``deadline`` (time.monotonic), each time it is called."""
     return lambda: deadline - time.monotonic()
-
-
-def node_gpus(config: Config, state_dir: Path, simulated: str | None = None) -> list[int]:
-    """The GPU indices of this node: the inventory baseline's and those a poll sees now (empty when
-    neither can be read)."""
-    from gpumon.backends.base import ScenarioError
-    from gpumon.backends.factory import make_backend
-
-    indices: set[int] = set()
-    inventory = load_inventory(state_dir, simulated)
-    if inventory is not None:
-        indices.update(g.index for g in inventory.gpus)
-    try:
-        backend = make_backend(config.backend, config.fake_gpus)
-    except ScenarioError:
-        return sorted(indices)
-    snapshot = poll_within(backend, _health_config(config).poll_timeout_seconds)
-    if snapshot is not None:
-        if snapshot.nvml_up:
-            indices.update(g.index for g in snapshot.gpus)
-        try:
-            backend.shutdown()
-        except Exception:
-            log.debug("backend shutdown failed", exc_info=True)
-    return sorted(indices)
-
-
-def cmd_clear(args: argparse.Namespace) -> int:
-    """Record an operator clear where the daemon reads it (docs/health.md "Who may clear"): root, the state
-    directory's owner or its admin group only, refused with nothing written otherwise; never in another
-    folder than the configured state directory (a clear the daemon never sees is no clear)."""
-    if args.gpu < 0:
-        print(f"gpumon: --gpu must be a GPU index (0 or more), got {args.gpu}", file=sys.stderr)
-        return EXIT_USAGE
-    if not args.reason.strip():
-        print("gpumon: --reason must say what was done (it is recorded)", file=sys.stderr)
-        return EXIT_USAGE
-    state = _admin_state(args, "clear faults")
-    if isinstance(state, int):
-        return state
-    config, simulated = state
-    gpus = node_gpus(config, Path(config.state_dir), simulated)
-    if gpus and args.gpu not in gpus:
-        listed = ", ".join(str(i) for i in gpus)
-        print(f"gpumon: this node has no GPU {args.gpu} (its GPUs: {listed}); nothing recorded", file=sys.stderr)
-        return EXIT_USAGE
-    if not gpus:
-        log.warning("cannot tell which GPUs this node has (no inventory baseline, NVML unavailable)")
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    clear = Clear(gpu=args.gpu, reason=args.reason.strip(), at_seconds=time.time(), user=user)
-    try:
-        add_clear(config.state_dir, clear, simulated)
-    except OSError as exc:
-        print(f"gpumon: cannot record the clear in {config.state_dir}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    print(f"cleared GPU {args.gpu}'s XID faults and failed burns up to now ({user}: {clear.reason})")
-    return 0
-
-
-def _admin_state(args: argparse.Namespace, what: str) -> tuple[Config, str | None] | int:
-    """The configuration, whose state directory the caller may ``what`` in, and the simulated backend's spec
-    (its state apart, gpumon.state.files.health_dir) or None; else an exit code."""
-    from gpumon.cli import load_or_report
-    from gpumon.state.access import refusal
-    from gpumon.state.files import simulated_spec
-
-    config = load_or_report(args)
-    if config is None:
-        return EXIT_USAGE
-    level = getattr(logging, (args.log_level or "warning").upper())
-    logging.basicConfig(level=level, format="gpumon: %(message)s", stream=sys.stderr)
-    refused = refusal(config.state_dir, what)
-    if refused is not None:
-        print(f"gpumon: {refused}", file=sys.stderr)
-        return 1
-    return config, simulated_spec(config.backend)
-
-
-def cmd_accept_inventory(args: argparse.Namespace) -> int:
-    state = _admin_state(args, "accept the inventory")
-    if isinstance(state, int):
-        return state
-    config, simulated = state
-    state_dir = config.state_dir
-    from gpumon.backends.base import ScenarioError
-    from gpumon.backends.factory import make_backend
-    from gpumon.findings.inventory import drift, inventory_of, pci_gpus
-    from gpumon.findings.service import save_inventory
-    from gpumon.poller import Poller
-    from gpumon.store import SnapshotStore
-
-    try:
-        backend = make_backend(config.backend, config.fake_gpus)
-    except ScenarioError as exc:
-        print(f"gpumon: bad scenario file:\n{exc}", file=sys.stderr)
-        return EXIT_USAGE
-    snapshot = Poller(backend, SnapshotStore()).poll()
-    backend.shutdown()
-    if not snapshot.nvml_up:
-        print(f"gpumon: NVML unavailable ({snapshot.nvml_error}); the inventory is unchanged", file=sys.stderr)
-        return 1
-    old = load_inventory(state_dir, simulated)
-    inventory = inventory_of(snapshot, time.time(), source="accepted")
-    try:
-        save_inventory(state_dir, inventory, simulated)
-    except (OSError, TimeoutError) as exc:
-        print(f"gpumon: cannot write the inventory in {state_dir}: {exc}", file=sys.stderr)
-        return 1
-    before = f" (was {len(old.gpus)} GPU(s), driver {old.driver_version})" if old else ""
-    print(f"inventory accepted: {len(inventory.gpus)} GPU(s), driver {inventory.driver_version}{before}")
-    health = _health_config(config)
-    sysfs = health.sysfs_root or (None if backend.name == "fake" else Path("/sys"))
-    remaining = drift(inventory, snapshot, pci_gpus(sysfs) if sysfs else None, health.expected_gpu_count)
-    for finding in remaining:  # what an accepted inventory does not silence (docs/health.md)
-        print(f"still reported: {finding.severity} {finding.summary}")
-    return 0

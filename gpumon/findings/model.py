@@ -46,6 +46,15 @@ CATALOG_TO_LADDER = {
 }
 """The XID catalog's actions on the ladder (an action the catalog does not know maps to none)."""
 
+LIFECYCLE_OF_ACTION = {
+    "reset_gpu": "needs_reset",
+    "reboot_node": "needs_reboot",
+    "inspect_hardware": "needs_inspection",
+    "replace": "needs_replacement",
+}
+"""The rungs of the ladder an XID fault stays open on, and the lifecycle each one puts its GPU in
+(gpumon.findings.xid_lifecycle)."""
+
 
 def ladder_action(catalog_action: str) -> str:
     return CATALOG_TO_LADDER.get(catalog_action, catalog_action if catalog_action in ACTIONS else "none")

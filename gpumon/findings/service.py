@@ -11,7 +11,6 @@ read). Each read-modify-write holds ``.lock`` (gpumon.state.lock): runs that ove
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -22,25 +21,25 @@ from gpumon.alerts.burn_marker import BurnMarkerReader
 from gpumon.events.catalog import XidCatalog
 from gpumon.events.model import XidEvent
 from gpumon.findings.burn_results import burn_findings
-from gpumon.findings.clears import CLEARS_DIR, LEGACY_CLEARS, ClearsRead, read_clears
+from gpumon.findings.clears import Clear
 from gpumon.findings.clears import add_clear as add_clear  # gpumon health clear, tests: where it always was
+from gpumon.findings.clears_watch import ClearsWatch
 from gpumon.findings.config import HealthConfig
+from gpumon.findings.drift_check import DriftCheck
 from gpumon.findings.gpu_state import snapshot_findings
+from gpumon.findings.health_files import read_boot_id, stat_key
 from gpumon.findings.health_series import STATUS_VALUES as STATUS_VALUES  # gpumon health's exit codes
 from gpumon.findings.health_series import HealthCollector as HealthCollector  # the verdict's series
 from gpumon.findings.inventory import (
     Inventory,
     complete,
-    drift,
-    drift_inputs,
     inventory_of,
     missing_from_nvml,
-    pci_gpus,
 )
 from gpumon.findings.model import WARNING, Finding, HealthReport, verdict
 from gpumon.findings.stragglers import Deviation, StragglerDetector
 from gpumon.findings.trends import Increase, TrendTracker
-from gpumon.findings.xid_lifecycle import Clear, XidLifecycle, XidPolicy
+from gpumon.findings.xid_lifecycle import XidLifecycle, XidPolicy
 from gpumon.snapshot import Snapshot
 from gpumon.state.burn_files import LAST_NAME, burn_dir
 from gpumon.state.files import (
@@ -48,7 +47,6 @@ from gpumon.state.files import (
     DamagedFile,
     health_dir,
     move_aside,
-    read_json,
     read_state_json,
     remove_stale_temporaries,
     write_json,
@@ -57,29 +55,9 @@ from gpumon.state.lock import state_lock
 
 log = logging.getLogger(__name__)
 
-PCI_RESCAN_SECONDS = 30.0
 REPORT_REUSE_SECONDS = 1.0
 """How long the scrape may reuse an unchanged health report (the default poll interval)."""
 _MAX_PENDING = 10_000
-
-
-def read_boot_id(path: Path) -> str | None:
-    """The kernel's boot id (changes at every boot), or None when unreadable."""
-    try:
-        return path.read_text(encoding="ascii").strip() or None
-    except OSError:
-        return None
-
-
-def save_inventory(state_dir: Path, inventory: Inventory, simulated: str | None = None) -> None:
-    """Write the baseline into the health folder of ``state_dir`` (under its lock)."""
-    folder = health_dir(state_dir, simulated)
-    with state_lock(folder):
-        write_json(folder / "inventory.json", inventory.to_json(), mode=STATE_FILE_MODE)
-
-
-def load_inventory(state_dir: Path, simulated: str | None = None) -> Inventory | None:
-    return Inventory.from_json(read_json(health_dir(state_dir, simulated) / "inventory.json"))
 
 
 class HealthService:
@@ -103,19 +81,19 @@ class HealthService:
         """Where this service's files are: ``STATE_DIR/health``, or the simulated backend's own."""
         if spec is not None:
             log.info("simulated GPUs (%s): health state in %s, apart from the node's own", spec, self.folder)
-        self._clear_folders = [self.folder] + ([health_dir(self.state_dir)] if spec is not None else [])
+        self._clears_watch = ClearsWatch(
+            [self.folder] + ([health_dir(self.state_dir)] if spec is not None else []), log
+        )
         """Where clears are read: a simulated backend's folder, and the node's (read, never written: a clear
         made without --backend fake, e.g. of a failed burn, which lives in the node's burn results)."""
-        self._clears_paths = [p for f in self._clear_folders for p in (f / CLEARS_DIR, f / LEGACY_CLEARS)]
         self._inventory_path = self.folder / "inventory.json"
         self._burn_results_path = burn_dir(self.state_dir) / LAST_NAME
         """The files a report reads, whose stat keys decide whether a cached report still holds."""
         self.config = config or HealthConfig()
-        self._sysfs = self.config.sysfs_root or (None if spec is not None else Path("/sys"))
         self._monotonic = monotonic
-        self._pci_cache: tuple[float, list[str]] | None = None
-        self._drift_cache: tuple[tuple[object, ...], list[Finding]] | None = None
-        """(baseline, PCI scan, expected count, ``drift_inputs`` of the snapshot) and the drift they give."""
+        self._drift_check = DriftCheck(
+            self.config.sysfs_root or (None if spec is not None else Path("/sys")), monotonic
+        )
         self._clock = clock
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
@@ -125,7 +103,7 @@ class HealthService:
         if self.folder.is_dir():  # what a writer killed mid-write left (no writer runs while the lock is held)
             with state_lock(self.folder):
                 remove_stale_temporaries(self.folder, ("xid.json", "inventory.json"))
-        self._xid_key = _stat_key(self._xid_path)  # before the read: a write in between is merged at the next save
+        self._xid_key = stat_key(self._xid_path)  # before the read: a write in between is merged at the next save
         self.lifecycle = self._new_lifecycle()
         self._pending: deque[tuple[bool, XidEvent]] = deque(maxlen=_MAX_PENDING)
         """XIDs taken in since the last save ((True, event) recorded, (False, event) a paired copy): what a save
@@ -142,10 +120,6 @@ class HealthService:
         self._generation = 0
         """Bumped by every input (snapshot, XID, accepted inventory): a cached report is then stale."""
         self._report_cache: tuple[tuple[object, ...], float, HealthReport] | None = None
-        self._clears_read: tuple[object, ClearsRead] | None = None
-        """The clears files' stat keys when they were last read, and what was read."""
-        self._clears_said: tuple[str, ...] = ()
-        """The unreadable clears last logged (each problem is logged once)."""
         self._burn_read: tuple[object, list[Clear], list[Finding]] | None = None
         """The burn results file's stat key and the clears when it was last read, and its findings."""
 
@@ -247,7 +221,7 @@ class HealthService:
     def _record_baseline(self, snapshot: Snapshot) -> None:
         """The first complete snapshot becomes the baseline, unless a GPU on the PCI bus is missing from it
         (then a baseline would call the broken host normal: said once, recorded once all are seen)."""
-        missing = missing_from_nvml(snapshot, self._pci_gpus())
+        missing = missing_from_nvml(snapshot, self._drift_check.pci_gpus())
         if missing:
             why = ", ".join(missing)
             if why != self._baseline_refused:
@@ -287,18 +261,18 @@ class HealthService:
         now = self._clock()
         with self._lock:
             self._reload_baseline()
-            clears = self._clears()
+            clears = self._clears_watch.clears()
             self.lifecycle.apply_clears(clears)
             snapshot = self._snapshot
             findings = [*extra, *self.lifecycle.findings(now)]  # first: an XID names a fault best
             findings += snapshot_findings(snapshot) if snapshot is not None or not extra else []
             findings += self._burn_findings(clears)
-            findings += self._clears_findings() + self._set_aside
+            findings += self._clears_watch.findings() + self._set_aside
             if self._burn.read() is None:  # a burn makes its GPUs unequal on purpose
                 findings += self.stragglers.findings(now)
             findings += self.trends.findings(now)
             if snapshot is not None:
-                findings += self._drift(snapshot)
+                findings += self._drift_check.drift(self.baseline, snapshot, self.config.expected_gpu_count)
             self._save()
         gpus = [(g.index, g.uuid) for g in snapshot.gpus] if snapshot is not None else []
         return verdict(findings, gpus, now, source)
@@ -331,9 +305,9 @@ class HealthService:
         return (
             snapshot,
             generation,
-            *(_stat_key(p) for p in self._clears_paths),
-            _stat_key(self._inventory_path),
-            _stat_key(self._burn_results_path),
+            *(stat_key(p) for p in self._clears_watch.paths),
+            stat_key(self._inventory_path),
+            stat_key(self._burn_results_path),
             self._burn.read(),
         )
 
@@ -355,10 +329,10 @@ class HealthService:
             return
         try:
             with state_lock(self.folder):
-                if _stat_key(self._xid_path) != self._xid_key:
+                if stat_key(self._xid_path) != self._xid_key:
                     self._merge_from_file()
                 write_json(self._xid_path, self.lifecycle.to_json(), mode=STATE_FILE_MODE)
-                self._xid_key = _stat_key(self._xid_path)
+                self._xid_key = stat_key(self._xid_path)
             self.lifecycle.changed = False
             self._pending.clear()
         except (OSError, TimeoutError) as exc:
@@ -366,7 +340,7 @@ class HealthService:
 
     def _merge_from_file(self) -> None:
         """The lifecycle as the file has it, with this process's snapshot, XIDs and clears taken in again."""
-        self._xid_key = _stat_key(self._xid_path)
+        self._xid_key = stat_key(self._xid_path)
         lifecycle = self._new_lifecycle()
         if self._snapshot is not None:
             lifecycle.observe(self._snapshot, self._boot_id)
@@ -375,8 +349,9 @@ class HealthService:
                 lifecycle.record(event, self._boot_id)
             else:
                 lifecycle.note_seen(event, self._boot_id)
-        if self._clears_read is not None:
-            lifecycle.apply_clears(self._clears_read[1].clears)
+        clears = self._clears_watch.last_read()
+        if clears is not None:
+            lifecycle.apply_clears(clears)
         lifecycle.changed = True
         self.lifecycle = lifecycle
 
@@ -390,76 +365,13 @@ class HealthService:
             log.error("cannot write the inventory baseline: %s", exc)
         self._baseline_mtime = self._inventory_mtime()
 
-    def _drift(self, snapshot: Snapshot) -> list[Finding]:
-        """drift() of the baseline and ``snapshot``, worked out again only when the baseline, the PCI scan or
-        what drift reads of the snapshot changed (every scrape and the alert timer ask for the report; a
-        new snapshot comes every poll, yet its identity, links and PCIe widths rarely change)."""
-        pci = self._pci_gpus()
-        key = (self.baseline, pci, self.config.expected_gpu_count, drift_inputs(snapshot))
-        cached = self._drift_cache
-        if (
-            cached is not None
-            and cached[0][0] is key[0]
-            and cached[0][1] is key[1]
-            and cached[0][2] == key[2]
-            and cached[0][3] == key[3]
-        ):
-            return cached[1]
-        found = drift(self.baseline, snapshot, pci, self.config.expected_gpu_count)
-        self._drift_cache = (key, found)
-        return found
-
-    def _clears(self) -> list[Clear]:
-        """The operator clears, read again only when their files changed (a report is made every poll).
-        Clears that cannot be read are logged once (and shown: ``_clears_findings``, a metric)."""
-        key = tuple(_stat_key(p) for p in self._clears_paths)
-        kept = self._clears_read
-        if kept is None or kept[0] != key or kept[1].unreadable:  # unreadable: tried again (perhaps fixed)
-            parts = [read_clears(folder) for folder in self._clear_folders]
-            read = ClearsRead([c for p in parts for c in p.clears], [u for p in parts for u in p.unreadable])
-            kept = self._clears_read = (key, read)
-            said = tuple(kept[1].unreadable)
-            if said and said != self._clears_said:
-                log.error(
-                    "cannot read %d operator clear(s), not applied: %s (clears are written 0644 by gpumon "
-                    "health clear; one written otherwise must be made readable to this user)",
-                    len(said),
-                    "; ".join(said[:5]),
-                )
-            self._clears_said = said
-        return kept[1].clears
-
-    def _clears_findings(self) -> list[Finding]:
-        kept = self._clears_read
-        if kept is None or not kept[1].unreadable:
-            return []
-        problems = kept[1].unreadable
-        return [
-            Finding(
-                kind="clears_unreadable",
-                severity=WARNING,
-                action="none",
-                summary=f"{len(problems)} operator clear(s) cannot be read and are not applied ({problems[0]})",
-                evidence={"unreadable": problems[:20]},
-            )
-        ]
-
     def _burn_findings(self, clears: list[Clear]) -> list[Finding]:
         """The last burn's findings, worked out again only when its results file or the clears changed."""
-        key = _stat_key(self._burn_results_path)
+        key = stat_key(self._burn_results_path)
         kept = self._burn_read
         if kept is None or kept[0] != key or kept[1] is not clears:
             kept = self._burn_read = (key, clears, burn_findings(self.state_dir, clears))
         return kept[2]
-
-    def _pci_gpus(self) -> list[str] | None:
-        """NVIDIA GPUs on the PCI bus, re-read from sysfs at most every PCI_RESCAN_SECONDS (scrapes are frequent)."""
-        if self._sysfs is None:
-            return None
-        now = self._monotonic()
-        if self._pci_cache is None or now - self._pci_cache[0] >= PCI_RESCAN_SECONDS:
-            self._pci_cache = (now, pci_gpus(self._sysfs))
-        return self._pci_cache[1]
 
     def _inventory_mtime(self) -> float | None:
         try:
@@ -473,12 +385,3 @@ class HealthService:
         if mtime is not None and mtime != self._baseline_mtime:
             self.baseline = self._load_baseline() or self.baseline
             self._baseline_mtime = mtime
-
-
-def _stat_key(path: Path) -> tuple[int, int, int] | None:
-    """(inode, mtime in ns, size) of ``path``, None when absent: changes when the file is rewritten."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)

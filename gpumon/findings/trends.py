@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from gpumon.findings.model import WARNING, Finding
+from gpumon.findings.wording import duration
 from gpumon.same import same_objects
 from gpumon.snapshot import GpuSnapshot, Snapshot
 
@@ -257,7 +258,7 @@ class TrendTracker:
                 names = sorted(inc.links, key=lambda link: (len(link), link))
                 where = f" on link{'s' if len(names) > 1 else ''} {', '.join(names)}"
             summary = (
-                f"{what} rising{where}: {inc.increase:g} in the last {_duration(rule.window_seconds)} "
+                f"{what} rising{where}: {inc.increase:g} in the last {duration(rule.window_seconds, style='units')} "
                 f"(more than {rule.max_increase:g}), {advice}"
             )
             found.append(
@@ -280,11 +281,3 @@ class TrendTracker:
                 )
             )
         return found
-
-
-def _duration(seconds: float) -> str:
-    if seconds % 3600 == 0:
-        return f"{seconds / 3600:g} h"
-    if seconds % 60 == 0:
-        return f"{seconds / 60:g} min"
-    return f"{seconds:g} s"

@@ -31,23 +31,18 @@ Pure and clock-free: events, snapshots, boot ids and operator clears come in; fi
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpumon.events.catalog import Escalation, XidCatalog
+from gpumon.events.catalog import Escalation, XidCatalog, XidInfo
 from gpumon.events.model import XidEvent
-from gpumon.findings.model import ACTIONS, CRITICAL, WARNING, Finding, ladder_action
+from gpumon.findings.clears import Clear as Clear  # where the lifecycle's users always found it
+from gpumon.findings.model import ACTIONS, CRITICAL, LIFECYCLE_OF_ACTION, WARNING, Finding, ladder_action
+from gpumon.findings.wording import duration, short_meaning
+from gpumon.findings.xid_state_checks import entries, finite_number, valid_clear, valid_fault, valid_recent
 from gpumon.snapshot import Snapshot
 
-LIFECYCLE_OF_ACTION = {
-    "reset_gpu": "needs_reset",
-    "reboot_node": "needs_reboot",
-    "inspect_hardware": "needs_inspection",
-    "replace": "needs_replacement",
-}
 _MAX_SEEN = 4000
 LEGACY_MATCH_SECONDS = 10.0
 """How far apart an XID recorded by a gpumon without identities and its kernel record read again may be
@@ -64,37 +59,6 @@ class XidPolicy:
     """Per-code overrides of the catalog's ``escalate``."""
     defer_window_seconds: float = 60.0
     transient_window_seconds: float = 3600.0
-
-
-@dataclass(frozen=True)
-class Clear:
-    """An operator's clear of one GPU's XID faults (``gpumon health clear``)."""
-
-    gpu: int
-    reason: str
-    at_seconds: float
-    user: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "reason": self.reason, "at_seconds": self.at_seconds, "user": self.user}
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> Clear:
-        return cls(
-            gpu=int(raw["gpu"]),
-            reason=str(raw["reason"]),
-            at_seconds=float(raw["at_seconds"]),
-            user=str(raw.get("user", "")),
-        )
-
-
-def _short(meaning: str) -> str:
-    """``GPU has fallen off the bus (it no longer ...)`` -> ``fallen off the bus``."""
-    short = re.sub(r" \([^)]*\)", "", meaning)
-    for lead in ("GPU has ", "GPU "):
-        if short.startswith(lead):
-            return short[len(lead) :]
-    return short
 
 
 class XidLifecycle:
@@ -137,15 +101,15 @@ class XidLifecycle:
             return
         if not isinstance(raw, dict) or raw.get("version") != 1:
             raise ValueError("not an XID state of this gpumon (version 1)")
-        faults = _entries(raw, "faults", _valid_fault)
-        resolved = _entries(raw, "resolved", lambda e: True)
-        recent = _entries(raw, "recent", _valid_recent)
-        clears = _entries(raw, "clears_applied", _valid_clear)
+        faults = entries(raw, "faults", valid_fault)
+        resolved = entries(raw, "resolved", lambda e: True)
+        recent = entries(raw, "recent", valid_recent)
+        clears = entries(raw, "clears_applied", valid_clear)
         seen = raw.get("seen") or []
         energy = raw.get("energy_joules") or {}
         if not isinstance(seen, list) or not all(isinstance(k, str) for k in seen):
             raise ValueError("seen: not a list of strings")
-        if not isinstance(energy, dict) or not all(_number(v) for v in energy.values()):
+        if not isinstance(energy, dict) or not all(finite_number(v) for v in energy.values()):
             raise ValueError("energy_joules: not a mapping of numbers")
         for key in ("boot_id", "driver_version"):
             if not isinstance(raw.get(key), (str, type(None))):
@@ -181,14 +145,24 @@ class XidLifecycle:
             {"gpu": gpu, "uuid": event.uuid, "xid": code, "ts": ts, "deferred": predecessor is not None, "id": key}
         )
         if predecessor is not None:
-            for open_fault in self.faults:
-                if open_fault["gpu"] == gpu and open_fault["xid"] == predecessor:
-                    open_fault.setdefault("followed_by", [])
-                    if code not in open_fault["followed_by"]:
-                        open_fault["followed_by"].append(code)
+            self._add_follower(gpu, predecessor, code)
             return
         if info.action == "follow_other_xid":
             return  # cleanup after an error that is no longer in view: not a fault by itself
+        self._count_fault(event, gpu, info)
+
+    def _add_follower(self, gpu: int, predecessor: int, code: int) -> None:
+        """``code`` deferred to ``predecessor``: named in that fault's evidence (``followed_by``), not counted."""
+        for open_fault in self.faults:
+            if open_fault["gpu"] == gpu and open_fault["xid"] == predecessor:
+                open_fault.setdefault("followed_by", [])
+                if code not in open_fault["followed_by"]:
+                    open_fault["followed_by"].append(code)
+
+    def _count_fault(self, event: XidEvent, gpu: int, info: XidInfo) -> None:
+        """A counted XID of ``gpu``: its action on the ladder (escalated when the catalog or the config says so)
+        opens or adds to the GPU's fault of that code; a transient one opens none (shown while recent)."""
+        ts, code = event.timestamp_seconds, event.xid
         action = ladder_action(info.action)
         escalation = self.policy.escalations.get(code, info.escalate)
         count = self._count(gpu, code, ts, escalation.window_seconds if escalation else 0.0)
@@ -203,7 +177,7 @@ class XidLifecycle:
                 "gpu": gpu,
                 "uuid": event.uuid,
                 "xid": code,
-                "meaning": _short(info.meaning),
+                "meaning": short_meaning(info.meaning),
                 "first_seconds": ts,
                 "count": 0,
                 "boot_id": self.boot_id,
@@ -297,7 +271,7 @@ class XidLifecycle:
             summary = f"xid {f['xid']} {f['meaning']}"
             if f.get("escalated"):
                 esc = f["escalated"]
-                summary += f" ({esc['count']} in {_duration(esc['window_seconds'])})"
+                summary += f" ({esc['count']} in {duration(esc['window_seconds'], style='spelled')})"
             out.append(
                 Finding(
                     kind="xid",
@@ -336,7 +310,7 @@ class XidLifecycle:
                     kind="xid",
                     severity=WARNING,
                     action=ladder_action(info.action),
-                    summary=f"xid {code} {_short(info.meaning)}"
+                    summary=f"xid {code} {short_meaning(info.meaning)}"
                     + (f" ({len(events)} times)" if len(events) > 1 else ""),
                     gpu=gpu,
                     uuid=events[-1].get("uuid"),
@@ -404,78 +378,3 @@ class XidLifecycle:
         if len(kept) != len(self.recent):
             self.recent = kept
             self.changed = True
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _integer(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _optional(value: Any, kind: type) -> bool:
-    return value is None or isinstance(value, kind)
-
-
-def _valid_fault(f: dict[str, Any]) -> bool:
-    escalated = f.get("escalated")
-    return (
-        _integer(f.get("gpu"))
-        and _integer(f.get("xid"))
-        and _integer(f.get("count"))
-        and _number(f.get("first_seconds"))
-        and (f.get("last_seconds") is None or _number(f.get("last_seconds")))
-        and f.get("action") in LIFECYCLE_OF_ACTION
-        and f.get("lifecycle") in LIFECYCLE_OF_ACTION.values()
-        and isinstance(f.get("meaning", ""), str)
-        and _optional(f.get("uuid"), str)
-        and _optional(f.get("source"), str)
-        and (f.get("energy_joules") is None or _number(f.get("energy_joules")))
-        and isinstance(f.get("followed_by", []), list)
-        and all(_integer(c) for c in f.get("followed_by", []))
-        and (
-            escalated is None
-            or (
-                isinstance(escalated, dict)
-                and _integer(escalated.get("count"))
-                and _number(escalated.get("window_seconds"))
-                and escalated.get("action") in ACTIONS
-            )
-        )
-    )
-
-
-def _valid_recent(e: dict[str, Any]) -> bool:
-    return (
-        _integer(e.get("gpu"))
-        and _integer(e.get("xid"))
-        and _number(e.get("ts"))
-        and _optional(e.get("uuid"), str)
-        and _optional(e.get("id"), str)
-    )
-
-
-def _valid_clear(c: dict[str, Any]) -> bool:
-    return _integer(c.get("gpu")) and _number(c.get("at_seconds"))
-
-
-def _entries(raw: dict[str, Any], key: str, valid: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
-    """``raw[key]``: a list of mappings each ``valid``; raises ValueError naming the key otherwise."""
-    entries = raw.get(key) or []
-    if not isinstance(entries, list):
-        raise ValueError(f"{key}: not a list")
-    for entry in entries:
-        if not isinstance(entry, dict) or not valid(entry):
-            raise ValueError(f"{key}: an entry without its keys or of the wrong types")
-    return entries
-
-
-def _duration(seconds: float) -> str:
-    if seconds % 86400 == 0:
-        days = int(seconds // 86400)
-        return "a day" if days == 1 else f"{days} days"
-    if seconds % 3600 == 0:
-        hours = int(seconds // 3600)
-        return "an hour" if hours == 1 else f"{hours} hours"
-    return f"{seconds:g} s"

@@ -6,7 +6,8 @@ import dataclasses
 from pathlib import Path
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.findings.inventory import Inventory, drift, inventory_of, pci_gpus
+from gpumon.findings.drift import drift
+from gpumon.findings.inventory import Inventory, inventory_of, pci_gpus
 from gpumon.findings.model import CRITICAL, WARNING
 from gpumon.poller import Poller
 from gpumon.snapshot import Snapshot

@@ -18,16 +18,9 @@ from gpumon.config import Config
 from gpumon.findings.config import HealthConfig, SlurmConfig, parse_slurm
 from gpumon.findings.model import CRITICAL, Finding, verdict
 from gpumon.findings.slurm_hooks import epilog_burn
-from gpumon.integrations.slurm import (
-    NodeState,
-    OwnDrain,
-    Scontrol,
-    act,
-    decide,
-    keeps_drain,
-    parse_nodes,
-    parse_sinfo_json,
-)
+from gpumon.integrations.slurm import OwnDrain, act, decide, keeps_drain
+from gpumon.integrations.slurm_commands import Scontrol
+from gpumon.integrations.slurm_nodes import NodeState, parse_nodes, parse_sinfo_json
 
 SHOW = (
     "NodeName=g1 Arch=x86_64 CoresPerSocket=1 State=IDLE+DRAIN ThreadsPerCore=1 Partitions=gpu,all "
