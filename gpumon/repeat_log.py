@@ -80,7 +80,11 @@ class RepeatLog:
         """Log how often each kind repeated since it was last logged, once its period is over."""
         now = self._clock()
         with self._lock:
-            due = [(k, run.unlogged) for k, run in self._runs.items() if run.unlogged and now - run.logged_at >= self._period]
+            due = [
+                (k, run.unlogged)
+                for k, run in self._runs.items()
+                if run.unlogged and now - run.logged_at >= self._period
+            ]
             for kind, _count in due:
                 self._runs[kind].logged_at, self._runs[kind].unlogged = now, 0
         for kind, count in due:
@@ -94,11 +98,17 @@ class RepeatLog:
             return
         if due.first:
             self._log.error(
-                "%s failed: %s (further failures are summed up every %g s)", what, reason, self._period, exc_info=exc_info
+                "%s failed: %s (further failures are summed up every %g s)",
+                what,
+                reason,
+                self._period,
+                exc_info=exc_info,
             )
         else:
             count = due.unlogged + 1  # this one included
-            self._log.error("%s failed %d more time(s) in the last %.0f s; latest: %s", what, count, due.seconds, reason)
+            self._log.error(
+                "%s failed %d more time(s) in the last %.0f s; latest: %s", what, count, due.seconds, reason
+            )
 
     def succeeded(self, what: str) -> None:
         """One good attempt at ``what``: a warning when it failed before (how often, over how long)."""

@@ -21,8 +21,8 @@ import requests
 
 from gpumon import __version__
 from gpumon.exporter.http_limits import HttpLimits
-from gpumon.repeat_log import RepeatLog
 from gpumon.exporter.server import MetricsServer, RenderedBytes
+from gpumon.repeat_log import RepeatLog
 from gpumon.store import SnapshotStore
 from tests.helpers import REPO, DaemonProcess, free_port_ipv6, wait_for
 

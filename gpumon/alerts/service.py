@@ -39,8 +39,8 @@ from gpumon.alerts.notification import Notification, replace_status
 from gpumon.alerts.notify import Receiver
 from gpumon.alerts.spool import Spool
 from gpumon.events.model import XidEvent
-from gpumon.repeat_log import RepeatLog
 from gpumon.findings.model import Finding
+from gpumon.repeat_log import RepeatLog
 from gpumon.snapshot import Snapshot
 from gpumon.steady_clock import SteadyClock
 
