@@ -11,7 +11,6 @@ read). Each read-modify-write holds ``.lock`` (gpumon.state.lock): runs that ove
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -21,6 +20,7 @@ from pathlib import Path
 from gpumon.alerts.burn_marker import BurnMarkerReader
 from gpumon.events.catalog import XidCatalog
 from gpumon.events.model import XidEvent
+from gpumon.file_stamp import file_stamp as _stat_key  # (inode, mtime ns, size): the file was rewritten
 from gpumon.findings.burn_results import burn_findings
 from gpumon.findings.clears import CLEARS_DIR, LEGACY_CLEARS, ClearsRead, read_clears
 from gpumon.findings.clears import add_clear as add_clear  # gpumon health clear, tests: where it always was
@@ -473,12 +473,3 @@ class HealthService:
         if mtime is not None and mtime != self._baseline_mtime:
             self.baseline = self._load_baseline() or self.baseline
             self._baseline_mtime = mtime
-
-
-def _stat_key(path: Path) -> tuple[int, int, int] | None:
-    """(inode, mtime in ns, size) of ``path``, None when absent: changes when the file is rewritten."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
