@@ -50,6 +50,7 @@ class NvmlBackend:
     """
 
     name = "nvml"
+    simulated = False
     per_reader_errors = True
 
     def __init__(
