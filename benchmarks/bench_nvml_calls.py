@@ -4,7 +4,7 @@
     python3 benchmarks/bench_nvml_calls.py --fake [--gpus N]   # tests/fake_pynvml.py: gpumon's own Python cost
     python3 benchmarks/bench_nvml_calls.py --quick             # --fake, few repeats (checks the script runs)
 
-For every reader group of NvmlBackend (see NvmlBackend.reader_names) it times, on every GPU,
+For every reader group of NvmlBackend (see gpumon.backends.nvml.registry.collect_readers) it times, on every GPU,
 the median of ``backend.read_group(i, name)`` against a bare pynvml loop over the same calls.
 The bare loop follows the backend by itself: a second backend reads through a recording proxy
 of the pynvml module (after the first reads, which probe what the GPU supports), and the bare
@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpumon.backends.base import NvmlUnavailableError
 from gpumon.backends.nvml import NvmlBackend
+from gpumon.backends.nvml.registry import collect_readers
 from gpumon.snapshot import Tier
 
 Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
@@ -95,6 +96,11 @@ class RecordingNvml:
         return self.calls
 
 
+def reader_names(tier: Tier) -> tuple[str, ...]:
+    """Names of NvmlBackend's reader groups of ``tier``, in the order its ``read`` runs them."""
+    return tuple(spec.name for spec in collect_readers()[tier])
+
+
 def replay(calls: list[Call]) -> None:
     """The bare loop: the recorded calls on the raw module, answers and errors dropped."""
     for fn, args, kwargs in calls:
@@ -128,7 +134,7 @@ def recorded_groups(nv: Any, count: int) -> Iterator[dict[int, dict[str, list[Ca
         for i in range(count):
             groups[i] = {}
             for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC):
-                for name in backend.reader_names(tier):
+                for name in reader_names(tier):
                     groups[i][name] = recorder.record(lambda i=i, name=name: backend.read_group(i, name))
         groups[-1] = {"fast": recorder.record(lambda: [backend.read(i, Tier.FAST) for i in range(count)])}
         yield groups
@@ -181,7 +187,7 @@ def compare(backend: NvmlBackend, bare: dict[int, dict[str, list[Call]]], count:
     )
     for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC):
         repeat = repeat_fast if tier is Tier.FAST else max(5, repeat_fast // 20)
-        for name in backend.reader_names(tier):
+        for name in reader_names(tier):
             for i in range(count):
                 ours, cpu = timed_us(lambda i=i, name=name: backend.read_group(i, name), repeat)
                 calls = bare[i][name]

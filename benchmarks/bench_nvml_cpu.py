@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_nvml_calls import timed_us
+from bench_nvml_calls import reader_names, timed_us
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -124,7 +124,7 @@ def readers_table(gpu: int, repeat: int) -> None:
         print(f"{'reader':24} {'tier':7} {'wall µs':>10} {'CPU µs':>10} {'CPU/wall':>9} {'% core/GPU':>11}")
         total = 0.0
         for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC):
-            for name in backend.reader_names(tier):
+            for name in reader_names(tier):
                 wall, cpu = timed_us(lambda name=name: backend.read_group(gpu, name), repeat, warmup=1)
                 share = cpu / 1e6 / max(intervals.of(tier), every.get(name, 0.0)) * 100
                 total += share

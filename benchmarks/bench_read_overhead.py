@@ -58,6 +58,7 @@ class ConstantBackend:
     """Answers every FAST read with one fixed mapping (a real read's): the poller's cost alone."""
 
     name = "constant"
+    simulated = False  # stands in for NVML: the poller treats it as it treats NvmlBackend
 
     def __init__(self, backend: NvmlBackend, count: int) -> None:
         self._backend = backend

@@ -206,7 +206,7 @@ class Daemon:
         self.collector.add("burn", BurnResultsCollector(config.state_dir))
         self.collector.add("unjudged", UnjudgedCollector(config.state_dir))  # prologs that let a job through
         self.collector.add("owner_energy", subscribed(OwnerEnergy(config.state_dir), self.store))  # gpumon/energy.py
-        self.collector.add("simulated", SimulatedSource(backend.name == "fake"))
+        self.collector.add("simulated", SimulatedSource(backend.simulated))
         if backend.per_reader_errors:  # per GPU and reader: a field's error, not a lost GPU
             self.collector.add("read_errors", ReadErrorsCollector(backend.read_errors))
         self.collector.add("health", self.health.collector(), per_snapshot=True)
@@ -251,7 +251,7 @@ class Daemon:
         self.server.start()
         self.poll_job.start()
         self.events.start()
-        if self.config.kernel_log and self.backend.name != "fake":  # the host's log is not the simulated GPUs'
+        if self.config.kernel_log and not self.backend.simulated:  # the host's log is not the simulated GPUs'
             self._start_kernel_log()
         log.info(
             "gpumon listening on %s:%d (backend %s, every %gs)",

@@ -363,7 +363,7 @@ class Poller:
             return
         if self._nvml_error is not None:
             log.warning("NVML is back: %d GPU(s)", len(gpus))
-        elif self._backend.name == "fake":
+        elif self._backend.simulated:
             log.info("fake backend: %d simulated GPU(s), no NVML in use", len(gpus))
         else:
             log.info("NVML initialised: %d GPU(s), driver %s", len(gpus), self._host.driver_version)

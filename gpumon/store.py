@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from gpumon.failure_log import FailureLog
+from gpumon.repeat_log import RepeatLog
 from gpumon.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -22,20 +22,21 @@ class SnapshotStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._latest: Snapshot | None = None
-        self._listeners: tuple[tuple[Callable[[Snapshot], None], FailureLog], ...] = ()
+        self._failures = RepeatLog(log, period_seconds=60.0)
+        self._listeners: tuple[tuple[Callable[[Snapshot], None], str], ...] = ()
         """Replaced, never changed, by ``subscribe``: a publish iterates the tuple it read, without a copy."""
 
     def publish(self, snapshot: Snapshot) -> None:
         """Replace the latest snapshot and tell listeners (the alert engine). Never raises:
         a listener that raises is logged (once, then a summary a minute) and the others still run."""
         self._latest = snapshot
-        for listener, failures in self._listeners:
+        for listener, what in self._listeners:
             try:
                 listener(snapshot)
             except Exception as exc:
-                failures.failed(f"{type(exc).__name__}: {exc}", exc_info=True)
+                self._failures.failed(what, f"{type(exc).__name__}: {exc}", exc_info=True)
             else:
-                failures.succeeded()
+                self._failures.succeeded(what)
 
     def latest(self) -> Snapshot | None:
         return self._latest
@@ -44,4 +45,4 @@ class SnapshotStore:
         """Call ``listener(snapshot)`` on the polling thread after each publish."""
         name = getattr(listener, "__qualname__", None) or repr(listener)
         with self._lock:
-            self._listeners = (*self._listeners, (listener, FailureLog(log, f"snapshot listener {name}")))
+            self._listeners = (*self._listeners, (listener, f"snapshot listener {name}"))

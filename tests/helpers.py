@@ -12,14 +12,18 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
+from gpumon.exporter import gzip_parts
 from gpumon.exporter.dcgm import dcgm_fields
+from gpumon.exporter.openmetrics import render as render_openmetrics
+from gpumon.exporter.text import Family
 from gpumon.snapshot import GpuSnapshot
 
 REPO = Path(__file__).resolve().parent.parent
@@ -241,3 +245,24 @@ def dcgm_values(gpu: GpuSnapshot) -> dict[str, float]:
     """Every DCGM_FI_* value ``--compat dcgm`` serves for ``gpu``, by name (left out where None)."""
     values = {f.name: f.value(gpu) for f in dcgm_fields()}
     return {name: v for name, v in values.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class RenderedBytes:
+    """An Exposition made by a function that renders Prometheus text 0.0.4, and for OpenMetrics
+    the same metrics as families (``collect``; None: the classic text only); gzip at level 1.
+    For test servers of plain bytes; the daemon serves its GpumonCollector."""
+
+    render: Callable[[], bytes]
+    collect: Callable[[], Iterable[Family]] | None = None
+
+    @property
+    def serves_openmetrics(self) -> bool:
+        return self.collect is not None
+
+    def body(self, *, openmetrics: bool = False, gzip: bool = False) -> list[bytes]:
+        data = render_openmetrics(self.collect()) if openmetrics and self.collect is not None else self.render()
+        return gzip_parts.member([gzip_parts.deflate(data)]) if gzip else [data]
+
+    def ready_body(self, *, openmetrics: bool = False, gzip: bool = False) -> None:
+        return None

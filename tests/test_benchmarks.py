@@ -20,7 +20,7 @@ def test_bare_reference_replays_the_calls_of_every_backend_reader() -> None:
     backend.init()
     with bench_nvml_calls.recorded_groups(nv, 2) as groups:
         bench_nvml_calls.replay(groups[-1]["fast"])  # on the raw module
-    readers = {name for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC) for name in backend.reader_names(tier)}
+    readers = {name for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC) for name in bench_nvml_calls.reader_names(tier)}
     assert readers == set(groups[0]), "the recorded reference follows the backend's readers"
     recorded = {fn.__name__ for calls in groups[0].values() for fn, _, _ in calls}
     assert {"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetClockInfo", "nvmlDeviceGetP2PStatus"} <= recorded

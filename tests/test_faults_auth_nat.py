@@ -15,9 +15,10 @@ import bcrypt
 import pytest
 import yaml
 
-from gpumon.exporter.server import MetricsServer, RenderedBytes
+from gpumon.exporter.server import MetricsServer
 from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 from gpumon.store import SnapshotStore
+from tests.helpers import RenderedBytes
 
 pytestmark = pytest.mark.faults
 

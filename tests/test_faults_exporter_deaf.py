@@ -23,10 +23,10 @@ import requests
 import yaml
 
 from gpumon.exporter.http_limits import HttpLimits
-from gpumon.exporter.server import MetricsServer, RenderedBytes
+from gpumon.exporter.server import MetricsServer
 from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 from gpumon.store import SnapshotStore
-from tests.helpers import DaemonProcess, wait_for
+from tests.helpers import DaemonProcess, RenderedBytes, wait_for
 from tests.pki import Pki
 from tests.test_daemon_faults import Systemd, systemd
 

@@ -23,10 +23,10 @@ import requests
 import yaml
 
 from gpumon.exporter.basic_auth import BcryptPool
-from gpumon.exporter.server import MetricsServer, RenderedBytes
+from gpumon.exporter.server import MetricsServer
 from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 from gpumon.store import SnapshotStore
-from tests.helpers import DaemonProcess, wait_for
+from tests.helpers import DaemonProcess, RenderedBytes, wait_for
 
 ATTACKER = "127.0.0.2"
 """Loopback has the whole 127/8: attackers come from here, the normal client from 127.0.0.1."""

@@ -18,10 +18,11 @@ from gpumon.backends.fake import FakeBackend
 from gpumon.exporter import openmetrics
 from gpumon.exporter.collector import GpumonCollector
 from gpumon.exporter.http_messages import wants_openmetrics
-from gpumon.exporter.server import MetricsServer, RenderedBytes
+from gpumon.exporter.server import MetricsServer
 from gpumon.exporter.text import Family
 from gpumon.poller import Poller, PollIntervals
 from gpumon.store import SnapshotStore
+from tests.helpers import RenderedBytes
 from tests.prometheus_helpers import needs_prometheus, run_prometheus
 from tests.test_exporter import golden_collector
 

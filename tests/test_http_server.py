@@ -21,10 +21,10 @@ import requests
 
 from gpumon import __version__
 from gpumon.exporter.http_limits import HttpLimits
-from gpumon.exporter.repeat_log import RepeatLog
-from gpumon.exporter.server import MetricsServer, RenderedBytes
+from gpumon.exporter.server import MetricsServer
+from gpumon.repeat_log import RepeatLog
 from gpumon.store import SnapshotStore
-from tests.helpers import REPO, DaemonProcess, free_port_ipv6, wait_for
+from tests.helpers import REPO, DaemonProcess, RenderedBytes, free_port_ipv6, wait_for
 
 
 def raw_request(port: int, request: bytes, host: str = "127.0.0.1", timeout: float = 5.0) -> bytes:

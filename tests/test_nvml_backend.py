@@ -866,14 +866,16 @@ def test_a_link_whose_error_fields_fail_is_omitted_and_the_other_links_still_rep
 
 # ---- the package: one reader module per subsystem ------------------------------
 def test_every_subsystem_modules_readers_are_run_once_in_their_tier(backend: NvmlBackend) -> None:
-    from gpumon.backends.nvml.registry import SUBSYSTEMS
+    from gpumon.backends.nvml.registry import SUBSYSTEMS, collect_readers
 
     declared = [(spec.name, spec.tier) for module in SUBSYSTEMS for spec in module.READERS]
     names = [name for name, _ in declared]
     assert len(names) == len(set(names)), "reader names are unique (read_errors' reader label)"
     for tier in (Tier.FAST, Tier.SLOW, Tier.STATIC):
-        assert sorted(backend.reader_names(tier)) == sorted(name for name, t in declared if t is tier)
-    static = backend.reader_names(Tier.STATIC)
+        assert sorted(spec.name for spec in collect_readers()[tier]) == sorted(
+            name for name, t in declared if t is tier
+        )
+    static = [spec.name for spec in collect_readers()[Tier.STATIC]]
     assert static.index("identity") < static.index("topology")  # topology uses the peers' bus ids
 
 

@@ -23,12 +23,12 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from gpumon.exporter.http_limits import HttpLimits
-from gpumon.exporter.server import MetricsServer, RenderedBytes
+from gpumon.exporter.server import MetricsServer
 from gpumon.exporter.tls import HTTP_ON_HTTPS_RESPONSE
 from gpumon.exporter.webconfig import WebConfig, WebConfigError, parse_duration_seconds
 from gpumon.exporter.webconfig_watcher import WebConfigWatcher
 from gpumon.store import SnapshotStore
-from tests.helpers import DaemonProcess, examples, free_port, run_cli, wait_for
+from tests.helpers import DaemonProcess, RenderedBytes, examples, free_port, run_cli, wait_for
 from tests.pki import OPENSSL, Pki
 from tests.prometheus_helpers import needs_prometheus, run_prometheus
 

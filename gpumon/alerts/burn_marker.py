@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from gpumon.alerts.alert import BurnHoldBack
+from gpumon.file_stamp import FileStamp, file_stamp
 from gpumon.state.burn_files import MARKER_NAME, burn_dir, pid_alive
 
 log = logging.getLogger(__name__)
@@ -29,17 +29,15 @@ class BurnMarkerReader:
     def __init__(self, state_dir: Path, alive: Callable[[int], bool] = pid_alive) -> None:
         self.path = marker_path(state_dir)
         self._alive = alive
-        self._key: tuple[int, int, int] | None = None
+        self._key: FileStamp | None = None
         self._parsed: BurnHoldBack | None = None
 
     def read(self) -> BurnHoldBack | None:
         """The running burn, or None (no marker, a bad marker, or its process gone)."""
-        try:
-            st = os.stat(self.path)
-        except OSError:
+        key = file_stamp(self.path)
+        if key is None:
             self._key, self._parsed = None, None
             return None
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if key != self._key:
             self._key = key
             self._parsed = self._parse()

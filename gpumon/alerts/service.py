@@ -39,8 +39,8 @@ from gpumon.alerts.notification import Notification, replace_status
 from gpumon.alerts.notify import Receiver
 from gpumon.alerts.spool import Spool
 from gpumon.events.model import XidEvent
-from gpumon.failure_log import FailureLog
 from gpumon.findings.model import Finding
+from gpumon.repeat_log import RepeatLog
 from gpumon.snapshot import Snapshot
 from gpumon.steady_clock import SteadyClock
 
@@ -93,7 +93,8 @@ class AlertService:
         self._burn_reader = BurnMarkerReader(state_dir)
         self._burn: BurnHoldBack | None = None
         self._spool = Spool(state_dir)
-        self._spool_failures = FailureLog(log, f"writing the alert spool {self._spool.path}", clock=monotonic or clock)
+        self._spool_action = f"writing the alert spool {self._spool.path}"
+        self._spool_failures = RepeatLog(log, period_seconds=60.0, clock=monotonic or clock)
         """A full or read-only state directory fails every second: logged once, then once a minute."""
         self._delivered: dict[str, Notification] = {}
         self._receivers: dict[str, Receiver] = {}
@@ -380,9 +381,9 @@ class AlertService:
             self._spool.save(self._spool_document())
         except OSError as exc:
             self._spool_errors_total += 1
-            self._spool_failures.failed(str(exc))
+            self._spool_failures.failed(self._spool_action, str(exc))
             return False
-        self._spool_failures.succeeded()
+        self._spool_failures.succeeded(self._spool_action)
         with self._spool_cond:
             self._written = max(self._written, target)
             self._spool_cond.notify_all()

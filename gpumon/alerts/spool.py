@@ -1,9 +1,9 @@
 """The alert spool: alert states and delivery queues on disk, written atomically.
 
-One JSON file, ``<state_dir>/alerts/spool.json``, replaced as a whole: written to a
-temporary file in the same directory, flushed and fsync'ed, then ``os.replace``d over
-the old one and the directory fsync'ed. A crash (even SIGKILL) leaves either the old
-or the new file, never a torn one. A file that cannot be parsed is moved aside
+One JSON file, ``<state_dir>/alerts/spool.json``, replaced as a whole
+(``gpumon.state.files.write_text_atomic``): written to a temporary file in the same directory,
+flushed and fsync'ed, then ``os.replace``d over the old one and the directory fsync'ed. A crash
+(even SIGKILL) leaves either the old or the new file, never a torn one. A file that cannot be parsed is moved aside
 (``spool.json.corrupt``) and gpumon starts empty rather than not at all.
 """
 
@@ -13,15 +13,17 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpumon.state.files import DamagedFile, read_state_json
+from gpumon.state.files import DamagedFile, read_state_json, remove_stale_temporaries, write_text_atomic
 
 log = logging.getLogger(__name__)
 
 SPOOL_VERSION = 1
+LEGACY_TEMPORARIES = (".spool-*.tmp",)
+"""The temporary files the spool's own writer named before it used the state directory's (``.spool.json.*``):
+one a gpumon of then left when killed mid-write is removed like the others."""
 
 
 class Spool:
@@ -37,9 +39,7 @@ class Spool:
         too large, not UTF-8, not JSON, nested too deeply, not a spool of this version) is moved aside
         (``spool.json.corrupt``, kept for the operator), said in one line, and gpumon starts with no saved
         alerts rather than not at all. Temporary files a writer killed mid-write left are removed."""
-        for entry in self._leftovers():
-            with contextlib.suppress(OSError):
-                entry.unlink()
+        remove_stale_temporaries(self.directory, (self.path.name,), LEGACY_TEMPORARIES)
         try:
             data = read_state_json(self.path)
             if data is None:
@@ -57,37 +57,9 @@ class Spool:
             return {}
         return data
 
-    def _leftovers(self) -> list[Path]:
-        """``.spool-*.tmp`` files of a writer that was killed before its rename."""
-        try:
-            return [
-                self.directory / e for e in os.listdir(self.directory) if e.startswith(".spool-") and e.endswith(".tmp")
-            ]
-        except OSError:
-            return []
-
     def save(self, data: dict[str, Any]) -> None:
-        """Replace the spool with ``data`` (plus the version); raises OSError on failure."""
+        """Replace the spool with ``data`` (plus the version), readable by its owner only (0600), through
+        the state directory's atomic writer (its folder fsynced after the rename); raises OSError on failure."""
         self.directory.mkdir(parents=True, exist_ok=True)
         body = json.dumps({**data, "version": SPOOL_VERSION}, separators=(",", ":"), sort_keys=True)
-        fd, tmp = tempfile.mkstemp(prefix=".spool-", suffix=".tmp", dir=self.directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(body)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        try:
-            dir_fd = os.open(self.directory, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(dir_fd)
-        except OSError:
-            pass
-        finally:
-            os.close(dir_fd)
+        write_text_atomic(self.path, body, mode=0o600)

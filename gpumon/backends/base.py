@@ -50,6 +50,11 @@ class GpuBackend(Protocol):
     """
 
     name: str
+    simulated: bool
+    """Whether the GPUs are made up (the fake backend's scenarios), not this host's: none of the host's own
+    evidence is theirs (its kernel log's XIDs, its /sys PCIe devices, the UUIDs CUDA gives), their XIDs
+    come from ``wait_events`` alone, and the daemon marks them ``gpumon_simulated``. What a command asks
+    instead of the backend's name."""
     per_reader_errors: bool
     """Whether one reader group of a read can fail alone (NVML: yes; the fake: a scripted read fails
     whole). The daemon exports ``read_errors()`` as ``gpumon_read_errors_total`` only when it can."""

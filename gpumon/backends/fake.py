@@ -183,6 +183,8 @@ class FakeBackend:
             plan = self._plans[(index, tier)] = _read_plan(script, tier)
         return {name: _value_at(name, spec, tick) if moving else spec for name, spec, moving in plan}
 
+    simulated = True
+    """Made-up GPUs: nothing of this host's (kernel log, /sys, CUDA's UUIDs) is theirs."""
     per_reader_errors = False
 
     def take_errors(self) -> dict[str, int]:

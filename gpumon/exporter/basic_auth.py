@@ -100,10 +100,6 @@ class BcryptPool:
         self._suspects: OrderedDict[str, float] = OrderedDict()
         """client -> suspect until (clock seconds); bounded."""
 
-    def is_suspect(self, client: str) -> bool:
-        with self._cond:
-            return self._suspect_until(client) > self._clock()
-
     def mark_failed(self, client: str) -> None:
         with self._cond:
             self._suspects[client] = self._clock() + self._suspect_seconds

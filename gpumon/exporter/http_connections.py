@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from gpumon import __version__
 from gpumon.exporter.http_limits import HttpLimits, bind_listener, raise_open_files_limit
 from gpumon.exporter.http_messages import REASONS, TEXT_PLAIN, BadRequest, Request, parse_head, wants_close
-from gpumon.exporter.repeat_log import RepeatLog
+from gpumon.repeat_log import RepeatLog
 
 if TYPE_CHECKING:  # the web config's modules are loaded only where a web config is given
     from gpumon.exporter.webconfig_watcher import WebConfigWatcher

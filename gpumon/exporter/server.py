@@ -13,16 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from gpumon.exporter import gzip_parts, openmetrics
+from gpumon.exporter import openmetrics
 from gpumon.exporter.http_connections import Body, HttpConnectionServer
 from gpumon.exporter.http_limits import HttpLimits
 from gpumon.exporter.http_messages import TEXT_PLAIN, Request, Response, Route, accepts_gzip, wants_openmetrics
-from gpumon.exporter.openmetrics import render as render_openmetrics
-from gpumon.exporter.text import CONTENT_TYPE, Family
+from gpumon.exporter.text import CONTENT_TYPE
 from gpumon.store import SnapshotStore
 
 if TYPE_CHECKING:  # the web config's modules are loaded only where a web config is given
@@ -53,27 +51,6 @@ class Exposition(Protocol):
     def ready_body(self, *, openmetrics: bool = False, gzip: bool = False) -> Sequence[bytes] | None:
         """The exposition when it is made of kept bytes (called on the event loop), else None."""
         ...
-
-
-@dataclass(frozen=True)
-class RenderedBytes:
-    """An Exposition made by a function that renders Prometheus text 0.0.4, and for OpenMetrics
-    the same metrics as families (``collect``; None: the classic text only); gzip at level 1.
-    For servers of plain bytes (tests, tools); the daemon serves its GpumonCollector."""
-
-    render: Callable[[], bytes]
-    collect: Callable[[], Iterable[Family]] | None = None
-
-    @property
-    def serves_openmetrics(self) -> bool:
-        return self.collect is not None
-
-    def body(self, *, openmetrics: bool = False, gzip: bool = False) -> list[bytes]:
-        data = render_openmetrics(self.collect()) if openmetrics and self.collect is not None else self.render()
-        return gzip_parts.member([gzip_parts.deflate(data)]) if gzip else [data]
-
-    def ready_body(self, *, openmetrics: bool = False, gzip: bool = False) -> None:
-        return None
 
 
 DEFAULT_LIMITS = HttpLimits()

@@ -25,20 +25,19 @@ from pathlib import Path
 
 from gpumon.exporter.basic_auth import DECOY_HASH, AuthCache, BcryptPool, parse_basic
 from gpumon.exporter.webconfig import WebConfig, WebConfigError
+from gpumon.file_stamp import FileStamp, file_stamp
 
 LOGGER_NAME = "gpumon.exporter.webconfig"
 """The logger name these log lines have always carried (the watcher lived in webconfig.py)."""
 
 
-def _fingerprint(files: tuple[Path, ...]) -> tuple[tuple[str, int, int, int], ...]:
-    out = []
-    for f in files:
-        try:
-            st = f.stat()
-            out.append((str(f), st.st_mtime_ns, st.st_size, st.st_ino))
-        except OSError:
-            out.append((str(f), -1, -1, -1))
-    return tuple(out)
+Fingerprint = tuple[tuple[str, FileStamp | None], ...]
+"""Each watched file with its stamp (None: absent)."""
+
+
+def _fingerprint(files: tuple[Path, ...]) -> Fingerprint:
+    """Each of ``files`` with its stamp (None: absent): differs once any of them was written, made or removed."""
+    return tuple((str(f), file_stamp(f)) for f in files)
 
 
 class WebConfigWatcher:
@@ -75,7 +74,7 @@ class WebConfigWatcher:
         self._lock = threading.Lock()
         self._config = WebConfig.load(self._path)
         self._fingerprint = _fingerprint(self._config.watched_files())
-        self._rejected: tuple[tuple[str, int, int, int], ...] | None = None
+        self._rejected: Fingerprint | None = None
         self._next_check = clock() + check_interval_seconds
         # Good verdicts stay for an hour (the hash in the key changes with the file); wrong ones a minute.
         self._cache = AuthCache(max(auth_cache_seconds, 3600.0), auth_cache_seconds, 4096, clock)

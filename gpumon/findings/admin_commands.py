@@ -137,7 +137,7 @@ def cmd_accept_inventory(args: argparse.Namespace) -> int:
     before = f" (was {len(old.gpus)} GPU(s), driver {old.driver_version})" if old else ""
     print(f"inventory accepted: {len(inventory.gpus)} GPU(s), driver {inventory.driver_version}{before}")
     health = config.health or HealthConfig()
-    sysfs = health.sysfs_root or (None if backend.name == "fake" else Path("/sys"))
+    sysfs = health.sysfs_root or (None if backend.simulated else Path("/sys"))
     remaining = drift(inventory, snapshot, pci_gpus(sysfs) if sysfs else None, health.expected_gpu_count)
     for finding in remaining:  # what an accepted inventory does not silence (docs/health.md)
         print(f"still reported: {finding.severity} {finding.summary}")

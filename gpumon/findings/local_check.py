@@ -69,13 +69,13 @@ def local_report(
     tracker = XidTracker(live_since_seconds=time.time(), logger=logging.getLogger("gpumon.xid"))
     tracker.set_gpus_from_snapshot(snapshot)
     tracker.subscribe(service.on_xid)
-    if snapshot.nvml_up and backend.name == "fake":  # scripted XIDs; real ones come from the kernel log
+    if snapshot.nvml_up and backend.simulated:  # scripted XIDs; real ones come from the kernel log
         try:
             for event in backend.wait_events(0.0):
                 tracker.record(event)
         except Exception:
             log.debug("no simulated XID events", exc_info=True)
-    if kernel_log and config.kernel_log and backend.name != "fake":
+    if kernel_log and config.kernel_log and not backend.simulated:
         from gpumon.events.kernel_log import read_boot_xids
 
         tracker.record_all(read_boot_xids(logger=logging.getLogger("gpumon.kmsg")).events)

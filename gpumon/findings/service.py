@@ -20,6 +20,7 @@ from pathlib import Path
 from gpumon.alerts.burn_marker import BurnMarkerReader
 from gpumon.events.catalog import XidCatalog
 from gpumon.events.model import XidEvent
+from gpumon.file_stamp import file_stamp as _stat_key  # (inode, mtime ns, size): the file was rewritten
 from gpumon.findings.burn_results import burn_findings
 from gpumon.findings.clears import Clear
 from gpumon.findings.clears import add_clear as add_clear  # gpumon health clear, tests: where it always was

@@ -18,6 +18,7 @@ import re
 import stat
 import tempfile
 import zlib
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,10 @@ def simulated_name(spec: str) -> str:
 
 
 def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``text`` in one rename (flushed and fsynced first, then given ``mode``):
-    a reader sees the old or the new file, never half. The folder must exist."""
+    """Replace ``path`` with ``text`` in one rename (flushed and fsynced first, then given ``mode``), then
+    fsync the folder so the rename itself survives a power loss: a reader sees the old or the new file,
+    never half, even after a crash. The temporary file is ``.NAME.<random>`` beside it
+    (``remove_stale_temporaries`` removes one a killed writer left). The folder must exist."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -72,6 +75,22 @@ def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Flush ``folder``'s entries (a rename in it) to disk; a folder that cannot be opened or synced
+    (some file systems refuse) is left as it is: the file itself is already on disk."""
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
 
 
 def json_text(data: Any) -> str:
@@ -184,16 +203,17 @@ def move_aside(path: Path, now_seconds: float) -> Path:
     return target
 
 
-def remove_stale_temporaries(folder: Path, names: tuple[str, ...]) -> list[Path]:
+def remove_stale_temporaries(folder: Path, names: tuple[str, ...], patterns: tuple[str, ...] = ()) -> list[Path]:
     """Remove the temporary files ``write_text_atomic`` leaves when killed mid-write (``.NAME.*``) of each of
-    ``names`` in ``folder``; the caller holds the folder's lock, so no writer is using one."""
+    ``names`` in ``folder``, and those matching any of ``patterns`` (fnmatch globs: the temporaries an
+    earlier gpumon's writer named otherwise, ``.spool-*.tmp``); the caller makes sure no writer is using one."""
     removed: list[Path] = []
     try:
         entries = os.listdir(folder)
     except OSError:
         return removed
     for entry in entries:
-        if any(entry.startswith(f".{name}.") for name in names):
+        if any(entry.startswith(f".{name}.") for name in names) or any(fnmatchcase(entry, p) for p in patterns):
             try:
                 (folder / entry).unlink()
                 removed.append(folder / entry)

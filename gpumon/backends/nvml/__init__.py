@@ -19,7 +19,7 @@ Layout (one collector per subsystem, as node_exporter does):
 How a read works
 ----------------
 ``read(index, tier)`` runs the small *readers* of that tier (one group of NVML calls each,
-see ``NvmlBackend.reader_names``); each writes its fields into the read's one dict, in base
+see ``registry.collect_readers``); each writes its fields into the read's one dict, in base
 units: bytes, watts (NVML: mW), joules (mJ), hertz (MHz), ratios 0-1 (percent), seconds (ns).
 
 * NOT_SUPPORTED, FUNCTION_NOT_FOUND and NOT_FOUND mean "absent": the reader (or the single

@@ -50,6 +50,7 @@ class NvmlBackend:
     """
 
     name = "nvml"
+    simulated = False
     per_reader_errors = True
 
     def __init__(
@@ -261,10 +262,6 @@ class NvmlBackend:
     def gpm_supported(self, index: int) -> bool | None:
         """Whether GPU ``index`` offers NVML GPM profiling metrics; None until a read probed it."""
         return self._gpm.supported(index)
-
-    def reader_names(self, tier: Tier) -> tuple[str, ...]:
-        """Names of the reader groups of ``tier`` in the order ``read`` runs them."""
-        return tuple(spec.name for spec in self._readers.get(tier, ()))
 
     def read_group(self, index: int, name: str) -> dict[str, Any]:
         """Run one reader group alone (for benchmarks and debugging): the fields it writes, in a dict

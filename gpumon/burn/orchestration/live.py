@@ -64,7 +64,7 @@ class LiveView:
         temp = f"{sample.temperature_celsius:.0f} °C" if sample and sample.temperature_celsius is not None else "—"
         power = f"{sample.power_watts:.0f} W" if sample and sample.power_watts is not None else "—"
         clock = f"{sample.sm_clock_hertz / 1e6:.0f} MHz" if sample and sample.sm_clock_hertz is not None else "—"
-        if self.watcher is not None and self.watcher.backend.name == "fake":  # not measured: not shown as if it were
+        if self.watcher is not None and self.watcher.backend.simulated:  # not measured: not shown as if it were
             temp = power = clock = "sim."
         return [str(st.gpu), str(st.rank), test, rate, temp, power, clock, str(len(st.errors))]
 

@@ -192,7 +192,7 @@ def _worker_specs(
             world_size=opts.world_size,
             gpu=g,
             node_gpus=opts.gpus,
-            expected_uuid=info[g].get("uuid") if backend.name == "nvml" else None,
+            expected_uuid=None if backend.simulated else info[g].get("uuid"),
             device=opts.device,
             dtype=opts.dtype,
             tests=opts.tests,
@@ -254,7 +254,7 @@ def _node_result(
     if opts.launch.node_name:
         mine["hostname"] = opts.launch.node_name
     mine["gpus_info"] = {str(g): {"uuid": info[g].get("uuid"), "name": info[g].get("name")} for g in local}
-    simulated = backend.name == "fake"  # a CPU burn's GPUs too: their power and temperature are not measured
+    simulated = backend.simulated  # a CPU burn's GPUs too: their power and temperature are not measured
     mine["telemetry"] = {str(g): {**summarise(watcher.telemetry[g]), "simulated": simulated} for g in local}
     mine["sw"] = [c.to_jsonable() for c in sw_checks] if "sw" in opts.tests else []
     mine["busy_gpus"] = sorted({c.gpu for c in _busy(sw_checks) if c.gpu is not None})
