@@ -28,7 +28,7 @@ UNCHECKED_IN_DCGM_4_6_1 = {
     "DCGM_FI_DEV_FB_FREE": "no bytes field in 4.6.1",
     "DCGM_FI_DEV_FB_USED": "no bytes field in 4.6.1",
     "DCGM_FI_DEV_FB_RESERVED": "no bytes field in 4.6.1",
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "4.6.1's alias is NVLINK_THROUGHPUT_TOTAL, same field, MB/s",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "4.6.1 has only its alias NVLINK_THROUGHPUT_TOTAL, field 449",
 }
 """Legacy names whose 4.9 name and unit follow DCGM 4.7's field reference, not an NVIDIA file here."""
 
