@@ -11,7 +11,10 @@ renamed it ``hostname``: ``--compat-hostname-label hostname`` for those).
   tests/data/dcgm/dcgm-4.6-deprecated-aliases.txt holds that list and a test holds
   ``SAME_UNIT_4_9`` to it;
 * a name with a new unit for the 11 default fields whose unit changed (MHz -> Hz, mJ -> J,
-  % -> ratio 0-1, MiB -> bytes, MB/s -> B/s), computed from the snapshot in base units;
+  % -> ratio 0-1, MiB -> bytes, MB/s -> B/s), computed from the snapshot in base units. The Hz and
+  J fields are in NVIDIA's DCGM 4.6.1 header (tests/data/dcgm/dcgm-4.6.1-fields-excerpt.txt); the
+  ratio, bytes and B/s ones are DCGM 4.7's, taken from a summary of its field reference and not yet
+  checked against an NVIDIA file (tests/test_dcgm_name_sources.py lists them);
 * ``DCGM_FI_DEV_FB_CAPACITY_BYTES`` for ``DCGM_FI_DEV_FB_TOTAL``;
 * driver label ``DCGM_FI_SYSTEM_DRIVER_VERSION``, host label ``hostname``;
 * every other field keeps its name and unit.
@@ -196,7 +199,8 @@ CONVERTED_4_9: Mapping[str, Converted] = {
         _nvlink_bytes_per_second,
     ),
 }
-"""dcgm-exporter 4.9's fields with a new unit (DCGM 4.7's base-unit fields), from gpumon's base units."""
+"""dcgm-exporter 4.9's fields with a new unit (DCGM 4.7's base-unit fields), from gpumon's base units.
+Only the Hz and J names are confirmed by an NVIDIA file (DCGM 4.6.1's header); see the module docstring."""
 
 LABEL_FIELDS: Mapping[str, LabelField] = {
     "nvml_version": LabelField("DCGM_FI_NVML_VERSION", "DCGM_FI_SYSTEM_NVML_VERSION"),
