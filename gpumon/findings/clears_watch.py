@@ -7,8 +7,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpumon.file_stamp import file_stamp as stat_key
 from gpumon.findings.clears import CLEARS_DIR, LEGACY_CLEARS, Clear, ClearsRead, read_clears
-from gpumon.findings.health_files import stat_key
 from gpumon.findings.model import WARNING, Finding
 
 

@@ -3,7 +3,6 @@ kernel's boot id, and the stat key that says whether a file was rewritten."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from gpumon.findings.inventory import Inventory
@@ -28,12 +27,3 @@ def save_inventory(state_dir: Path, inventory: Inventory, simulated: str | None 
 
 def load_inventory(state_dir: Path, simulated: str | None = None) -> Inventory | None:
     return Inventory.from_json(read_json(health_dir(state_dir, simulated) / "inventory.json"))
-
-
-def stat_key(path: Path) -> tuple[int, int, int] | None:
-    """(inode, mtime in ns, size) of ``path``, None when absent: changes when the file is rewritten."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)

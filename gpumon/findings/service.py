@@ -20,7 +20,7 @@ from pathlib import Path
 from gpumon.alerts.burn_marker import BurnMarkerReader
 from gpumon.events.catalog import XidCatalog
 from gpumon.events.model import XidEvent
-from gpumon.file_stamp import file_stamp as _stat_key  # (inode, mtime ns, size): the file was rewritten
+from gpumon.file_stamp import file_stamp as stat_key
 from gpumon.findings.burn_results import burn_findings
 from gpumon.findings.clears import Clear
 from gpumon.findings.clears import add_clear as add_clear  # gpumon health clear, tests: where it always was
@@ -28,7 +28,7 @@ from gpumon.findings.clears_watch import ClearsWatch
 from gpumon.findings.config import HealthConfig
 from gpumon.findings.drift_check import DriftCheck
 from gpumon.findings.gpu_state import snapshot_findings
-from gpumon.findings.health_files import read_boot_id, stat_key
+from gpumon.findings.health_files import read_boot_id
 from gpumon.findings.health_series import STATUS_VALUES as STATUS_VALUES  # gpumon health's exit codes
 from gpumon.findings.health_series import HealthCollector as HealthCollector  # the verdict's series
 from gpumon.findings.inventory import (
