@@ -651,6 +651,11 @@ def gpu_detail() -> dict[str, Any]:
            "when the running configuration was loaded.",
             hide=("Time", "__name__", "job"), rename={"Value #A": "last reload ok", "Value #B": "loaded at"},
             units={"loaded at": "dateTimeAsIso"}, w=8),
+        timeseries("Exporter connections", [
+            target(f"gpumon_http_connections_open{{{HOST}}}", "{{instance}} open connections"),
+            target(f"increase(gpumon_http_connections_shed_total{{{HOST}}}[$__rate_interval])",
+                   "{{instance}} connections shed (over the limit)"),
+        ], "short", w=16),
     ]  # fmt: skip
     panels += unplaced_families(panels)
     return dashboard(

@@ -4,7 +4,7 @@ Threads:
 
 * the polling thread calls ``on_snapshot`` (evaluation only: microseconds, no I/O);
 * the XID event thread calls ``on_xid``;
-* ``gpumon-alerts-tick`` runs every second: stale-snapshot check (a hung poll publishes
+* ``gpumon-alerts-tick`` runs every 5 s: stale-snapshot check (a hung poll publishes
   nothing), XID expiry, re-sending firing alerts to Alertmanagers every resend interval, and
   every ``findings_interval_seconds`` the finding rules on the health findings (asked of the
   ``findings`` provider outside the lock: the poll never waits for them);
@@ -48,6 +48,10 @@ log = logging.getLogger(__name__)
 
 FINDINGS_INTERVAL_SECONDS = 5.0
 """How often the tick thread asks for the health findings (when a finding rule exists)."""
+TICK_SECONDS = 5.0
+"""How often the tick thread runs. Rules are evaluated on every snapshot by the polling thread;
+the tick only keeps time between them (a snapshot gone stale, XIDs expiring, re-sending firing
+alerts, the finding rules), none of which needs a finer step: every wake costs CPU (docs/benchmarks.md)."""
 
 Handler = Callable[[], tuple[int, str, bytes]]
 
@@ -62,7 +66,7 @@ class AlertService:
         host: str,
         clock: Callable[[], float] = time.time,
         xid_action: Callable[[int], str] | None = None,
-        tick_seconds: float = 1.0,
+        tick_seconds: float = TICK_SECONDS,
         rng: Callable[[], float] | None = None,
         findings: Callable[[], Sequence[Finding]] | None = None,
         findings_interval_seconds: float = FINDINGS_INTERVAL_SECONDS,
@@ -214,7 +218,7 @@ class AlertService:
             self._failed(f"alert evaluation of XID event {event!r} failed")
 
     def tick(self) -> None:
-        """Timer work (normally run by the tick thread every second); never raises."""
+        """Timer work (normally run by the tick thread every TICK_SECONDS); never raises."""
         try:
             findings = self._read_findings()
             with self._lock:
