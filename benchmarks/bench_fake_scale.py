@@ -37,7 +37,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gpumon.backends.fake import FakeBackend
 from gpumon.exporter.collector import GpumonCollector
 from gpumon.exporter.dcgm import DcgmCompatCollector
-from gpumon.poller import Poller, PollIntervals
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.poller import Poller
 from gpumon.snapshot import Tier
 from gpumon.store import SnapshotStore
 

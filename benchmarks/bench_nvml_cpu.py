@@ -110,7 +110,7 @@ def readers_table(gpu: int, repeat: int) -> None:
     less often than its tier is read, at that interval)."""
     from gpumon.backends.nvml import NvmlBackend
     from gpumon.fields.nvlink import NVLINK_ERRORS_SECONDS
-    from gpumon.poller import PollIntervals
+    from gpumon.model.poll_intervals import PollIntervals
     from gpumon.snapshot import Tier
 
     intervals = PollIntervals()

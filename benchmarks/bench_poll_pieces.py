@@ -35,7 +35,8 @@ from bench_nvml_calls import recorded_groups, replay
 from bench_read_overhead import ConstantBackend
 
 from gpumon.backends.nvml.core import NvmlBackend
-from gpumon.poller import Poller, PollIntervals
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.poller import Poller
 from gpumon.snapshot import GpuSnapshot, Snapshot, Tier, TierStats
 from gpumon.store import SnapshotStore
 

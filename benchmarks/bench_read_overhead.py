@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.poller import Poller, PollIntervals
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.poller import Poller
 from gpumon.snapshot import HostSnapshot, Tier
 from gpumon.store import SnapshotStore
 from tests.fake_pynvml import FakeGpu, FakeNvml
@@ -130,7 +131,9 @@ def main() -> int:
     except (ImportError, AttributeError):
         pass
 
-    print(f"# {args.gpus} fake GPU(s), {args.nvlinks} NVLink links each, python {sys.version.split()[0]}, best of 7 rounds of {args.repeat // 7}")
+    print(
+        f"# {args.gpus} fake GPU(s), {args.nvlinks} NVLink links each, python {sys.version.split()[0]}, best of 7 rounds of {args.repeat // 7}"
+    )
     read_us = best_us(lambda: [backend.read(i, Tier.FAST) for i in range(args.gpus)], args.repeat)
     print(f"NvmlBackend.read(FAST), all GPUs:  {read_us:6.2f} µs ({read_us / args.gpus:.2f} µs/GPU)")
     if bare:

@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpumon.backends.fake import FakeBackend
 from gpumon.exporter.collector import GpumonCollector
-from gpumon.poller import Poller, PollIntervals
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.poller import Poller
 from gpumon.store import SnapshotStore
 
 

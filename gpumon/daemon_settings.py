@@ -8,7 +8,7 @@ import math
 
 from gpumon.alerts import config as alerts_config
 from gpumon.config import Config, ConfigError
-from gpumon.poller import PollIntervals
+from gpumon.model.poll_intervals import PollIntervals
 
 
 def intervals_of(config: Config) -> PollIntervals:

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpumon.exporter.text import Family
+from gpumon.model.families import Family
 from gpumon.snapshot import ProcessSnapshot, Snapshot
 from gpumon.state.files import append_line
 from gpumon.store import SnapshotStore

@@ -30,6 +30,7 @@ from typing import Any
 
 from gpumon.backends.base import GpuBackend, GpuLostError, NvmlUnavailableError
 from gpumon.host_figures import HostFigureReader
+from gpumon.model.poll_intervals import PollIntervals
 from gpumon.snapshot import GpuSnapshot, HostSnapshot, ProcessSnapshot, Snapshot, Tier, TierStats, counter_field_names
 from gpumon.store import SnapshotStore
 
@@ -52,18 +53,6 @@ ProcessEnricher = Callable[[tuple[ProcessSnapshot, ...]], tuple[ProcessSnapshot,
 XidCounts = Callable[[int], tuple[Mapping[str, int], Mapping[str, float]]]
 """A GPU's XID (counts, last timestamps) by code, as mappings never changed afterwards (XidTracker.for_gpu):
 snapshots hold them as they are."""
-
-
-@dataclass(frozen=True)
-class PollIntervals:
-    """How often each tier is read, in seconds."""
-
-    fast_seconds: float = 1.0
-    slow_seconds: float = 10.0
-    static_seconds: float = 300.0
-
-    def of(self, tier: Tier) -> float:
-        return {Tier.FAST: self.fast_seconds, Tier.SLOW: self.slow_seconds, Tier.STATIC: self.static_seconds}[tier]
 
 
 @dataclass

@@ -17,9 +17,11 @@ from gpumon.alerts.engine import AlertEngine
 from gpumon.backends.fake import FakeBackend
 from gpumon.events.catalog import XidCatalog
 from gpumon.exporter.collector import GpumonCollector
-from gpumon.exporter.text import Family, render
+from gpumon.exporter.text import render
 from gpumon.findings.service import HealthService
-from gpumon.poller import Poller, PollIntervals
+from gpumon.model.families import Family
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.poller import Poller
 from gpumon.store import SnapshotStore
 from tests.alerts.helpers import alerting, gpu, snap
 from tests.helpers import wait_for

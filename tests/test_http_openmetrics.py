@@ -19,8 +19,9 @@ from gpumon.exporter import openmetrics
 from gpumon.exporter.collector import GpumonCollector
 from gpumon.exporter.http_messages import wants_openmetrics
 from gpumon.exporter.server import MetricsServer, RenderedBytes
-from gpumon.exporter.text import Family
-from gpumon.poller import Poller, PollIntervals
+from gpumon.model.families import Family
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.poller import Poller
 from gpumon.store import SnapshotStore
 from tests.prometheus_helpers import needs_prometheus, run_prometheus
 from tests.test_exporter import golden_collector

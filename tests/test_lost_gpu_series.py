@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.backends.fake import FakeBackend
 from gpumon.exporter.collector import GpumonCollector
-from gpumon.poller import Poller, PollIntervals
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.poller import Poller
 from gpumon.store import SnapshotStore
 from tests.helpers import REPO, DaemonProcess, value, wait_for
 

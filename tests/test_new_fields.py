@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpumon.backends.nvml import NvmlBackend
 from gpumon.exporter.collector import GpumonCollector
 from gpumon.findings.gpu_state import snapshot_findings
-from gpumon.poller import Poller, PollIntervals
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.poller import Poller
 from gpumon.snapshot import GpuSnapshot, Snapshot, Tier
 from gpumon.store import SnapshotStore
 from tests.fake_pynvml import FakeNvml

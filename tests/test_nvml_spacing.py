@@ -13,7 +13,8 @@ from gpumon.fields.clocks import VIOLATIONS_SECONDS
 from gpumon.fields.gpm import GPM_SECONDS
 from gpumon.fields.power import ENERGY_SECONDS
 from gpumon.fields.topology import P2P_TOPOLOGY_SECONDS
-from gpumon.poller import Poller, PollIntervals
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.poller import Poller
 from gpumon.snapshot import Tier
 from gpumon.store import SnapshotStore
 from tests.fake_pynvml import FakeNvml

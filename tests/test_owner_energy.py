@@ -13,7 +13,8 @@ from gpumon.backends.fake import FakeBackend
 from gpumon.config import Config
 from gpumon.daemon import Daemon
 from gpumon.energy import OwnerEnergy, shares
-from gpumon.poller import Poller, PollIntervals
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.poller import Poller
 from gpumon.snapshot import ProcessSnapshot, Snapshot
 from gpumon.store import SnapshotStore
 from tests.alerts.helpers import gpu, snap

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.poller import Poller, PollIntervals
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.poller import Poller
 from gpumon.snapshot import Snapshot, Tier
 from gpumon.store import SnapshotStore
 

@@ -16,8 +16,9 @@ from gpumon.exporter import gzip_parts
 from gpumon.exporter.collector import GpumonCollector
 from gpumon.exporter.http_connections import coalesced
 from gpumon.exporter.server import MetricsServer
-from gpumon.exporter.text import Family
-from gpumon.poller import Poller, PollIntervals
+from gpumon.model.families import Family
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.poller import Poller
 from gpumon.snapshot import Snapshot
 from gpumon.store import SnapshotStore
 from tests.test_exporter import GOLDEN, golden_collector

@@ -15,7 +15,8 @@ from gpumon.events.catalog import XidCatalog
 from gpumon.exporter.collector import GpumonCollector
 from gpumon.fields.spec import DETAILS
 from gpumon.findings.service import HealthService
-from gpumon.poller import Poller, PollIntervals
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.poller import Poller
 from gpumon.store import SnapshotStore
 from tests.alerts.helpers import gpu, snap
 from tests.helpers import DaemonProcess, wait_for

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpumon.exporter.text import Family
+from gpumon.model.families import Family
 from gpumon.state.burn_files import LAST_NAME, MARKER_NAME, burn_dir, pid_alive
 
 

@@ -25,9 +25,11 @@ from gpumon import __version__
 from gpumon.exporter import gzip_parts
 from gpumon.exporter.gpu_families import GpuFamilies
 from gpumon.exporter.openmetrics import EOF as OPENMETRICS_EOF
+from gpumon.exporter.registry import FamilyMetric
 from gpumon.exporter.rendered import OPENMETRICS, TEXT, Rendered, RenderedSnapshot, render_text
-from gpumon.exporter.text import Family, FamilySource, Heads, render
-from gpumon.poller import PollIntervals
+from gpumon.exporter.text import Heads, render
+from gpumon.model.families import Family, FamilySource
+from gpumon.model.poll_intervals import PollIntervals
 from gpumon.snapshot import Snapshot, Tier
 from gpumon.store import SnapshotStore
 
@@ -186,7 +188,7 @@ class GpumonCollector:
     def collect(self) -> Iterator[Metric]:
         """The same families as prometheus_client Metric objects (for registries)."""
         for family in self.families():
-            yield family.to_metric()
+            yield FamilyMetric(family)
 
     def families(self) -> list[Family]:
         """Every family of one scrape: gpumon's own, each extra source's, then the sources'

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 
 from gpumon.events.catalog import XidCatalog
 from gpumon.exporter.dcgm_sets import DCGM_SETS, HPC_JOB, LABEL_FIELDS, LEGACY, LabelField
-from gpumon.exporter.text import Family, needs_escaping
+from gpumon.exporter.text import needs_escaping
 from gpumon.fields.spec import Dcgm
+from gpumon.model.families import Family
 from gpumon.nvml_vocabulary import CLOCK_EVENT_BITS
 from gpumon.snapshot import GpuSnapshot, Snapshot, field_specs
 from gpumon.store import SnapshotStore

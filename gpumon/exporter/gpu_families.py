@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 from gpumon.exporter.metrics import gpu_rows
-from gpumon.exporter.text import Family, header, render, sample_lines, sample_template
-from gpumon.poller import PollIntervals
+from gpumon.exporter.text import header, render, sample_lines, sample_template
+from gpumon.model.families import Family
+from gpumon.model.poll_intervals import PollIntervals
 from gpumon.snapshot import GpuSnapshot, Snapshot, Tier
 
 GPU_LABELS = ("gpu", "uuid")

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpumon.exporter.text import Family, header, render_samples
+from gpumon.exporter.text import header, render_samples
+from gpumon.model.families import Family
 
 CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 """prometheus_client's ``openmetrics.exposition.CONTENT_TYPE_LATEST`` (tests hold it to that)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
-from gpumon.exporter.text import Family
+from gpumon.model.families import Family
 
 ReadErrors = Callable[[], Mapping[tuple[int, str, str], int]]
 """() -> {(gpu index, uuid, reader name): errors since start}."""

@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client.core import Metric
 from prometheus_client.samples import Sample
 
-from gpumon.exporter.text import Family, FamilySource
+from gpumon.model.families import Family, FamilySource
 
 
 class MetricsOf:
@@ -27,7 +27,7 @@ class MetricsOf:
         return []
 
     def collect(self) -> list[Metric]:
-        return [family.to_metric() for family in self._source.families()]
+        return [FamilyMetric(family) for family in self._source.families()]
 
 
 class FamilyMetric(Metric):

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpumon.exporter import gzip_parts, openmetrics
-from gpumon.exporter.text import Family, Heads, render
+from gpumon.exporter.text import Heads, render
+from gpumon.model.families import Family
 from gpumon.same import same_objects
 from gpumon.snapshot import Snapshot
 

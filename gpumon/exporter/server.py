@@ -22,7 +22,8 @@ from gpumon.exporter.http_connections import Body, HttpConnectionServer
 from gpumon.exporter.http_limits import HttpLimits
 from gpumon.exporter.http_messages import TEXT_PLAIN, Request, Response, Route, accepts_gzip, wants_openmetrics
 from gpumon.exporter.openmetrics import render as render_openmetrics
-from gpumon.exporter.text import CONTENT_TYPE, Family
+from gpumon.exporter.text import CONTENT_TYPE
+from gpumon.model.families import Family
 from gpumon.store import SnapshotStore
 
 if TYPE_CHECKING:  # the web config's modules are loaded only where a web config is given

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpumon.exporter.text import Family
+from gpumon.model.families import Family
 
 
 class SimulatedSource:

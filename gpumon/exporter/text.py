@@ -3,7 +3,7 @@
 Every metric source of the daemon (gpumon's own table, alerts, burn results, read errors,
 health, the DCGM names) builds ``Family`` objects; ``render`` writes them with one prepared
 template per family, byte for byte what ``prometheus_client.generate_latest`` writes for the
-same data (tests check this through ``Family.to_metric``), several times faster: prometheus_client
+same data (tests check this through ``registry.FamilyMetric``), several times faster: prometheus_client
 renders about 7 µs per sample on a small CPU, and a host with many GPUs has tens of thousands.
 gpumon.exporter.openmetrics renders the same families as OpenMetrics.
 """
@@ -11,69 +11,11 @@ gpumon.exporter.openmetrics renders the same families as OpenMetrics.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Iterable
 
-if TYPE_CHECKING:
-    from prometheus_client.core import Metric
+from gpumon.model.families import Family
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-KINDS = ("gauge", "counter", "untyped")
-
-
-@dataclass
-class Family:
-    """One metric family: ``samples`` hold label values in the order of ``label_names``.
-
-    Names (of the family and its labels) are plain Prometheus names, ``[a-zA-Z_][a-zA-Z0-9_]*``.
-    """
-
-    name: str
-    """Sample name; for counters it ends in ``_total``."""
-    kind: str
-    """``gauge``, ``counter`` or ``untyped`` (OpenMetrics calls it ``unknown``)."""
-    help: str
-    label_names: tuple[str, ...] = ()
-    samples: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
-    plain_labels: bool = False
-    """True when no label value can hold a backslash, quote or newline (indices, UUIDs, fixed
-    names): rendering then skips escaping."""
-    optional_labels: tuple[str, ...] = ()
-    """Labels left out of a sample where their value is "" (a family whose samples do not all
-    carry the same labels, such as ``peer_gpu`` on p2p bandwidth only)."""
-    rendered: str | None = None
-    """This family's text, once rendered; families of slow tiers are reused across scrapes.
-    A family is not changed once rendered."""
-    rendered_openmetrics: str | None = None
-    """The same in OpenMetrics text, once rendered (gpumon.exporter.openmetrics)."""
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"{self.name}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
-        if self.kind == "counter" and not self.name.endswith("_total"):
-            raise ValueError(f"{self.name}: a counter's sample name ends in _total")
-
-    def add(self, labels: Sequence[str], value: float) -> None:
-        self.samples.append((tuple(labels), float(value)))
-
-    @property
-    def family_name(self) -> str:
-        return self.name.removesuffix("_total") if self.kind == "counter" else self.name
-
-    def to_metric(self) -> Metric:
-        """The same family as a prometheus_client Metric (for registries, and as the reference
-        the tests render with prometheus_client)."""
-        from gpumon.exporter.registry import FamilyMetric  # prometheus_client only for registries
-
-        return FamilyMetric(self)
-
-
-class FamilySource(Protocol):
-    """A metric source: its families for one scrape (built fresh, or reused while unchanged)."""
-
-    def families(self) -> Iterable[Family]: ...
 
 
 def _escape_label(value: str) -> str:

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from gpumon.exporter.text import Family
 from gpumon.findings.model import HealthReport
 from gpumon.findings.stragglers import Deviation
 from gpumon.findings.trends import Increase
+from gpumon.model.families import Family
 from gpumon.same import same_objects
 
 if TYPE_CHECKING:

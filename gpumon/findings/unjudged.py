@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from gpumon.exporter.text import Family
+from gpumon.model.families import Family
 from gpumon.state.files import append_line, health_dir
 
 HOOKS = ("prolog", "epilog")

@@ -8,10 +8,10 @@ import pytest
 
 from gpumon.events.catalog import XidCatalog
 from gpumon.events.model import XidEvent
-from gpumon.exporter.text import Family
 from gpumon.findings.config import HealthConfig
 from gpumon.findings.service import REPORT_REUSE_SECONDS, HealthService, add_clear
 from gpumon.findings.xid_lifecycle import Clear
+from gpumon.model.families import Family
 from gpumon.snapshot import GpuSnapshot, HostSnapshot, Snapshot
 
 T0 = 1_700_000_000.0
