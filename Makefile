@@ -90,10 +90,10 @@ check: test
 golden: setup
 	$(PY) -c "from tests.test_exporter import golden_exposition, GOLDEN; GOLDEN.write_text(golden_exposition())"
 
-# The field tables of docs/nvml-notes.md and docs/dcgm-compat.md, from the declarations in gpumon/fields/
+# The field tables of docs/nvml-notes.md and docs/dcgm-compat.md, from the declarations in gpumon/model/fields/
 # (tests/test_fields.py fails when the checked-in pages differ).
 docs: setup
-	$(PY) -m gpumon.doctables
+	$(PY) -m gpumon.exposition.doctables
 
 # A fleet in a box (docs/fleet.md): NODES Slurm nodes in network namespaces, each with a gpumon daemon on a
 # simulated scenario, a Prometheus with gpumon's rules and an Alertmanager HA pair. Needs root and test-deps.

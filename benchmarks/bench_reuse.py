@@ -30,10 +30,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.exporter.collector import GpumonCollector
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition.collector import GpumonCollector
 from gpumon.model.poll_intervals import PollIntervals
-from gpumon.poller import Poller
-from gpumon.store import SnapshotStore
 
 
 def median_us(step: Callable[[], object], rounds: int) -> float:

@@ -12,16 +12,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpumon import __version__
-from gpumon.config import DEFAULT_PORT, DEFAULT_STATE_DIR, Config, ConfigError, load
+from gpumon.config.file import DEFAULT_PORT, DEFAULT_STATE_DIR, Config, ConfigError, load
 from gpumon.early_hangup import hold_hangups
-from gpumon.jsonout import add_json_option, emit_json, to_stdout
-from gpumon.pipes import reader_gone
-from gpumon.state.files import ensure_dir
+from gpumon.util.jsonout import add_json_option, emit_json, to_stdout
+from gpumon.util.pipes import reader_gone
+from gpumon.util.state.files import ensure_dir
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
-    from gpumon.exporter.webconfig import WebConfigError
+    from gpumon.http.webconfig import WebConfigError
 
 EXIT_OK = 0
 EXIT_FAULT = 1
@@ -45,11 +45,17 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 MODULE_COMMANDS = {
-    "alerts": ("gpumon.alerts.cli", "show the active alerts of a running gpumon daemon"),
-    "assets": ("gpumon.assets", "list, print or write the dashboards, Prometheus rules, systemd unit, examples"),
-    "burn": ("gpumon.burn.cli", "burn-in and fault triage"),
-    "hash-password": ("gpumon.hash_password", "print a bcrypt hash for basic_auth_users in web-config.yml"),
-    "health": ("gpumon.findings.cli", "node health verdict (OK, WARNING, CRITICAL, UNKNOWN) with the action to take"),
+    "alerts": ("gpumon.commands.alerts", "show the active alerts of a running gpumon daemon"),
+    "assets": (
+        "gpumon.commands.assets",
+        "list, print or write the dashboards, Prometheus rules, systemd unit, examples",
+    ),
+    "burn": ("gpumon.burn.command", "burn-in and fault triage"),
+    "hash-password": ("gpumon.commands.hash_password", "print a bcrypt hash for basic_auth_users in web-config.yml"),
+    "health": (
+        "gpumon.commands.health",
+        "node health verdict (OK, WARNING, CRITICAL, UNKNOWN) with the action to take",
+    ),
 }
 """Commands whose module (with a ``configure(parser)``) is imported only to parse that command:
 name -> (module, the line ``gpumon --help`` shows)."""
@@ -237,9 +243,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from gpumon.backends.base import ScenarioError
     from gpumon.backends.factory import make_backend
-    from gpumon.config import reloader
+    from gpumon.config.file import reloader
     from gpumon.daemon import Daemon, configure_logging
-    from gpumon.state.lock import StateDirBusy
+    from gpumon.util.state.lock import StateDirBusy
 
     config = load_or_report(args)
     if config is None:
@@ -262,7 +268,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # the web config's errors, where one is given (otherwise its modules are not loaded)
     web_config_errors: tuple[type[WebConfigError], ...] = ()
     if config.web_config_file:
-        from gpumon.exporter.webconfig import WebConfigError
+        from gpumon.http.webconfig import WebConfigError
 
         web_config_errors = (WebConfigError,)
     try:
@@ -284,9 +290,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_once(args: argparse.Namespace) -> int:
     from gpumon.backends.base import ScenarioError
     from gpumon.backends.factory import make_backend
-    from gpumon.poller import Poller
-    from gpumon.snapshot import to_jsonable
-    from gpumon.store import SnapshotStore
+    from gpumon.collect.poller import Poller
+    from gpumon.collect.store import SnapshotStore
+    from gpumon.model.snapshot import to_jsonable
 
     config = load_or_report(args)
     if config is None:
@@ -298,7 +304,7 @@ def cmd_once(args: argparse.Namespace) -> int:
         print(f"gpumon: bad scenario:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
     from gpumon.backends.play import play, tick_note, tick_to_show
-    from gpumon.processes import enrich
+    from gpumon.collect.processes import enrich
 
     tick = tick_to_show(backend, args.tick)
     if tick is None and args.tick is not None:
@@ -317,7 +323,7 @@ def cmd_once(args: argparse.Namespace) -> int:
             print(f"gpumon: cannot write --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_USAGE
     if not to_stdout(args.json):
-        from gpumon.table import print_snapshot
+        from gpumon.commands.table import print_snapshot
 
         print_snapshot(snapshot, wide=True if args.wide else None)
         if tick:

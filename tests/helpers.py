@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import requests
 
-from gpumon.exporter.dcgm import dcgm_fields
-from gpumon.snapshot import GpuSnapshot
+from gpumon.exposition.dcgm import dcgm_fields
+from gpumon.model.snapshot import GpuSnapshot
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"

@@ -19,14 +19,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.exporter import openmetrics
-from gpumon.exporter.collector import GpumonCollector
-from gpumon.exporter.registry import FamilyMetric
-from gpumon.exporter.text import go_float
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition import openmetrics
+from gpumon.exposition.collector import GpumonCollector
+from gpumon.exposition.registry import FamilyMetric
+from gpumon.exposition.text import go_float
 from gpumon.model.families import Family
 from gpumon.model.poll_intervals import PollIntervals
-from gpumon.poller import Poller
-from gpumon.store import SnapshotStore
 from tests.helpers import DATA, examples
 
 GOLDEN = DATA / "golden-metrics.txt"

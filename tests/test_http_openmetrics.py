@@ -15,14 +15,14 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.exporter import openmetrics
-from gpumon.exporter.collector import GpumonCollector
-from gpumon.exporter.http_messages import wants_openmetrics
-from gpumon.exporter.server import MetricsServer, RenderedBytes
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition import openmetrics
+from gpumon.exposition.collector import GpumonCollector
+from gpumon.http.messages import wants_openmetrics
+from gpumon.http.server import MetricsServer, RenderedBytes
 from gpumon.model.families import Family
 from gpumon.model.poll_intervals import PollIntervals
-from gpumon.poller import Poller
-from gpumon.store import SnapshotStore
 from tests.prometheus_helpers import needs_prometheus, run_prometheus
 from tests.test_exporter import golden_collector
 

@@ -20,8 +20,8 @@ import pytest
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError
 from gpumon.backends.nvml import NvmlBackend
 from gpumon.backends.nvml.processes import PROCESS_UTILIZATION_SECONDS
-from gpumon.fields.nvlink import NVLINK_ERRORS_SECONDS
-from gpumon.snapshot import P2pStatus, ProcessSnapshot, Tier, fields_of_tier
+from gpumon.model.fields.nvlink import NVLINK_ERRORS_SECONDS
+from gpumon.model.snapshot import P2pStatus, ProcessSnapshot, Tier, fields_of_tier
 from tests.fake_pynvml import MIB, FakeGpu, FakeNvml
 
 GPM = pynvml  # metric ids

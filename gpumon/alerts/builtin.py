@@ -54,7 +54,7 @@ def xid_action_from_catalog(overrides: Mapping[int, Mapping[str, str]] | None = 
     """``xid_action`` backed by gpumon.events.catalog (with the config's overrides); the minimal table
     when the catalog cannot be loaded."""
     try:
-        from gpumon.events.catalog import XidCatalog
+        from gpumon.model.xid_catalog import XidCatalog
 
         catalog = XidCatalog.load(overrides)
     except Exception:

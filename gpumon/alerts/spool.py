@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpumon.state.files import DamagedFile, read_state_json
+from gpumon.util.state.files import DamagedFile, read_state_json
 
 log = logging.getLogger(__name__)
 

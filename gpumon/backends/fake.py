@@ -25,10 +25,10 @@ from typing import Any
 
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError, ScenarioError
 from gpumon.backends.scenario import read_scenario, scenario_problems
-from gpumon.events.model import XidEvent
-from gpumon.fields.spec import NO_FAKE
-from gpumon.nvml_vocabulary import CLOCK_EVENT_BITS
-from gpumon.snapshot import HostSnapshot, P2pStatus, ProcessSnapshot, Tier, field_specs, field_tier
+from gpumon.model.fields.spec import NO_FAKE
+from gpumon.model.nvml_vocabulary import CLOCK_EVENT_BITS
+from gpumon.model.snapshot import HostSnapshot, P2pStatus, ProcessSnapshot, Tier, field_specs, field_tier
+from gpumon.model.xid import XidEvent
 
 MIB = 1024 * 1024
 

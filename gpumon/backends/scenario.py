@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from gpumon.backends.base import ScenarioError
-from gpumon.events.catalog import MAX_XID, MIN_XID, xid_code
-from gpumon.snapshot import GpuSnapshot, P2pStatus, ProcessSnapshot
-from gpumon.yamlfile import YamlFileError, brief, read_yaml
+from gpumon.model.snapshot import GpuSnapshot, P2pStatus, ProcessSnapshot
+from gpumon.model.xid_catalog import MAX_XID, MIN_XID, xid_code
+from gpumon.util.yamlfile import YamlFileError, brief, read_yaml
 
 SCENARIO_KEYS = ("gpus", "count", "base", "nvml_missing_inits", "driver_version", "cuda_driver_version")
 GPU_KEYS = (

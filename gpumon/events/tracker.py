@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpumon.events.kernel_log import normalize_bus_id
-from gpumon.events.model import XidEvent
-from gpumon.snapshot import Snapshot
+from gpumon.model.snapshot import Snapshot
+from gpumon.model.xid import XidEvent
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpumon.snapshot import Tier
+from gpumon.model.snapshot import Tier
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 from gpumon.alerts.alert import AlertCount, BurnHoldBack, fingerprint
 from gpumon.alerts.engine import AlertEngine
-from gpumon.events.model import XidEvent
+from gpumon.model.xid import XidEvent
 from tests.alerts.helpers import UUID0, UUID1, alerting, gpu, snap
 
 T0 = 1_800_000_000.0

@@ -14,11 +14,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumon.config import Config
-from gpumon.findings.config import HealthConfig, SlurmConfig, parse_slurm
-from gpumon.findings.model import CRITICAL, Finding, verdict
-from gpumon.findings.slurm_hooks import epilog_burn
-from gpumon.integrations.slurm import (
+from gpumon.commands.health_slurm import epilog_burn
+from gpumon.config.file import Config
+from gpumon.health.config import HealthConfig, SlurmConfig, parse_slurm
+from gpumon.health.slurm import (
     NodeState,
     OwnDrain,
     Scontrol,
@@ -28,6 +27,7 @@ from gpumon.integrations.slurm import (
     parse_nodes,
     parse_sinfo_json,
 )
+from gpumon.model.findings import CRITICAL, Finding, verdict
 
 SHOW = (
     "NodeName=g1 Arch=x86_64 CoresPerSocket=1 State=IDLE+DRAIN ThreadsPerCore=1 Partitions=gpu,all "

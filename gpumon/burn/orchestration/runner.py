@@ -25,16 +25,16 @@ from gpumon.burn.orchestration.network import gloo_interface
 from gpumon.burn.orchestration.options import BurnOptions
 from gpumon.burn.orchestration.protocol import WorkerSpec
 from gpumon.burn.orchestration.watcher import Watcher, summarise
+from gpumon.burn.record import StateFiles
 from gpumon.burn.verdict import report as report_mod
 from gpumon.burn.verdict.errors import EXIT_CANNOT_RUN, BurnUsageError, CannotRunError
 from gpumon.burn.verdict.judge import judge
 from gpumon.burn.verdict.thresholds import Thresholds, group_link
 from gpumon.burn.workloads import sw as sw_mod
 from gpumon.burn.workloads.inject import Injection
-from gpumon.jsonout import emit_json
-from gpumon.processes import enrich as enrich_processes
-from gpumon.snapshot import Tier
-from gpumon.state.burn_files import StateFiles
+from gpumon.collect.processes import enrich as enrich_processes
+from gpumon.model.snapshot import Tier
+from gpumon.util.jsonout import emit_json
 
 MERGE_TIMEOUT_SECONDS = 120.0
 LOST_MERGE_GRACE_SECONDS = 5.0

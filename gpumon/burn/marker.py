@@ -1,0 +1,62 @@
+"""The marker ``gpumon burn`` leaves while it runs: ``<state_dir>/burn/running.json``.
+
+Format (agreed with gpumon burn): ``{"pid": int, "gpus": [indices], "uuids": [...],
+"started_at": unix seconds}``. The burn writes it at start and removes it at the end; a
+marker whose pid is not alive (a burn killed with SIGKILL) is stale and ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from gpumon.alerts.alert import BurnHoldBack
+from gpumon.burn.record import MARKER_NAME, burn_dir, pid_alive
+
+log = logging.getLogger(__name__)
+
+
+def marker_path(state_dir: Path) -> Path:
+    return burn_dir(state_dir) / MARKER_NAME
+
+
+class BurnMarkerReader:
+    """Reads the marker; re-parses only when the file changed, checks the pid every time."""
+
+    def __init__(self, state_dir: Path, alive: Callable[[int], bool] = pid_alive) -> None:
+        self.path = marker_path(state_dir)
+        self._alive = alive
+        self._key: tuple[int, int, int] | None = None
+        self._parsed: BurnHoldBack | None = None
+
+    def read(self) -> BurnHoldBack | None:
+        """The running burn, or None (no marker, a bad marker, or its process gone)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            self._key, self._parsed = None, None
+            return None
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key != self._key:
+            self._key = key
+            self._parsed = self._parse()
+        if self._parsed is None or not self._alive(self._parsed.pid):
+            return None
+        return self._parsed
+
+    def _parse(self) -> BurnHoldBack | None:
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            marker = BurnHoldBack(
+                pid=int(raw["pid"]),
+                gpu_indices=frozenset(int(i) for i in raw.get("gpus") or ()),
+                uuids=frozenset(str(u) for u in raw.get("uuids") or ()),
+                started_at=float(raw.get("started_at") or 0.0),
+            )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring burn marker %s: %s", self.path, exc)
+            return None
+        return marker

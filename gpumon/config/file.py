@@ -1,0 +1,499 @@
+"""Configuration: YAML file + GPUMON_* environment + flags -> one frozen Config.
+
+Precedence is flags > environment > file > defaults. Every problem is collected and
+reported at once (``ConfigError.problems``); nothing starts half-configured.
+
+``load`` is the one gate: ``gpumon check-config``, ``gpumon run`` and the SIGHUP reload all call
+it, it reads the files the config names (web config, scenario) with the code ``run`` uses, and
+it raises nothing but ConfigError whatever the files hold (bytes that are not UTF-8, nesting,
+alias bombs, numbers of any size: see gpumon.yamlfile). Every number has a finite range, which
+the problem line states (``SECONDS_RANGES``, ``MAX_FAKE_GPUS``, and those of the sections).
+
+Top-level scalar keys map to environment variables by upper-casing them:
+``interval_seconds`` <- ``GPUMON_INTERVAL_SECONDS``. Sections (``alerting``,
+``exporter``, ``xid``) are validated by the module that owns them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpumon.config.compat import parse_compat
+from gpumon.config.exporter_detail import parse_detail
+from gpumon.util.yamlfile import MAX_FILE_BYTES, YamlFileError, brief, read_yaml
+
+if TYPE_CHECKING:
+    from gpumon.alerts.config import AlertingConfig
+    from gpumon.health.config import HealthConfig
+
+DEFAULT_PORT = 10480
+"""gpumon's port. Prometheus' exporter range 9100-9999 is fully allocated (dcgm-exporter
+has 9400, nvidia_gpu_exporter 9835), so gpumon sits just outside it."""
+DEFAULT_CONFIG_PATH = Path("/etc/gpumon/gpumon.yaml")
+DEFAULT_STATE_DIR = Path("/var/lib/gpumon")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+_EXPORTER_KEYS = ("processes", "compat", "compat_hostname_label", "compat_labels", "detail")
+
+
+class ConfigError(Exception):
+    """The configuration has problems; ``problems`` lists each one as a line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    """What /metrics serves beyond the contract."""
+
+    processes: bool = False
+    """Per-process series (gpumon_process_*); off by default for cardinality."""
+    compat: tuple[str, ...] = ()
+    """Extra name sets; ``dcgm`` adds dcgm-exporter's DCGM_FI_* names (<= 4.8.x), ``dcgm-4.9`` 4.9's."""
+    compat_hostname_label: str | None = None
+    """``Hostname`` or ``hostname`` on every DCGM set; None: each set's own (dcgm: Hostname, dcgm-4.9: hostname)."""
+    compat_labels: tuple[str, ...] = ()
+    """Optional labels of the DCGM sets: nvml_version, serial, vbios_version (dcgm-exporter's label
+    rows) and hpc_job (the Slurm job of the GPU's processes)."""
+    detail: tuple[str, ...] = ()
+    """Opt-ins to series the default leaves out (gpumon.fields.spec.DETAILS; ``all`` for every one):
+    each NVLink link's series, every P2P row, topology, rows that say nothing happened, GPM profiling detail."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything gpumon run needs, validated."""
+
+    listen: str = f"0.0.0.0:{DEFAULT_PORT}"
+    backend: str = "nvml"
+    """``nvml``, ``fake`` (with fake_gpus), ``fake:NAME`` (a named scenario) or ``fake:PATH`` (a scenario file)."""
+    fake_gpus: int = 2
+    """GPUs of ``backend: fake``, 0-4096."""
+    interval_seconds: float = 1.0
+    """Fast tier, 0.1-3600 s: utilization, memory, temperature, power, clocks, processes."""
+    slow_interval_seconds: float = 10.0
+    """Slow tier, 0.1-86400 s and not shorter than the fast one: energy, ECC, violation counters,
+    PCIe throughput, error counters."""
+    static_interval_seconds: float = 300.0
+    """Static tier, 0.1-86400 s: identity, max clocks, thresholds, P2P and topology."""
+    stale_after_seconds: float = 0.0
+    """Snapshot age after which /ready fails, 0.1-86400 s and not shorter than interval_seconds;
+    0 means 5 × interval_seconds."""
+    state_dir: Path = DEFAULT_STATE_DIR
+    log_level: str = "info"
+    web_config_file: Path | None = None
+    """Prometheus exporter-toolkit web-config.yml for TLS and basic auth."""
+    kernel_log: bool = True
+    """Follow the kernel log for XIDs (from boot, for as long as the daemon runs), beside NVML events."""
+    exporter: ExporterConfig = field(default_factory=ExporterConfig)
+    alerting: AlertingConfig | None = None
+    """The validated ``alerting:`` section (defaults when absent); None only in hand-built Configs."""
+    xid_catalog: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
+    """Overrides of the shipped XID catalog: code -> {meaning, severity, action}."""
+    health: HealthConfig | None = None
+    """The validated ``health:`` section (verdict, inventory, XID lifecycle, Slurm); None only in hand-built Configs."""
+    source: str | None = None
+    """The file this came from, if any."""
+
+    @property
+    def stale_after(self) -> float:
+        return self.stale_after_seconds or 5 * self.interval_seconds
+
+    def listen_address(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]") or "0.0.0.0", int(port)
+
+
+_NOT_CONFIGURATION = frozenset({"strict_fields", "burn_inject", "burn_floors"})
+"""GPUMON_* variables that are not configuration: GPUMON_STRICT_FIELDS=1 makes the poller raise on a field
+name no GpuSnapshot declares (the test suite sets it, so a reader's typo fails a test); GPUMON_BURN_INJECT
+and GPUMON_BURN_FLOORS are gpumon burn's own (a Slurm epilog that starts a burn may carry them)."""
+
+_SCALARS: dict[str, type] = {
+    "listen": str,
+    "backend": str,
+    "fake_gpus": int,
+    "interval_seconds": float,
+    "slow_interval_seconds": float,
+    "static_interval_seconds": float,
+    "stale_after_seconds": float,
+    "state_dir": Path,
+    "log_level": str,
+    "web_config_file": Path,
+    "kernel_log": bool,
+}
+_SECTIONS = ("exporter", "alerting", "xid_catalog", "health")
+
+SECONDS_RANGES: Mapping[str, tuple[float, float]] = {
+    "interval_seconds": (0.1, 3600.0),
+    "slow_interval_seconds": (0.1, 86400.0),
+    "static_interval_seconds": (0.1, 86400.0),
+    "stale_after_seconds": (0.1, 86400.0),
+}
+"""The range of each interval setting, in seconds (stale_after_seconds may also be 0: 5 × interval_seconds)."""
+MAX_FAKE_GPUS = 4096
+MAX_PATH_BYTES = 4095
+"""Longest path Linux accepts (PATH_MAX less the final NUL); each part at most 255 bytes."""
+_BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+_HOST_NAME = re.compile(
+    r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
+)
+
+
+def _convert(name: str, value: Any, want: type, problems: list[str], where: str) -> Any:
+    """``value`` (from YAML, the environment or a flag) as ``want``, or None with a problem added."""
+    if want is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
+            return _BOOL_WORDS[value.strip().lower()]
+        problems.append(f"{where}: {name} must be true or false, got {brief(value)}")
+        return None
+    if want is int:
+        number = _number(value)
+        if number is None or not float(number).is_integer():
+            problems.append(f"{where}: {name} must be a whole number, got {brief(value)}")
+            return None
+        return int(number)
+    if want is float:
+        number = _number(value)
+        if number is None:
+            problems.append(f"{where}: {name} must be a number, got {brief(value)}")
+            return None
+        return float(number)
+    if want is Path:
+        problem = path_problem(value)
+        if problem is not None:
+            problems.append(f"{where}: {name} {problem}")
+            return None
+        return Path(value)
+    if not isinstance(value, str):
+        problems.append(f"{where}: {name} must be a string, got {brief(value)}")
+        return None
+    return value
+
+
+def _number(value: Any) -> float | int | None:
+    """An int or float from YAML, or a number written as text (environment, flags); None if not a number.
+
+    Infinite and NaN values pass through (the range checks reject them with the range in the message);
+    integers too large for a float become infinity."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if abs(value) < 2**63 else math.copysign(math.inf, value)
+    if isinstance(value, float):
+        return value
+    if isinstance(value, str) and 0 < len(value.strip()) <= 40:
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def path_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be a file or directory name (a phrase after the setting's name), or None."""
+    if isinstance(value, Path):
+        value = str(value)
+    if not isinstance(value, str) or not value:
+        return f"must be a path, got {brief(value)}"
+    if "\0" in value:
+        return f"must not contain a NUL byte, got {brief(value)}"
+    encoded = value.encode("utf-8", "surrogateescape")
+    if len(encoded) > MAX_PATH_BYTES or any(len(part) > 255 for part in encoded.split(b"/")):
+        return f"is too long for a path ({len(encoded)} bytes; at most {MAX_PATH_BYTES}, 255 per name)"
+    return None
+
+
+def _validate_listen(value: str, problems: list[str], where: str) -> None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not (port.isascii() and port.isdigit() and len(port) <= 5) or not 0 < int(port) < 65536:
+        problems.append(f"{where}: listen must be HOST:PORT with a port 1-65535, got {brief(value)}")
+        return
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            problems.append(f"{where}: listen: {brief(host)} is not an IPv6 address in brackets")
+        return
+    if ":" in host:
+        problems.append(f"{where}: listen: write an IPv6 address in brackets, e.g. [::1]:{port}, got {brief(value)}")
+    elif host and not (host.isascii() and _HOST_NAME.match(host) and len(host) <= 253):
+        problems.append(f"{where}: listen: {brief(host)} is not a host name or IP address")
+
+
+def _validate_backend(value: str, problems: list[str], where: str) -> None:
+    if value in ("nvml", "fake"):
+        return
+    if value.startswith("fake:") and len(value) > 5:
+        from gpumon.backends import scenarios
+
+        target = value[5:]
+        named = scenarios.path_of(target)
+        if named is None:
+            problem = path_problem(target)
+            if problem is None and not Path(target).exists():
+                problem = "does not exist"
+            if problem is not None:
+                problems.append(
+                    f"{where}: backend {brief(value)}: no named scenario of that name "
+                    f"({', '.join(scenarios.names())}; gpumon scenarios describes them) and the scenario file {problem}"
+                )
+                return
+        from gpumon.backends.base import ScenarioError
+        from gpumon.backends.scenario import read_scenario
+
+        try:
+            read_scenario(named or Path(target))
+        except ScenarioError as exc:
+            problems.extend(exc.problems)
+        return
+    problems.append(f"{where}: backend must be nvml, fake, fake:NAME or fake:PATH, got {brief(value)}")
+
+
+def _web_config_problems(path: Path) -> list[str]:
+    """Every problem of the web config file, as ``gpumon run`` would meet them (it calls the same loader)."""
+    from gpumon.http.webconfig import WebConfig, WebConfigError
+
+    # WebConfig.load reads it with read_yaml (not UTF-8, too deep, alias bombs, duplicate keys,
+    # numbers out of range: with positions; a FIFO or a device refused; at most its MAX_FILE_BYTES)
+
+    try:
+        WebConfig.load(path)
+    except WebConfigError as exc:
+        return [_one_line(p) for p in exc.problems] or [f"{path}: not a usable web config"]
+    except Exception as exc:  # a defect of the web config reader must still be one line here, never a traceback
+        return [f"{path}: the web config cannot be checked ({type(exc).__name__}: {brief(str(exc), 120)})"]
+    return []
+
+
+def _one_line(text: str) -> str:
+    """A problem as one line (a YAML error's text spans several, with a caret under the column)."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig:
+    if raw is None:
+        return ExporterConfig()
+    if not isinstance(raw, dict):
+        problems.append(f"{where}: exporter must be a mapping with processes, compat and detail, got {brief(raw)}")
+        return ExporterConfig()
+    for key in raw:
+        if key not in _EXPORTER_KEYS:
+            shown = key if isinstance(key, str) and key.isprintable() and len(key) <= 60 else brief(key)
+            problems.append(f"{where}: unknown key exporter.{shown} (known: {', '.join(_EXPORTER_KEYS)})")
+    processes = _convert("exporter.processes", raw.get("processes", False), bool, problems, where)
+    compat, spelling, labels = parse_compat(raw, problems, where)
+    detail = parse_detail(raw.get("detail", []), problems, where)
+    return ExporterConfig(
+        processes=bool(processes),
+        compat=compat,
+        compat_hostname_label=spelling,
+        compat_labels=labels,
+        detail=detail,
+    )
+
+
+def _parse_xid_catalog(raw: Any, problems: list[str], where: str) -> dict[int, dict[str, str]]:
+    """Overrides of the shipped XID catalog, validated by gpumon.events.catalog."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        problems.append(f"{where}: xid_catalog must be a mapping of XID code to {{meaning, severity, action}}")
+        return {}
+    from gpumon.model.xid_catalog import normalize_overrides, override_problems
+
+    found = override_problems(raw, f"{where}: xid_catalog")
+    problems.extend(found)
+    if found:
+        return {}
+    return normalize_overrides(raw)
+
+
+def _parse_alerting(raw: Any, problems: list[str], where: str) -> AlertingConfig | None:
+    """Delegated to gpumon.alerts.config, which owns the alerting section."""
+    from gpumon.alerts import config as alerts_config
+
+    parsed, section_problems = alerts_config.parse(raw)
+    problems.extend(f"{where}: {p}" for p in section_problems)
+    return parsed
+
+
+def _parse_health(raw: Any, problems: list[str], where: str) -> HealthConfig:
+    """Delegated to gpumon.findings.config, which owns the health section."""
+    from gpumon.health.config import parse_health
+
+    parsed, section_problems = parse_health(raw)
+    problems.extend(f"{where}: {p}" for p in section_problems)
+    return parsed
+
+
+def _apply(values: dict[str, Any], raw: Mapping[Any, Any], where: str, problems: list[str], sections: bool) -> None:
+    for key, value in raw.items():
+        if key in _SCALARS:
+            if value is None:
+                continue
+            converted = _convert(key, value, _SCALARS[key], problems, where)
+            if converted is not None:
+                values[key] = converted
+        elif sections and key in _SECTIONS:
+            values[key] = value
+        else:
+            problems.append(f"{where}: unknown key {brief(key)}")
+
+
+def _read_file(path: Path, must_exist: bool, problems: list[str]) -> dict[Any, Any] | None:
+    if not must_exist and not os.path.lexists(path):
+        return None
+    try:
+        raw = read_yaml(path)
+    except YamlFileError as exc:
+        problems.extend(exc.problems)
+        if not isinstance(exc.document, dict):
+            return None
+        raw = exc.document  # a key given twice: the file's other problems are listed too
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        problems.append(f"{path}: the top level must be a mapping of keys to values, got {brief(raw)}")
+        return None
+    return raw
+
+
+def _check_values(values: dict[str, Any], where: str, problems: list[str]) -> None:
+    """Ranges and relations of the scalar settings; each message gives the range."""
+    if "listen" in values:
+        _validate_listen(values["listen"], problems, where)
+    if "backend" in values:
+        _validate_backend(values["backend"], problems, where)
+    for key, (low, high) in SECONDS_RANGES.items():
+        if key not in values:
+            continue
+        value = values[key]
+        if key == "stale_after_seconds" and value == 0:
+            continue
+        if not low <= value <= high:
+            zero = "0 (5 × interval_seconds) or " if key == "stale_after_seconds" else ""
+            problems.append(f"{where}: {key} must be {zero}from {low:g} to {high:g} seconds, got {brief(value)}")
+            values.pop(key)
+    if "fake_gpus" in values and not 0 <= values["fake_gpus"] <= MAX_FAKE_GPUS:
+        problems.append(f"{where}: fake_gpus must be from 0 to {MAX_FAKE_GPUS}, got {values['fake_gpus']}")
+    if "log_level" in values and values["log_level"] not in LOG_LEVELS:
+        problems.append(f"{where}: log_level must be one of {', '.join(LOG_LEVELS)}, got {brief(values['log_level'])}")
+    if "web_config_file" in values:
+        web = values["web_config_file"]
+        if not web.exists():
+            problems.append(f"{where}: web_config_file {brief(str(web))} does not exist")
+        else:
+            problems.extend(_web_config_problems(web))
+    interval = values.get("interval_seconds", Config.interval_seconds)
+    if values.get("slow_interval_seconds", Config.slow_interval_seconds) < interval:
+        problems.append(f"{where}: slow_interval_seconds must not be shorter than interval_seconds")
+    stale = values.get("stale_after_seconds", 0.0)
+    if stale and stale < interval:
+        problems.append(f"{where}: stale_after_seconds must be 0 or at least interval_seconds ({interval:g} s)")
+
+
+def load(
+    path: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+    path_must_exist: bool = False,
+) -> Config:
+    """Build the Config and check everything it names; raise ConfigError listing every problem.
+
+    This is the one gate: ``gpumon check-config``, ``gpumon run`` and its reload (SIGHUP) all call
+    it, so what ``run`` would reject, ``check-config`` rejects first. Besides the file itself it reads
+    the files the config names (the web config, a ``fake:PATH`` scenario) with the same code ``run``
+    uses. It raises nothing but ConfigError, whatever the files hold.
+
+    ``path`` None means the default file when it exists. ``flags`` holds only the
+    options the user actually gave on the command line.
+    """
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    source: str | None = None
+    readable = False
+    if path is None and DEFAULT_CONFIG_PATH.exists():
+        path = DEFAULT_CONFIG_PATH
+    if path is not None:
+        source = str(path)
+        raw = _read_file(Path(path), path_must_exist or path != DEFAULT_CONFIG_PATH, problems)
+        readable = raw is not None
+        if raw:
+            _apply(values, raw, source, problems, sections=True)
+
+    env = os.environ if env is None else env
+    env_raw = {}
+    for name, value in env.items():
+        if not name.startswith("GPUMON_"):
+            continue
+        key = name[len("GPUMON_") :].lower()
+        if key in _SCALARS:
+            env_raw[key] = value
+        elif key.startswith("exporter_") and key[len("exporter_") :] in _EXPORTER_KEYS:
+            _set_exporter(values, key[len("exporter_") :], value)
+        elif key in _NOT_CONFIGURATION:
+            continue
+        else:
+            problems.append(f"environment: unknown variable {brief(name)}")
+    _apply(values, env_raw, "environment", problems, sections=False)
+    if flags:
+        flag_values = {k: v for k, v in flags.items() if k in _SCALARS and v is not None}
+        _apply(values, flag_values, "command line", problems, sections=False)
+        for key in ("compat", "compat_hostname_label", "compat_labels"):
+            if flags.get(key) is not None:
+                _set_exporter(values, key, flags[key])
+        if flags.get("processes"):
+            _set_exporter(values, "processes", True)
+
+    _check_values(values, source or "config", problems)
+    where = source or "config"
+    values["exporter"] = _parse_exporter(values.get("exporter"), problems, where)
+    values["xid_catalog"] = _parse_xid_catalog(values.get("xid_catalog"), problems, where)
+    values["alerting"] = _parse_alerting(values.get("alerting"), problems, where)
+    values["health"] = _parse_health(values.get("health"), problems, where)
+    if problems:
+        raise ConfigError(_located(problems, source) if readable else problems)
+    known = {f.name for f in fields(Config)}
+    return replace(Config(), source=source, **{k: v for k, v in values.items() if k in known})
+
+
+def _located(problems: list[str], source: str | None) -> list[str]:
+    """``problems`` with the line and column of the setting in the file each one is about, where it has one."""
+    if source is None:
+        return problems
+    try:  # a regular file of a config's size only: never a FIFO, a device or a huge file read again
+        if not Path(source).is_file() or Path(source).stat().st_size > MAX_FILE_BYTES:
+            return problems
+        with open(source, "rb") as f:
+            text = f.read(MAX_FILE_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError, ValueError):
+        return problems
+    from gpumon.config.positions import with_positions
+
+    return with_positions(problems, source, text)
+
+
+def _set_exporter(values: dict[str, Any], key: str, value: Any) -> None:
+    """An exporter setting from the environment or a flag over the file's section (a broken section
+    stays as it is, to be reported)."""
+    section = values.get("exporter")
+    if section is None or isinstance(section, dict):
+        values["exporter"] = {**(section or {}), key: value}
+
+
+def reloader(
+    path: Path | None, flags: Mapping[str, Any], env: Callable[[], Mapping[str, str]] = lambda: os.environ
+) -> Callable[[], Config]:
+    """A function that re-reads the same sources (for SIGHUP)."""
+    return lambda: load(path, env(), flags)
