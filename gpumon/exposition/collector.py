@@ -26,7 +26,6 @@ from gpumon.collect.store import SnapshotStore
 from gpumon.exposition import gzip_parts
 from gpumon.exposition.gpu_families import GpuFamilies
 from gpumon.exposition.openmetrics import EOF as OPENMETRICS_EOF
-from gpumon.exposition.registry import FamilyMetric
 from gpumon.exposition.rendered import OPENMETRICS, TEXT, Rendered, RenderedSnapshot, render_text
 from gpumon.exposition.text import Heads, render
 from gpumon.model.families import Family, FamilySource
@@ -187,6 +186,8 @@ class GpumonCollector:
 
     def collect(self) -> Iterator[Metric]:
         """The same families as prometheus_client Metric objects (for registries)."""
+        from gpumon.exposition.registry import FamilyMetric  # prometheus_client only for registries
+
         for family in self.families():
             yield FamilyMetric(family)
 
