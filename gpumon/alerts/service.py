@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpumon.alerts.alert import Alert, BurnHoldBack
+from gpumon.alerts.alert import Alert
 from gpumon.alerts.builtin import xid_action_from_catalog
 from gpumon.alerts.config import AlertingConfig, ReceiverHttp
 from gpumon.alerts.engine import AlertEngine
@@ -37,7 +37,7 @@ from gpumon.alerts.metrics import AlertCollector, MetricInputs
 from gpumon.alerts.notification import Notification, replace_status
 from gpumon.alerts.notify import Receiver
 from gpumon.alerts.spool import Spool
-from gpumon.burn.marker import BurnMarkerReader
+from gpumon.burn.marker import BurnHoldBack, BurnMarkerReader
 from gpumon.model.findings import Finding
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent

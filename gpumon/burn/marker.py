@@ -10,13 +10,32 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from gpumon.alerts.alert import BurnHoldBack
 from gpumon.burn.record import MARKER_NAME, burn_dir, pid_alive
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BurnHoldBack:
+    """A running ``gpumon burn`` (from its marker file): which GPUs, since when."""
+
+    pid: int
+    gpu_indices: frozenset[int]
+    uuids: frozenset[str]
+    started_at: float
+    """Unix seconds."""
+
+    def covers(self, gpu: str, uuid: str) -> bool:
+        return (uuid != "" and uuid in self.uuids) or (gpu.isdigit() and int(gpu) in self.gpu_indices)
+
+    def note(self) -> str:
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started_at))
+        return f"held back: gpumon burn running since {since} (pid {self.pid})"
 
 
 def marker_path(state_dir: Path) -> Path:
