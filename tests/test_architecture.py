@@ -3,11 +3,17 @@
 * No module under gpumon/ is longer than ``MAX_MODULE_LINES``; a module that must be longer is
   listed in ``ALLOWED_LONGER`` with the reason.
 * Every package under gpumon/ has a docstring in its ``__init__.py`` that says what it is for.
+* The import contracts of pyproject.toml (layers, independent features, who may import pynvml and
+  torch) hold, with no exception: ``lint-imports`` (import-linter) passes.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,3 +63,22 @@ def test_every_package_says_its_job(package: Path) -> None:
     assert docstring and docstring.strip(), f"{package.relative_to(PACKAGE.parent)}/__init__.py needs a docstring"
     summary = docstring.strip().split("\n\n")[0]
     assert len(summary.split()) >= 5, f"{package.relative_to(PACKAGE.parent)}: say the package's job in a sentence"
+
+
+def _lint_imports() -> str | None:
+    beside_python = Path(sys.executable).parent / "lint-imports"
+    return str(beside_python) if beside_python.is_file() else shutil.which("lint-imports")
+
+
+def test_the_import_contracts_hold() -> None:
+    command = _lint_imports()
+    if command is None:
+        pytest.skip("lint-imports (import-linter, the test extra) is not installed: the import contracts are unchecked")
+    root = PACKAGE.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [command, "--no-cache"], cwd=root, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert result.returncode == 0, (
+        "lint-imports: an import breaks a contract of pyproject.toml\n" + result.stdout[-6000:]
+    )
