@@ -162,7 +162,7 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     for name, (module, help_line) in MODULE_COMMANDS.items():
         command = _command(sub, name, help_line)
         if configured is None or name in configured:
-            # gpumon.burn.cli registers options only; torch is imported when a burn runs
+            # gpumon.burn.command registers options only; torch is imported when a burn runs
             importlib.import_module(module).configure(command)
     return parser
 
@@ -202,7 +202,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 
 def checked_config(path: Path | None, flags: dict[str, Any], path_must_exist: bool) -> Config | list[str]:
     """The configuration, or every problem in it: the one gate that ``check-config``, ``run`` and
-    ``once`` go through (``run``'s SIGHUP reload calls the same ``gpumon.config.load``)."""
+    ``once`` go through (``run``'s SIGHUP reload calls the same ``gpumon.config.file.load``)."""
     try:
         return load(path, os.environ, flags, path_must_exist=path_must_exist)
     except ConfigError as exc:
@@ -228,7 +228,7 @@ def _usable_state_dir(config: Config, explicit: bool) -> Path | None:
         candidates.append(Path(base) / "gpumon")
     for path in candidates:
         try:
-            ensure_dir(path)  # 0755 whatever the umask (gpumon.state.files)
+            ensure_dir(path)  # 0755 whatever the umask (gpumon.util.state.files)
         except OSError:
             continue
         if os.access(path, os.W_OK):
@@ -390,7 +390,7 @@ def _usage_error(words: Sequence[str], exc: UsageError) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; a closed stdout (its reader went away) ends it quietly with 141
-    (gpumon.pipes)."""
+    (gpumon.util.pipes)."""
     hold_hangups(sys.argv[1:] if argv is None else argv)  # gpumon run: a SIGHUP while it starts is kept
     try:
         try:

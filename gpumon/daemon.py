@@ -111,8 +111,8 @@ class Daemon:
         settle_memory: Callable[[], None] = process_memory.settle,
     ) -> None:
         """Build every part; raises OSError when the port cannot be bound,
-        gpumon.exporter.webconfig.WebConfigError for an unusable web config and
-        gpumon.state.lock.StateDirBusy when another daemon runs on the same state directory.
+        gpumon.http.webconfig.WebConfigError for an unusable web config and
+        gpumon.util.state.lock.StateDirBusy when another daemon runs on the same state directory.
         ``settle_memory`` runs once, in run_forever after the first poll (a test passes its own)."""
         self.config = config
         # one daemon per state directory (raises StateDirBusy): two would share, and fight over, one
@@ -200,7 +200,9 @@ class Daemon:
         self.collector.add("alerts", self.alerts.collector())
         self.collector.add("burn", BurnResultsCollector(config.state_dir))
         self.collector.add("unjudged", UnjudgedCollector(config.state_dir))  # prologs that let a job through
-        self.collector.add("owner_energy", subscribed(OwnerEnergy(config.state_dir), self.store))  # gpumon/energy.py
+        self.collector.add(
+            "owner_energy", subscribed(OwnerEnergy(config.state_dir), self.store)
+        )  # gpumon/collect/energy.py
         self.collector.add("simulated", SimulatedSource(backend.name == "fake"))
         if backend.per_reader_errors:  # per GPU and reader: a field's error, not a lost GPU
             self.collector.add("read_errors", ReadErrorsCollector(backend.read_errors))

@@ -33,7 +33,7 @@ class Spool:
 
     def load(self) -> dict[str, Any]:
         """The saved document, or {} when there is none. Read through the state directory's bounded reader
-        (gpumon.state.files.read_state_json): a file that is not what gpumon writes (not a regular file,
+        (gpumon.util.state.files.read_state_json): a file that is not what gpumon writes (not a regular file,
         too large, not UTF-8, not JSON, nested too deeply, not a spool of this version) is moved aside
         (``spool.json.corrupt``, kept for the operator), said in one line, and gpumon starts with no saved
         alerts rather than not at all. Temporary files a writer killed mid-write left are removed."""

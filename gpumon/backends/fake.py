@@ -287,7 +287,7 @@ NVLINK_DOMAIN_GPUS = 8
 
 def _static_defaults(i: int, count: int) -> dict[str, Any]:
     """An H200 SXM at rest, the same for every tick: each field's declared ``fake=`` value
-    (gpumon/fields/), plus the identity and topology that depend on the GPU's index."""
+    (gpumon/model/fields/), plus the identity and topology that depend on the GPU's index."""
     first = i - i % NVLINK_DOMAIN_GPUS
     peers = [p for p in range(first, min(count, first + NVLINK_DOMAIN_GPUS)) if p != i]
     values = {name: copy.deepcopy(spec.fake) for name, spec in field_specs() if spec.fake is not NO_FAKE}

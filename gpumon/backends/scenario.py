@@ -1,7 +1,7 @@
 """Fake-backend scenario files (docs/scenarios.md): read and checked, every problem listed at once.
 
 ``read_scenario(path)`` returns the scenario mapping or raises ``ScenarioError`` whose ``problems``
-list every reason, one line each: the file (not UTF-8, not YAML, too deep: see gpumon.yamlfile),
+list every reason, one line each: the file (not UTF-8, not YAML, too deep: see gpumon.util.yamlfile),
 unknown keys and field names, and every value of the wrong type or out of range. The fake backend
 plays only scenarios that ``scenario_problems`` found nothing wrong in, so playing one never fails.
 """

@@ -3,5 +3,5 @@
 Three parts: ``workloads`` (what runs on the GPUs), ``orchestration`` (processes, hosts,
 watchdog, live view) and ``verdict`` (judge, thresholds, report, exit codes); ``cli`` on top.
 torch is imported only inside this package and only inside functions, so importing
-``gpumon.burn.cli`` never loads it (nor does the daemon's gpumon.exporter.burn_results). See docs/burn.md.
+``gpumon.burn.command`` never loads it (nor does the daemon's gpumon.exposition.burn_results). See docs/burn.md.
 """

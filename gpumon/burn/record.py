@@ -4,7 +4,7 @@
   while a burn runs (the alert engine holds back temperature/power alerts for those GPUs);
   removed at the end, also on failure and Ctrl-C. The format is agreed with alerting: keep it.
 * ``<state_dir>/burn/last.json`` — the last report (see docs/burn.md), written atomically;
-  ``gpumon.exporter.burn_results`` exports it.
+  ``gpumon.exposition.burn_results`` exports it.
 
 When the directory is not writable (a user without root), one warning is printed and the
 burn carries on without these files.

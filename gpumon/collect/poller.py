@@ -12,7 +12,7 @@ Faults (README, "Faults"; docs/architecture.md):
 * Any other exception in a read: logged, counted in that tier's errors, the GPU's
   cached values are kept, the next poll runs as usual.
 * A key a backend returns that is no GpuSnapshot field (a reader's typo, a field not declared in
-  gpumon/fields/): logged at error level once per key and counted (``Poller.unknown_fields()``),
+  gpumon/model/fields/): logged at error level once per key and counted (``Poller.unknown_fields()``),
   the rest of the read is kept. With ``strict_fields`` (the test suite sets ``GPUMON_STRICT_FIELDS=1``)
   ``poll()`` raises ``UnknownFieldError`` instead, so such a key fails the tests.
 """
@@ -208,7 +208,9 @@ class Poller:
             return values
         unknown = sorted(values.keys() - _SETTABLE_FIELDS)
         if self._strict:
-            raise UnknownFieldError(f"the backend returned {unknown}, which are no GpuSnapshot fields (gpumon/fields/)")
+            raise UnknownFieldError(
+                f"the backend returned {unknown}, which are no GpuSnapshot fields (gpumon/model/fields/)"
+            )
         for key in unknown:
             if key not in self._unknown_fields:
                 log.error("the backend returned %r, which is no GpuSnapshot field: left out (a bug)", key)

@@ -1,6 +1,6 @@
 """The ``exporter.compat*`` settings: which dcgm-exporter name sets ``--compat`` serves, and how.
 
-Names only (gpumon.exporter.dcgm_sets holds the sets themselves; a test keeps the two in step),
+Names only (gpumon.exposition.dcgm_sets holds the sets themselves; a test keeps the two in step),
 so reading a config imports nothing of the exporter.
 """
 
@@ -14,7 +14,7 @@ COMPAT_MODES = ("dcgm", "dcgm-4.9")
 """Name sets ``exporter.compat`` accepts: dcgm-exporter <= 4.8.x's names, 4.9's (DCGM 4.7) names."""
 COMPAT_HOSTNAME_LABELS = ("Hostname", "hostname")
 COMPAT_LABELS = ("nvml_version", "serial", "vbios_version", "hpc_job")
-"""Optional labels of the DCGM sets (gpumon.exporter.dcgm_sets.COMPAT_LABELS)."""
+"""Optional labels of the DCGM sets (gpumon.exposition.dcgm_sets.COMPAT_LABELS)."""
 
 
 def parse_compat(

@@ -1,4 +1,4 @@
-"""``exporter.detail``: the opt-ins to series the default leaves out (gpumon.fields.spec.DETAILS)."""
+"""``exporter.detail``: the opt-ins to series the default leaves out (gpumon.model.fields.spec.DETAILS)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ reported at once (``ConfigError.problems``); nothing starts half-configured.
 ``load`` is the one gate: ``gpumon check-config``, ``gpumon run`` and the SIGHUP reload all call
 it, it reads the files the config names (web config, scenario) with the code ``run`` uses, and
 it raises nothing but ConfigError whatever the files hold (bytes that are not UTF-8, nesting,
-alias bombs, numbers of any size: see gpumon.yamlfile). Every number has a finite range, which
+alias bombs, numbers of any size: see gpumon.util.yamlfile). Every number has a finite range, which
 the problem line states (``SECONDS_RANGES``, ``MAX_FAKE_GPUS``, and those of the sections).
 
 Top-level scalar keys map to environment variables by upper-casing them:
@@ -64,7 +64,7 @@ class ExporterConfig:
     """Optional labels of the DCGM sets: nvml_version, serial, vbios_version (dcgm-exporter's label
     rows) and hpc_job (the Slurm job of the GPU's processes)."""
     detail: tuple[str, ...] = ()
-    """Opt-ins to series the default leaves out (gpumon.fields.spec.DETAILS; ``all`` for every one):
+    """Opt-ins to series the default leaves out (gpumon.model.fields.spec.DETAILS; ``all`` for every one):
     each NVLink link's series, every P2P row, topology, rows that say nothing happened, GPM profiling detail."""
 
 
@@ -304,7 +304,7 @@ def _parse_exporter(raw: Any, problems: list[str], where: str) -> ExporterConfig
 
 
 def _parse_xid_catalog(raw: Any, problems: list[str], where: str) -> dict[int, dict[str, str]]:
-    """Overrides of the shipped XID catalog, validated by gpumon.events.catalog."""
+    """Overrides of the shipped XID catalog, validated by gpumon.model.xid_catalog."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -329,7 +329,7 @@ def _parse_alerting(raw: Any, problems: list[str], where: str) -> AlertingConfig
 
 
 def _parse_health(raw: Any, problems: list[str], where: str) -> HealthConfig:
-    """Delegated to gpumon.findings.config, which owns the health section."""
+    """Delegated to gpumon.health.config, which owns the health section."""
     from gpumon.health.config import parse_health
 
     parsed, section_problems = parse_health(raw)

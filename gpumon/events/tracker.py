@@ -249,7 +249,7 @@ class XidTracker:
             return dict(c.last) if c else {}
 
     def for_gpu(self, gpu_index: int) -> tuple[Mapping[str, int], Mapping[str, float]]:
-        """``(counts, last_timestamps)`` in one lock: the shape gpumon.poller's ``xid_counts`` wants.
+        """``(counts, last_timestamps)`` in one lock: the shape gpumon.collect.poller's ``xid_counts`` wants.
 
         Not copies (the poller asks every poll for every GPU): mappings the tracker never changes
         afterwards; a new event replaces them."""

@@ -6,7 +6,7 @@ Extra sources (alerts, burn results, health, DCGM names) give their families ins
 scrape, each timed and guarded: one that fails is logged and reported by
 ``gpumon_collector_success 0``, and the scrape still answers 200 with everything else.
 
-Every source gives gpumon.exporter.text.Family objects (``families()``); ``render()`` and
+Every source gives gpumon.model.families.Family objects (``families()``); ``render()`` and
 ``render_openmetrics()`` write them all with the fast renderers, and ``collect()`` gives the
 same families as prometheus_client Metric objects for registries.
 """
@@ -67,7 +67,7 @@ class GpumonCollector:
     """Builds every gpumon_* family from the store on each scrape."""
 
     serves_openmetrics = True
-    """It serves OpenMetrics too (gpumon.exporter.server.Exposition)."""
+    """It serves OpenMetrics too (gpumon.http.server.Exposition)."""
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 
 So that dashboards and alert rules written for NVIDIA's dcgm-exporter work unchanged:
 the same ``DCGM_FI_*`` names, the same units (MHz, MiB, %, mJ, ns up to 4.8.x; 4.9's
-in gpumon.exporter.dcgm_sets) and the same per-GPU label set as dcgm-exporter's GPU
+in gpumon.exposition.dcgm_sets) and the same per-GPU label set as dcgm-exporter's GPU
 template: ``gpu`` (index), ``UUID``, ``pci_bus_id``, ``device`` (``nvidia<index>``),
 ``modelName``, ``Hostname`` or ``hostname`` (omitted when empty, as dcgm-exporter does with
 ``--no-hostname``) and ``DCGM_FI_DRIVER_VERSION`` or ``DCGM_FI_SYSTEM_DRIVER_VERSION``.
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 
-# CLOCK_EVENT_BITS (NVML's nvmlClocksEventReason* values) come from gpumon.nvml_vocabulary: one table of them.
+# CLOCK_EVENT_BITS (NVML's nvmlClocksEventReason* values) come from gpumon.model.nvml_vocabulary: one table of them.
 
 Value = Callable[[GpuSnapshot], float | None]
 
@@ -107,7 +107,7 @@ COMPUTED_HERE: Mapping[str, Value] = {
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": _clock_mask,
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": _clock_mask,
 }
-"""Values of twins declared ``in_exporter=True``: they need NVML's constants, which gpumon/fields may not import."""
+"""Values of twins declared ``in_exporter=True``: they need NVML's constants, which gpumon/model/fields may not import."""
 
 DCGM_ORDER = (
     "DCGM_FI_DEV_SM_CLOCK",

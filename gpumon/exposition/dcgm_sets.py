@@ -1,6 +1,6 @@
 """The name sets of dcgm-exporter's versions that ``--compat`` serves, and how one differs from another.
 
-``dcgm``: dcgm-exporter up to 4.8.x (DCGM up to 4.5): the names gpumon/fields declare (``Dcgm``
+``dcgm``: dcgm-exporter up to 4.8.x (DCGM up to 4.5): the names gpumon/model/fields declare (``Dcgm``
 twins), driver label ``DCGM_FI_DRIVER_VERSION``, host label ``Hostname`` (dcgm-exporter 4.8.3
 renamed it ``hostname``: ``--compat-hostname-label hostname`` for those).
 

@@ -1,6 +1,6 @@
 """The field tables of docs/nvml-notes.md and docs/dcgm-compat.md, generated from the field declarations.
 
-``make docs`` (``python -m gpumon.doctables``) rewrites the text between ``<!-- generated: NAME ... -->``
+``make docs`` (``python -m gpumon.exposition.doctables``) rewrites the text between ``<!-- generated: NAME ... -->``
 and ``<!-- end generated -->`` in each page and leaves the prose around it alone; ``--check`` only
 says which page differs (tests/test_fields.py fails when a checked-in page is not what this gives).
 """

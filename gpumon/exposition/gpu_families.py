@@ -1,5 +1,5 @@
 """The per-GPU families of a snapshot, built once and kept: gpumon_gpu_info, gpumon_gpu_up, every
-metric row of gpumon/exporter/metrics.py, and the per-process families when enabled.
+metric row of gpumon/exposition/metrics.py, and the per-process families when enabled.
 
 Every scrape of one snapshot reuses its families. A row's text is put together GPU by GPU, and a
 GPU's part (its samples and lines) is made again only when the row's field values of that GPU

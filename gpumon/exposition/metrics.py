@@ -1,6 +1,6 @@
 """The metric table: one row per per-GPU ``gpumon_*`` family, built from the field declarations.
 
-Each GpuSnapshot field declares the family it feeds (``metric=Metric(...)`` in gpumon/fields/);
+Each GpuSnapshot field declares the family it feeds (``metric=Metric(...)`` in gpumon/model/fields/);
 this module turns the declarations into rows with a sampler each. Adding a metric: see
 docs/architecture.md, "Adding a field".
 """

@@ -1,4 +1,4 @@
-"""OpenMetrics 1.0 text rendering of metric families (gpumon.exporter.text.Family), byte for
+"""OpenMetrics 1.0 text rendering of metric families (gpumon.model.families.Family), byte for
 byte as ``prometheus_client.openmetrics.exposition.generate_latest`` writes the same families,
 several times faster.
 

@@ -1,6 +1,6 @@
 """gpumon's metric families for prometheus_client registries (``registry.register(MetricsOf(source))``).
 
-The daemon renders its families itself (gpumon.exporter.text, gpumon.exporter.openmetrics) and
+The daemon renders its families itself (gpumon.exposition.text, gpumon.exposition.openmetrics) and
 never imports this module; it is for code that puts gpumon's families into a prometheus_client
 registry, and for the tests, which render the same families with prometheus_client as the
 reference.

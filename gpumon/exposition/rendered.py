@@ -3,7 +3,7 @@ once for gzip, whatever the number of scrapes of that snapshot.
 
 The per-GPU families are nearly all of an exposition (5.2 MB of 5.4 at 256 GPUs); a scrape
 writes its own small head (the snapshot's age, poll and host figures) and tail (alerts,
-health, the collectors' timings) around this block (gpumon.exporter.collector).
+health, the collectors' timings) around this block (gpumon.exposition.collector).
 """
 
 from __future__ import annotations

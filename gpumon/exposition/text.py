@@ -5,7 +5,7 @@ health, the DCGM names) builds ``Family`` objects; ``render`` writes them with o
 template per family, byte for byte what ``prometheus_client.generate_latest`` writes for the
 same data (tests check this through ``registry.FamilyMetric``), several times faster: prometheus_client
 renders about 7 µs per sample on a small CPU, and a host with many GPUs has tens of thousands.
-gpumon.exporter.openmetrics renders the same families as OpenMetrics.
+gpumon.exposition.openmetrics renders the same families as OpenMetrics.
 """
 
 from __future__ import annotations

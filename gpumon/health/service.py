@@ -2,10 +2,10 @@
 
 The daemon feeds it every snapshot and XID event; ``gpumon health`` without a daemon feeds it one
 poll. Files (``STATE_DIR/health/``, or ``STATE_DIR/simulated/<backend>/health/`` for simulated GPUs;
-folders 0755, files 0644 whatever the umask, see gpumon.state.files): ``inventory.json`` (the
+folders 0755, files 0644 whatever the umask, see gpumon.util.state.files): ``inventory.json`` (the
 baseline), ``xid.json`` (open faults, recent XIDs, boot id), ``clears.d/`` (operator clears, one file
 each, never rewritten: the audit trail; ``clears.json``, where an older gpumon wrote them, is still
-read). Each read-modify-write holds ``.lock`` (gpumon.state.lock): runs that overlap lose nothing.
+read). Each read-modify-write holds ``.lock`` (gpumon.util.state.lock): runs that overlap lose nothing.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``BcryptPool`` runs the checks on a few threads, so that a flood of wrong passwords does not
 delay a client that knows the right one; ``AuthCache`` remembers recent verdicts (keyed by an
 HMAC, never the password); ``DECOY_HASH`` is checked for unknown users so timing does not tell
-which user names exist. ``gpumon.exporter.webconfig_watcher`` puts them together.
+which user names exist. ``gpumon.http.webconfig_watcher`` puts them together.
 """
 
 from __future__ import annotations

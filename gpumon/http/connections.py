@@ -18,7 +18,7 @@ request headers in its worker threads, so 200 slowloris clients hold every worke
 waitress reads headers without threads but has no TLS; the ASGI servers bring a
 framework-sized dependency and a fixed certificate, where gpumon re-reads its web config
 and serves a renewed certificate to the next connection. asyncio's streams do the
-non-blocking TLS and buffering; ``gpumon.exporter.http_messages`` adds the HTTP/1.1 subset
+non-blocking TLS and buffering; ``gpumon.http.messages`` adds the HTTP/1.1 subset
 a scraper needs.
 """
 

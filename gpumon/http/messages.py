@@ -1,7 +1,7 @@
 """The HTTP/1.1 subset a scraper needs: request heads parsed, content negotiated, responses typed.
 
-Pure functions and data: no sockets, no event loop. ``gpumon.exporter.http_connections``
-reads the bytes and calls ``parse_head``; ``gpumon.exporter.server`` decides the answer.
+Pure functions and data: no sockets, no event loop. ``gpumon.http.connections``
+reads the bytes and calls ``parse_head``; ``gpumon.http.server`` decides the answer.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ This module says what a request gets: the web config's gate (rate limit, basic a
 ``unauthenticated_paths``), then the exposition (text or OpenMetrics, gzip when asked;
 requests that arrive while one is rendered share it) or a route run on a worker thread.
 The connections themselves (event loop, TLS, timeouts, limits) are
-``gpumon.exporter.http_connections``'s.
+``gpumon.http.connections``'s.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ INDEX_HTML = b"""<!doctype html><html><head><title>gpumon</title></head><body>
 
 
 class Exposition(Protocol):
-    """What /metrics serves, as chunks of bytes (gpumon.exporter.collector.GpumonCollector)."""
+    """What /metrics serves, as chunks of bytes (gpumon.exposition.collector.GpumonCollector)."""
 
     @property
     def serves_openmetrics(self) -> bool:

@@ -1,6 +1,6 @@
 """TLS for the HTTP server: the validated ``tls_server_config`` and the SSLContext built from it.
 
-``gpumon.exporter.webconfig`` validates the section into a ``TlsServerConfig``;
+``gpumon.http.webconfig`` validates the section into a ``TlsServerConfig``;
 ``build_context`` turns it into a server ``SSLContext`` (inline PEMs go through anonymous
 in-memory files), listing what cannot be used. ``looks_like_http`` and ``peer_sans`` are what
 the server needs per connection: telling a plain-HTTP client on a TLS port apart, and the

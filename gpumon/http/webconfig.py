@@ -16,13 +16,13 @@ The file format is the one node_exporter, Prometheus and Alertmanager read
       prometheus: $2y$10$...           # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\\n')
 
 ``WebConfig.load(path)`` validates the file and everything it names, raising
-``WebConfigError`` with every problem at once; the SSLContext is built (``gpumon.exporter.tls``)
+``WebConfigError`` with every problem at once; the SSLContext is built (``gpumon.http.tls``)
 and checked at load time. Only a regular file of at most ``MAX_FILE_BYTES`` is read (a FIFO or
 a device put in its place is refused at once). ``unauthenticated_paths`` (gpumon's addition to the format):
 ``/healthz`` and ``/ready`` can be opened to probes that carry no credentials.
 
-The other pieces: ``gpumon.exporter.tls`` (the SSLContext and how it differs from Go's),
-``gpumon.exporter.basic_auth`` (bcrypt checks), ``gpumon.exporter.webconfig_watcher`` (the
+The other pieces: ``gpumon.http.tls`` (the SSLContext and how it differs from Go's),
+``gpumon.http.basic_auth`` (bcrypt checks), ``gpumon.http.webconfig_watcher`` (the
 configuration in force, re-read when its files change).
 """
 

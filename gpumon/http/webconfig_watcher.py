@@ -7,7 +7,7 @@ old configuration kept. ``reload()`` forces a re-read (SIGHUP). Per request it a
 SSLContext for the next connection, the extra headers, basic auth (bcrypt in a
 ``BcryptPool``) and the ``rate_limit`` token bucket.
 
-gpumon.exporter.server applies it: the current ``SSLContext`` to each new connection, so a
+gpumon.http.server applies it: the current ``SSLContext`` to each new connection, so a
 renewed certificate applies without a restart, and a plain HTTP request on a TLS port gets
 ``400 Client sent an HTTP request to an HTTPS server.``, like Go's servers.
 """

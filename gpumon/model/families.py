@@ -38,7 +38,7 @@ class Family:
     """This family's text, once rendered; families of slow tiers are reused across scrapes.
     A family is not changed once rendered."""
     rendered_openmetrics: str | None = None
-    """The same in OpenMetrics text, once rendered (gpumon.exporter.openmetrics)."""
+    """The same in OpenMetrics text, once rendered (gpumon.exposition.openmetrics)."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

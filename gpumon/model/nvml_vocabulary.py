@@ -1,6 +1,6 @@
 """NVML's names for things that the backends, the exporters and the snapshot share.
 
-A neutral module: it imports nothing from ``gpumon.backends`` or ``gpumon.exporter``, so the
+A neutral module: it imports nothing from ``gpumon.backends`` or ``gpumon.exposition``, so the
 DCGM-compatible exporter and the fake backend can use NVML's vocabulary without importing
 the NVML backend.
 """

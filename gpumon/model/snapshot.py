@@ -4,8 +4,8 @@ Nothing here touches hardware. Every per-GPU field is optional: ``None`` means t
 field was not read (not supported by this GPU, or its tier was never read yet) and
 the exporter omits the series — never 0, never NaN.
 
-The per-GPU fields are declared in gpumon/fields/, one module per subsystem, each with
-``declare(...)`` (gpumon/fields/spec.py): ``metadata["spec"]`` holds the whole declaration
+The per-GPU fields are declared in gpumon/model/fields/, one module per subsystem, each with
+``declare(...)`` (gpumon/model/fields/spec.py): ``metadata["spec"]`` holds the whole declaration
 (NVML call, nvidia-smi field, metric family, DCGM twins, fake default) and
 ``metadata["tier"]`` its tier: ``fast`` (every poll), ``slow`` (costly calls, every
 ``slow_interval_seconds``), ``static`` (identity and limits that do not change while the
@@ -74,7 +74,7 @@ class GpuSnapshot(
 ):
     """Everything gpumon knows about one GPU at one poll, in base units.
 
-    The fields are declared by subsystem in gpumon/fields/ (each with its tier, doc, NVML call,
+    The fields are declared by subsystem in gpumon/model/fields/ (each with its tier, doc, NVML call,
     nvidia-smi field, metric family and DCGM twins). Dataclasses take the fields of the bases
     from the last base to the first, so the order is GpuKey, identity, usage, ... events: the
     order of ``gpumon once --json`` and of the ``gpumon_*`` families.

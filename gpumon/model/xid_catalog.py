@@ -34,7 +34,7 @@ ACTIONS = (
 
 _FIELDS = ("meaning", "severity", "action")
 _RELATION_FIELDS = ("follows", "escalate")
-"""Optional keys of the shipped catalog for the health verdict (gpumon.findings)."""
+"""Optional keys of the shipped catalog for the health verdict (gpumon.health)."""
 
 
 class XidCatalogError(ValueError):
