@@ -48,15 +48,16 @@ test-deps:
 			prometheus prometheus-alertmanager systemd openssl slurmctld slurmd slurm-client munge >/dev/null; \
 	else echo "NOTE: missing$$missing and not root: the tests that need them will be skipped (with reasons)"; fi
 
-# The whole suite: ruff, mypy --strict on gpumon/, then pytest (real Prometheus/Alertmanager included).
+# The whole suite: ruff, mypy --strict on gpumon/, the import contracts (lint-imports, pyproject.toml), then pytest (real Prometheus/Alertmanager included).
 test: setup test-deps
 	$(MAKE) --no-print-directory suite VENV=$(VENV)
 
-# ruff, mypy and pytest with the venv named by VENV, as it is (make test and make test-latest set it up).
+# ruff, mypy, lint-imports and pytest with the venv named by VENV, as it is (make test and make test-latest set it up).
 suite:
 	$(VENV)/bin/ruff check gpumon tests benchmarks dashboards
 	$(VENV)/bin/ruff format --check gpumon
 	$(VENV)/bin/mypy gpumon
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The same suite against the newest release of every dependency pyproject.toml allows (torch stays at the
@@ -81,6 +82,7 @@ test-faults: setup test-deps
 lint: setup
 	$(VENV)/bin/ruff check gpumon tests benchmarks dashboards
 	$(VENV)/bin/ruff format --check gpumon
+	$(VENV)/bin/lint-imports
 
 typecheck: setup
 	$(VENV)/bin/mypy gpumon
@@ -90,10 +92,10 @@ check: test
 golden: setup
 	$(PY) -c "from tests.test_exporter import golden_exposition, GOLDEN; GOLDEN.write_text(golden_exposition())"
 
-# The field tables of docs/nvml-notes.md and docs/dcgm-compat.md, from the declarations in gpumon/fields/
+# The field tables of docs/nvml-notes.md and docs/dcgm-compat.md, from the declarations in gpumon/model/fields/
 # (tests/test_fields.py fails when the checked-in pages differ).
 docs: setup
-	$(PY) -m gpumon.doctables
+	$(PY) -m gpumon.exposition.doctables
 
 # Every generated file at once, after adding or changing a field or a panel: the golden exposition, the field
 # tables of docs/ and the dashboards (dashboards/generate.py). The tests fail while any of them is stale.

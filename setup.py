@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent
 
 
 def _assets_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpumon_assets_for_build", ROOT / "gpumon" / "assets.py")
+    spec = importlib.util.spec_from_file_location("gpumon_assets_for_build", ROOT / "gpumon" / "commands" / "assets.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -33,9 +33,9 @@ import requests
 from gpumon.alerts.config import parse
 from gpumon.alerts.service import AlertService
 from gpumon.backends.fake import FakeBackend
-from gpumon.events.model import XidEvent
-from gpumon.poller import Poller
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.model.xid import XidEvent
 
 
 class Hook:

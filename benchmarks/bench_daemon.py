@@ -32,9 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from daemon_proc import bytecode_note
 
 from gpumon.backends.factory import make_backend
-from gpumon.poller import Poller, PollIntervals
-from gpumon.snapshot import Tier
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.model.snapshot import Tier
 
 
 def pct(values: list[float], q: float) -> float:

@@ -59,7 +59,7 @@ def measure(gpus: int, seconds: float, profile_to: Path | None, scrape_every: fl
 def simulation_share(gpus: int, rounds: int = 50) -> float:
     """Share of one core the fake backend's own reads take at the default intervals (in process)."""
     from gpumon.backends.fake import FakeBackend
-    from gpumon.snapshot import Tier
+    from gpumon.model.snapshot import Tier
 
     backend = FakeBackend.plausible(gpus)
     backend.init()

@@ -51,8 +51,8 @@ from gpumon.backends.base import NvmlUnavailableError
 from gpumon.backends.nvml import NvmlBackend
 from gpumon.backends.nvml.reader import ReaderSpec
 from gpumon.backends.nvml.registry import collect_readers
-from gpumon.config import Config
-from gpumon.snapshot import Tier
+from gpumon.config.file import Config
+from gpumon.model.snapshot import Tier
 
 ORDER = (Tier.STATIC, Tier.SLOW, Tier.FAST)
 """The order the poller reads a GPU's tiers in."""
@@ -60,7 +60,7 @@ ORDER = (Tier.STATIC, Tier.SLOW, Tier.FAST)
 
 class FloorPlan:
     """Which reader groups of which GPU a poll at second ``t`` makes, as gpumon run makes them:
-    the poller's plan of tiers (gpumon.poller.Poller._plan) and the backend's spacing of readers."""
+    the poller's plan of tiers (gpumon.collect.poller.Poller._plan) and the backend's spacing of readers."""
 
     def __init__(self, count: int, readers: dict[Tier, tuple[ReaderSpec, ...]], intervals: dict[Tier, float]) -> None:
         self.count = count

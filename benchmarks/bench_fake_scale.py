@@ -35,11 +35,12 @@ from daemon_proc import VARIANTS, daemon, pct
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.exporter.collector import GpumonCollector
-from gpumon.exporter.dcgm import DcgmCompatCollector
-from gpumon.poller import Poller, PollIntervals
-from gpumon.snapshot import Tier
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition.collector import GpumonCollector
+from gpumon.exposition.dcgm import DcgmCompatCollector
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.model.snapshot import Tier
 
 
 def in_process(gpus: int, rounds: int, compat: list[str]) -> float:

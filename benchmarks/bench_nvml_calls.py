@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpumon.backends.base import NvmlUnavailableError
 from gpumon.backends.nvml import NvmlBackend
 from gpumon.backends.nvml.registry import collect_readers
-from gpumon.snapshot import Tier
+from gpumon.model.snapshot import Tier
 
 Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 """A recorded pynvml call: the raw module's function, its positional and keyword arguments."""

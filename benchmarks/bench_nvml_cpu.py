@@ -109,9 +109,9 @@ def readers_table(gpu: int, repeat: int) -> None:
     NVML), and its CPU share of one core per GPU at the default intervals (a reader that asks NVML
     less often than its tier is read, at that interval)."""
     from gpumon.backends.nvml import NvmlBackend
-    from gpumon.fields.nvlink import NVLINK_ERRORS_SECONDS
-    from gpumon.poller import PollIntervals
-    from gpumon.snapshot import Tier
+    from gpumon.model.fields.nvlink import NVLINK_ERRORS_SECONDS
+    from gpumon.model.poll_intervals import PollIntervals
+    from gpumon.model.snapshot import Tier
 
     intervals = PollIntervals()
     every = {"nvlink_errors": NVLINK_ERRORS_SECONDS}  # the daemon asks NVML for these less often than their tier

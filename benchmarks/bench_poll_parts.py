@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent.parent
 def measure(gpus: int, rounds: int) -> dict[str, float]:
     """µs of thread CPU per poll for the whole poll, each part, and the scrape's body."""
     from gpumon.backends.fake import FakeBackend
-    from gpumon.config import Config
+    from gpumon.config.file import Config
     from gpumon.daemon import Daemon
 
     clock, wall = [1000.0], [1.8e9]

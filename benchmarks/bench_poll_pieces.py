@@ -35,9 +35,10 @@ from bench_nvml_calls import recorded_groups, replay
 from bench_read_overhead import ConstantBackend
 
 from gpumon.backends.nvml.core import NvmlBackend
-from gpumon.poller import Poller, PollIntervals
-from gpumon.snapshot import GpuSnapshot, Snapshot, Tier, TierStats
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.model.snapshot import GpuSnapshot, Snapshot, Tier, TierStats
 
 
 def hand_written_read(nv: Any, h: Any) -> Callable[[], dict[str, Any]]:

@@ -32,9 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.poller import Poller, PollIntervals
-from gpumon.snapshot import HostSnapshot, Tier
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.model.snapshot import HostSnapshot, Tier
 from tests.fake_pynvml import FakeGpu, FakeNvml
 
 

@@ -30,9 +30,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.exporter.collector import GpumonCollector
-from gpumon.poller import Poller, PollIntervals
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition.collector import GpumonCollector
+from gpumon.model.poll_intervals import PollIntervals
 
 
 def median_us(step: Callable[[], object], rounds: int) -> float:

@@ -429,7 +429,7 @@ def fleet() -> dict[str, Any]:
 def unplaced_families(panels: list[Panel]) -> list[Panel]:
     """A row with one plain panel per declared per-GPU family no panel above queries yet, so a new field
     shows on the dashboard without an edit here (give it a panel of its own when it deserves one)."""
-    from gpumon.exporter.metrics import gpu_rows
+    from gpumon.exposition.metrics import gpu_rows
 
     exprs = json.dumps(panels)
     missing = [r for r in gpu_rows() if not re.search(rf"\b{r.name}\b", exprs)]

@@ -12,18 +12,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpumon import __version__
-from gpumon.cli_parser import CommandParser, UsageError, add_command, named_command
-from gpumon.cli_support import add_common_options as _add_common
-from gpumon.cli_support import add_tick_option, checked_config, load_or_report
-from gpumon.cli_support import config_flags as _flags
-from gpumon.cli_support import usable_state_dir as _usable_state_dir
-from gpumon.config import DEFAULT_PORT, Config
+from gpumon.commands.parser import CommandParser, UsageError, add_command, named_command
+from gpumon.commands.support import add_common_options as _add_common
+from gpumon.commands.support import add_tick_option, checked_config, load_or_report
+from gpumon.commands.support import config_flags as _flags
+from gpumon.commands.support import usable_state_dir as _usable_state_dir
+from gpumon.config.file import DEFAULT_PORT, Config
 from gpumon.early_hangup import hold_hangups
-from gpumon.jsonout import add_json_option, emit_json, to_stdout
-from gpumon.pipes import reader_gone
+from gpumon.util.jsonout import add_json_option, emit_json, to_stdout
+from gpumon.util.pipes import reader_gone
 
 if TYPE_CHECKING:
-    from gpumon.exporter.webconfig import WebConfigError
+    from gpumon.http.webconfig import WebConfigError
 
 EXIT_OK = 0
 EXIT_FAULT = 1
@@ -33,11 +33,17 @@ log = logging.getLogger("gpumon")
 
 
 MODULE_COMMANDS = {
-    "alerts": ("gpumon.alerts.cli", "show the active alerts of a running gpumon daemon"),
-    "assets": ("gpumon.assets", "list, print or write the dashboards, Prometheus rules, systemd unit, examples"),
-    "burn": ("gpumon.burn.cli", "burn-in and fault triage"),
-    "hash-password": ("gpumon.hash_password", "print a bcrypt hash for basic_auth_users in web-config.yml"),
-    "health": ("gpumon.findings.cli", "node health verdict (OK, WARNING, CRITICAL, UNKNOWN) with the action to take"),
+    "alerts": ("gpumon.commands.alerts", "show the active alerts of a running gpumon daemon"),
+    "assets": (
+        "gpumon.commands.assets",
+        "list, print or write the dashboards, Prometheus rules, systemd unit, examples",
+    ),
+    "burn": ("gpumon.burn.command", "burn-in and fault triage"),
+    "hash-password": ("gpumon.commands.hash_password", "print a bcrypt hash for basic_auth_users in web-config.yml"),
+    "health": (
+        "gpumon.commands.health",
+        "node health verdict (OK, WARNING, CRITICAL, UNKNOWN) with the action to take",
+    ),
 }
 """Commands whose module (with a ``configure(parser)``) is imported only to parse that command:
 name -> (module, the line ``gpumon --help`` shows)."""
@@ -62,7 +68,7 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     for name, (module, help_line) in MODULE_COMMANDS.items():
         command = add_command(sub, name, help_line)
         if configured is None or name in configured:
-            # gpumon.burn.cli registers options only; torch is imported when a burn runs
+            # gpumon.burn.command registers options only; torch is imported when a burn runs
             importlib.import_module(module).configure(command)
     return parser
 
@@ -128,9 +134,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from gpumon.backends.base import ScenarioError
     from gpumon.backends.factory import make_backend
-    from gpumon.config import reloader
+    from gpumon.config.file import reloader
     from gpumon.daemon import Daemon, configure_logging
-    from gpumon.state.lock import StateDirBusy
+    from gpumon.util.state.lock import StateDirBusy
 
     config = load_or_report(args)
     if config is None:
@@ -153,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # the web config's errors, where one is given (otherwise its modules are not loaded)
     web_config_errors: tuple[type[WebConfigError], ...] = ()
     if config.web_config_file:
-        from gpumon.exporter.webconfig import WebConfigError
+        from gpumon.http.webconfig import WebConfigError
 
         web_config_errors = (WebConfigError,)
     try:
@@ -175,9 +181,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_once(args: argparse.Namespace) -> int:
     from gpumon.backends.base import ScenarioError
     from gpumon.backends.factory import make_backend
-    from gpumon.poller import Poller
-    from gpumon.snapshot import to_jsonable
-    from gpumon.store import SnapshotStore
+    from gpumon.collect.poller import Poller
+    from gpumon.collect.store import SnapshotStore
+    from gpumon.model.snapshot import to_jsonable
 
     config = load_or_report(args)
     if config is None:
@@ -189,7 +195,7 @@ def cmd_once(args: argparse.Namespace) -> int:
         print(f"gpumon: bad scenario:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
     from gpumon.backends.play import play, tick_note, tick_to_show
-    from gpumon.processes import enrich
+    from gpumon.collect.processes import enrich
 
     tick = tick_to_show(backend, args.tick)
     if tick is None and args.tick is not None:
@@ -208,7 +214,7 @@ def cmd_once(args: argparse.Namespace) -> int:
             print(f"gpumon: cannot write --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_USAGE
     if not to_stdout(args.json):
-        from gpumon.table import print_snapshot
+        from gpumon.commands.table import print_snapshot
 
         print_snapshot(snapshot, wide=True if args.wide else None)
         if tick:
@@ -275,7 +281,7 @@ def _usage_error(words: Sequence[str], exc: UsageError) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; a closed stdout (its reader went away) ends it quietly with 141
-    (gpumon.pipes)."""
+    (gpumon.util.pipes)."""
     hold_hangups(sys.argv[1:] if argv is None else argv)  # gpumon run: a SIGHUP while it starts is kept
     try:
         try:

@@ -32,35 +32,35 @@ from gpumon import process_memory
 from gpumon.alerts import config as alerts_config
 from gpumon.alerts.service import AlertService
 from gpumon.backends.base import GpuBackend
-from gpumon.config import Config
-from gpumon.daemon_settings import check_intervals, default_alerting, intervals_of, one_line_reason
+from gpumon.collect.energy import OwnerEnergy, subscribed
+from gpumon.collect.poller import Poller
+from gpumon.collect.processes import ProcessEnricher
+from gpumon.collect.scheduling import PollJob, interval_trigger
+from gpumon.collect.store import SnapshotStore
+from gpumon.config.daemon_settings import check_intervals, default_alerting, intervals_of, one_line_reason
+from gpumon.config.file import Config
 from gpumon.early_hangup import received_early
-from gpumon.energy import OwnerEnergy, subscribed
-from gpumon.events.catalog import XidCatalog
 from gpumon.events.kernel_follow import KernelLogFollower
-from gpumon.events.model import XidEvent
 from gpumon.events.tracker import XidTracker
 from gpumon.events.xid_thread import XidEventThread
-from gpumon.exporter.burn_results import BurnResultsCollector
-from gpumon.exporter.collector import GpumonCollector, SelfStats
-from gpumon.exporter.http_messages import json_response
-from gpumon.exporter.read_errors import ReadErrorsCollector
-from gpumon.exporter.server import MetricsServer
-from gpumon.exporter.simulated import SimulatedSource
-from gpumon.findings.service import HealthService
-from gpumon.findings.unjudged import UnjudgedCollector
-from gpumon.poller import Poller
-from gpumon.processes import ProcessEnricher
-from gpumon.scheduling import PollJob, interval_trigger
-from gpumon.snapshot import to_jsonable
-from gpumon.state.files import close_to_others, health_dir, simulated_spec
-from gpumon.state.lock import DaemonLock
-from gpumon.store import SnapshotStore
+from gpumon.exposition.burn_results import BurnResultsCollector
+from gpumon.exposition.collector import GpumonCollector, SelfStats
+from gpumon.exposition.read_errors import ReadErrorsCollector
+from gpumon.exposition.simulated import SimulatedSource
+from gpumon.health.service import HealthService
+from gpumon.health.unjudged import UnjudgedCollector
+from gpumon.http.messages import json_response
+from gpumon.http.server import MetricsServer
+from gpumon.model.snapshot import to_jsonable
+from gpumon.model.xid import XidEvent
+from gpumon.model.xid_catalog import XidCatalog
 from gpumon.systemd_notify import SystemdNotifier
+from gpumon.util.state.files import close_to_others, health_dir, simulated_spec
+from gpumon.util.state.lock import DaemonLock
 
 if TYPE_CHECKING:
-    from gpumon.exporter.dcgm import DcgmCompatCollector
-    from gpumon.exporter.webconfig_watcher import WebConfigWatcher
+    from gpumon.exposition.dcgm import DcgmCompatCollector
+    from gpumon.http.webconfig_watcher import WebConfigWatcher
 
 log = logging.getLogger("gpumon")
 
@@ -116,8 +116,8 @@ class Daemon:
         settle_memory: Callable[[], None] = process_memory.settle,
     ) -> None:
         """Build every part; raises OSError when the port cannot be bound,
-        gpumon.exporter.webconfig.WebConfigError for an unusable web config and
-        gpumon.state.lock.StateDirBusy when another daemon runs on the same state directory.
+        gpumon.http.webconfig.WebConfigError for an unusable web config and
+        gpumon.util.state.lock.StateDirBusy when another daemon runs on the same state directory.
         ``settle_memory`` runs once, in run_forever after the first poll (a test passes its own)."""
         self.config = config
         # one daemon per state directory (raises StateDirBusy): two would share, and fight over, one
@@ -205,14 +205,16 @@ class Daemon:
         self.collector.add("alerts", self.alerts.collector())
         self.collector.add("burn", BurnResultsCollector(config.state_dir))
         self.collector.add("unjudged", UnjudgedCollector(config.state_dir))  # prologs that let a job through
-        self.collector.add("owner_energy", subscribed(OwnerEnergy(config.state_dir), self.store))  # gpumon/energy.py
+        self.collector.add(
+            "owner_energy", subscribed(OwnerEnergy(config.state_dir), self.store)
+        )  # gpumon/collect/energy.py
         self.collector.add("simulated", SimulatedSource(backend.simulated))
         if backend.per_reader_errors:  # per GPU and reader: a field's error, not a lost GPU
             self.collector.add("read_errors", ReadErrorsCollector(backend.read_errors))
         self.collector.add("health", self.health.collector(), per_snapshot=True)
         self.dcgm: DcgmCompatCollector | None = None
         if config.exporter.compat:  # its module is loaded only with --compat dcgm / dcgm-4.9
-            from gpumon.exporter.dcgm import DcgmCompatCollector, node_name
+            from gpumon.exposition.dcgm import DcgmCompatCollector, node_name
 
             self.dcgm = DcgmCompatCollector(
                 self.store,
@@ -225,7 +227,7 @@ class Daemon:
             self.collector.add("dcgm", self.dcgm, per_snapshot=True)
         self.web: WebConfigWatcher | None = None
         if config.web_config_file:  # its modules (TLS, basic auth) are loaded only where one is given
-            from gpumon.exporter.webconfig_watcher import WebConfigWatcher
+            from gpumon.http.webconfig_watcher import WebConfigWatcher
 
             self.web = WebConfigWatcher(config.web_config_file, reread_in_background=True)
         web = self.web

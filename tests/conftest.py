@@ -25,7 +25,7 @@ settings.register_profile("full", max_examples=FULL_EXAMPLES_FACTOR * 100, deadl
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev"))
 
 # A key a backend returns that is no GpuSnapshot field fails the tests (pollers, and daemons started
-# as subprocesses, raise instead of logging it): see gpumon/poller.py.
+# as subprocesses, raise instead of logging it): see gpumon/collect/poller.py.
 os.environ.setdefault("GPUMON_STRICT_FIELDS", "1")
 
 

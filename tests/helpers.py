@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import requests
 
-from gpumon.exporter import gzip_parts
-from gpumon.exporter.dcgm import dcgm_fields
-from gpumon.exporter.openmetrics import render as render_openmetrics
-from gpumon.exporter.text import Family
-from gpumon.snapshot import GpuSnapshot
+from gpumon.exposition import gzip_parts
+from gpumon.exposition.dcgm import dcgm_fields
+from gpumon.exposition.openmetrics import render as render_openmetrics
+from gpumon.exposition.text import Family
+from gpumon.model.snapshot import GpuSnapshot
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"

@@ -2,18 +2,27 @@
 
 * No module under gpumon/ is longer than ``MAX_MODULE_LINES``; a module that must be longer is
   listed in ``ALLOWED_LONGER`` with the reason.
+* No function or method under gpumon/ is longer than ``MAX_FUNCTION_LINES`` (its def line, docstring
+  and body: ``end_lineno - lineno + 1``); a longer one is split into a helper per step.
 * Every package under gpumon/ has a docstring in its ``__init__.py`` that says what it is for.
+* The import contracts of pyproject.toml (layers, independent features, who may import pynvml and
+  torch) hold, with no exception: ``lint-imports`` (import-linter) passes.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gpumon"
-MAX_MODULE_LINES = 500
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
 
 ALLOWED_LONGER: dict[str, str] = {}
 """Module (relative to gpumon/) -> why it may be longer than MAX_MODULE_LINES for good."""
@@ -47,6 +56,38 @@ def test_every_exception_names_a_module_that_still_needs_it() -> None:
         assert _lines(path) > MAX_MODULE_LINES, f"gpumon/{name} fits in {MAX_MODULE_LINES} lines: remove the exception"
 
 
+def _functions(path: Path) -> list[tuple[str, int]]:
+    """(qualified name, lines) of every function and method of one module."""
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert child.end_lineno is not None
+                found.append((prefix + child.name, child.end_lineno - child.lineno + 1))
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), "")
+    return found
+
+
+def test_no_function_is_longer_than_the_limit() -> None:
+    too_long = [
+        f"gpumon/{p.relative_to(PACKAGE)}: {name}, {lines} lines"
+        for p in _modules()
+        for name, lines in _functions(p)
+        if lines > MAX_FUNCTION_LINES
+    ]
+    assert not too_long, (
+        f"functions over {MAX_FUNCTION_LINES} lines; give each step a helper function of its own:\n"
+        + "\n".join(too_long)
+    )
+
+
 def _packages() -> list[Path]:
     return sorted(p.parent for p in PACKAGE.rglob("__init__.py") if "__pycache__" not in p.parts)
 
@@ -57,3 +98,21 @@ def test_every_package_says_its_job(package: Path) -> None:
     assert docstring and docstring.strip(), f"{package.relative_to(PACKAGE.parent)}/__init__.py needs a docstring"
     summary = docstring.strip().split("\n\n")[0]
     assert len(summary.split()) >= 5, f"{package.relative_to(PACKAGE.parent)}: say the package's job in a sentence"
+
+
+def _lint_imports() -> str | None:
+    beside_python = Path(sys.executable).parent / "lint-imports"
+    return str(beside_python) if beside_python.is_file() else shutil.which("lint-imports")
+
+
+def test_the_import_contracts_hold() -> None:
+    command = _lint_imports()
+    if command is None:
+        pytest.skip("lint-imports (import-linter, the test extra) is not installed: the import contracts are unchecked")
+    root = PACKAGE.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [command, "--no-cache"], cwd=root, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    report = result.stdout[result.stdout.find("Contracts") :]  # after import-linter's banner
+    assert result.returncode == 0, "lint-imports: an import breaks a contract of pyproject.toml\n" + report

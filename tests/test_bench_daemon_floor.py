@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from gpumon.backends.nvml.registry import collect_readers
-from gpumon.snapshot import Tier
+from gpumon.model.snapshot import Tier
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCH))

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.snapshot import Tier
+from gpumon.model.snapshot import Tier
 from tests.fake_pynvml import FakeGpu, FakeNvml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.findings.stragglers import job_key
-from gpumon.processes import ProcessEnricher, enrich, parse_cgroup_path
-from gpumon.snapshot import ProcessSnapshot
+from gpumon.collect.processes import ProcessEnricher, enrich, parse_cgroup_path
+from gpumon.health.stragglers import job_key
+from gpumon.model.snapshot import ProcessSnapshot
 
 CID = "4f8e3c2a1b0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f"
 FAKE_CID = "a" * 64

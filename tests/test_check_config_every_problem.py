@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumon.config_positions import with_positions
+from gpumon.config.positions import with_positions
 from tests.helpers import run_cli
 
 BAD = """\

@@ -154,16 +154,16 @@ def daemon_modules(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
         # binding the listener to a name given as str loads the IDNA codec, with unicodedata
         "encodings.idna",
         # the other commands' modules: main() imports only the command it runs
-        "gpumon.burn.cli",
-        "gpumon.alerts.cli",
-        "gpumon.hash_password",
+        "gpumon.burn.command",
+        "gpumon.commands.alerts",
+        "gpumon.commands.hash_password",
         "getpass",  # gpumon health clear's user name (getpass loads termios)
         # TLS, basic auth and the web config's reader: only with --web-config-file
-        "gpumon.exporter.webconfig",
-        "gpumon.exporter.tls",
-        "gpumon.exporter.basic_auth",
-        "gpumon.exporter.dcgm",  # dcgm-exporter's names: only with --compat dcgm
-        "gzip",  # gzip responses are written with zlib (gpumon.exporter.gzip_parts)
+        "gpumon.http.webconfig",
+        "gpumon.http.tls",
+        "gpumon.http.basic_auth",
+        "gpumon.exposition.dcgm",  # dcgm-exporter's names: only with --compat dcgm
+        "gzip",  # gzip responses are written with zlib (gpumon.exposition.gzip_parts)
     ],
 )
 def test_the_daemon_does_not_load(module: str, daemon_modules: set[str]) -> None:

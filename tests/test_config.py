@@ -9,7 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumon.config import DEFAULT_PORT, ConfigError, load
+from gpumon.config.file import DEFAULT_PORT, ConfigError, load
 from tests.helpers import examples, run_cli
 
 

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.alerts import config as alerts_config
 from gpumon.backends.fake import FakeBackend
-from gpumon.config import Config
+from gpumon.config.file import Config
 from gpumon.daemon import Daemon
 from tests.helpers import DaemonProcess, run_cli, value, wait_for
 

@@ -12,15 +12,17 @@ from typing import Any
 
 import pytest
 
-import gpumon.findings.service as health_service
+import gpumon.health.service as health_service
 from gpumon.alerts.engine import AlertEngine
 from gpumon.backends.fake import FakeBackend
-from gpumon.events.catalog import XidCatalog
-from gpumon.exporter.collector import GpumonCollector
-from gpumon.exporter.text import Family, render
-from gpumon.findings.service import HealthService
-from gpumon.poller import Poller, PollIntervals
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition.collector import GpumonCollector
+from gpumon.exposition.text import render
+from gpumon.health.service import HealthService
+from gpumon.model.families import Family
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.model.xid_catalog import XidCatalog
 from tests.alerts.helpers import alerting, gpu, snap
 from tests.helpers import wait_for
 from tests.test_exporter import samples
@@ -112,7 +114,7 @@ def test_healthy_gpus_raise_nothing_and_rules_still_fire_and_resolve(
 
 
 def test_idle_with_memory_fires_and_resolves_and_a_busy_gpu_raises_nothing() -> None:
-    from gpumon.snapshot import ProcessSnapshot
+    from gpumon.model.snapshot import ProcessSnapshot
 
     e = _engine({"name": "Idle", "kind": "idle_with_memory", "threshold": 0.3})
     held = (ProcessSnapshot(pid=7, used_memory_bytes=1 << 30),)
@@ -127,7 +129,7 @@ def test_idle_with_memory_fires_and_resolves_and_a_busy_gpu_raises_nothing() -> 
 def test_polls_reuse_one_idle_thread_that_blocks_between_polls() -> None:
     import threading
 
-    from gpumon.scheduling import PollJob
+    from gpumon.collect.scheduling import PollJob
 
     idents: list[int] = []
     job = PollJob(lambda: idents.append(threading.get_ident()), 0.05)
@@ -170,7 +172,7 @@ def test_slow_reads_spread_over_the_gpus_serve_every_scrape_as_a_fresh_render() 
 def test_receivers_are_told_of_the_firing_alerts_not_held_back() -> None:
     """``notifiable()`` (what is delivered, every poll) is ``alerts()`` less the pending and held-back alerts,
     in the same order."""
-    from gpumon.alerts.alert import BurnHoldBack
+    from gpumon.burn.marker import BurnHoldBack
 
     e = _engine(
         {"name": "Hot", "kind": "threshold", "field": "temperature_celsius", "op": ">", "threshold": 80, "for": "5s"}
@@ -208,10 +210,10 @@ def test_a_threshold_rule_judges_every_gpu_while_an_alert_of_it_is_active() -> N
 def test_health_signal_families_show_the_engines_new_results_at_once() -> None:
     """The straggler and trend engines keep their results while nothing changed; the exported
     deviation family keeps its text with them, and new results show at once."""
-    from gpumon.findings.model import verdict
-    from gpumon.findings.service import HealthCollector
-    from gpumon.findings.stragglers import Deviation
-    from gpumon.findings.trends import Increase
+    from gpumon.health.service import HealthCollector
+    from gpumon.health.stragglers import Deviation
+    from gpumon.health.trends import Increase
+    from gpumon.model.findings import verdict
 
     slow = Deviation(index=1, uuid="GPU-b", signal="sm_clock", ratio=-0.12)
     rise = Increase(0, "GPU-a", "ecc_corrected", "", 3.0, 3600.0)
@@ -277,7 +279,7 @@ def test_a_threshold_rule_with_nothing_to_keep_fires_on_the_gpu_that_crosses_for
 def test_the_health_report_of_every_poll_follows_the_clears_and_the_last_burn_as_their_files_change(
     tmp_path: Path,
 ) -> None:
-    from gpumon.findings.xid_lifecycle import Clear
+    from gpumon.health.xid_lifecycle import Clear
     from tests.health.test_burn_findings import write_burn
 
     service = HealthService(tmp_path, XidCatalog.load(), clock=lambda: T0)

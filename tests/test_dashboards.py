@@ -17,7 +17,7 @@ import pytest
 import requests
 import yaml
 
-from gpumon.exporter.metrics import gpu_rows
+from gpumon.exposition.metrics import gpu_rows
 from tests.helpers import DaemonProcess, wait_for
 from tests.prometheus_helpers import PrometheusServer, SharedPrometheus, needs_prometheus
 
@@ -136,7 +136,7 @@ def test_a_declared_family_without_a_panel_of_its_own_still_gets_one(monkeypatch
         dataclasses.replace(rows[0], name="gpumon_widget_ratio", help="A new field."),
         dataclasses.replace(rows[0], name="gpumon_widget_bytes_total", kind="counter", labels=("link",)),
     )
-    monkeypatch.setattr("gpumon.exporter.metrics.gpu_rows", lambda: (*rows, *new))
+    monkeypatch.setattr("gpumon.exposition.metrics.gpu_rows", lambda: (*rows, *new))
     detail = generate.gpu_detail()
     by_title = {p["title"]: p for p in detail["panels"]}
     assert "More per-GPU metrics" in by_title

@@ -11,13 +11,13 @@ from prometheus_client.core import CollectorRegistry
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpumon.events.catalog import XidCatalog
-from gpumon.exporter.dcgm import DcgmCompatCollector, clock_events_mask
-from gpumon.exporter.openmetrics import render as render_openmetrics
-from gpumon.exporter.registry import MetricsOf
-from gpumon.exporter.text import render
-from gpumon.snapshot import GpuSnapshot, HostSnapshot, Snapshot
-from gpumon.store import SnapshotStore
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition.dcgm import DcgmCompatCollector, clock_events_mask
+from gpumon.exposition.openmetrics import render as render_openmetrics
+from gpumon.exposition.registry import MetricsOf
+from gpumon.exposition.text import render
+from gpumon.model.snapshot import GpuSnapshot, HostSnapshot, Snapshot
+from gpumon.model.xid_catalog import XidCatalog
 
 MIB = 1024 * 1024
 LABELS = {
@@ -286,7 +286,7 @@ def test_promtool_check_metrics_finds_nothing_but_dcgms_own_naming() -> None:
 def test_docs_map_every_dcgm_family() -> None:
     from pathlib import Path
 
-    from gpumon.exporter.dcgm import dcgm_fields
+    from gpumon.exposition.dcgm import dcgm_fields
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "dcgm-compat.md").read_text(encoding="utf-8")
     for spec in dcgm_fields():

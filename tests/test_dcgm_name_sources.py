@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpumon.exporter.dcgm_sets import CONVERTED_4_9, DCGM_SETS, LABEL_FIELDS, SAME_UNIT_4_9, V4_9
+from gpumon.exposition.dcgm_sets import CONVERTED_4_9, DCGM_SETS, LABEL_FIELDS, SAME_UNIT_4_9, V4_9
 from tests.helpers import DATA
 
 HEADER = DATA / "dcgm" / "dcgm-4.6.1-fields-excerpt.txt"

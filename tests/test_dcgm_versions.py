@@ -15,13 +15,13 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpumon.config import ConfigError, load
-from gpumon.exporter.dcgm import DcgmCompatCollector, node_name
-from gpumon.exporter.dcgm_sets import COMPAT_LABELS, HOSTNAME_LABELS, SAME_UNIT_4_9, SETS
-from gpumon.exporter.text import render
-from gpumon.fields.processes import ProcessSnapshot
-from gpumon.snapshot import GpuSnapshot, HostSnapshot, Snapshot
-from gpumon.store import SnapshotStore
+from gpumon.collect.store import SnapshotStore
+from gpumon.config.file import ConfigError, load
+from gpumon.exposition.dcgm import DcgmCompatCollector, node_name
+from gpumon.exposition.dcgm_sets import COMPAT_LABELS, HOSTNAME_LABELS, SAME_UNIT_4_9, SETS
+from gpumon.exposition.text import render
+from gpumon.model.fields.processes import ProcessSnapshot
+from gpumon.model.snapshot import GpuSnapshot, HostSnapshot, Snapshot
 from tests.helpers import DATA, REPO
 from tests.test_dcgm_compat import busy_gpu
 
@@ -254,7 +254,7 @@ def test_both_sets_and_the_options_load(tmp_path: Any) -> None:
 
 
 def test_the_config_knows_every_set_and_label() -> None:
-    from gpumon import compat_config
+    from gpumon.config.file import compat as compat_config
 
     assert compat_config.COMPAT_MODES == SETS
     assert set(compat_config.COMPAT_LABELS) == set(COMPAT_LABELS)

@@ -15,7 +15,7 @@ import pytest
 import requests
 import yaml
 
-from gpumon.config import Config
+from gpumon.config.file import Config
 from tests.helpers import DaemonProcess, wait_for
 from tests.pki import Pki
 

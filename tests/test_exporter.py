@@ -19,11 +19,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.exporter import openmetrics
-from gpumon.exporter.collector import GpumonCollector
-from gpumon.exporter.text import Family, go_float
-from gpumon.poller import Poller, PollIntervals
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition import openmetrics
+from gpumon.exposition.collector import GpumonCollector
+from gpumon.exposition.registry import FamilyMetric
+from gpumon.exposition.text import go_float
+from gpumon.model.families import Family
+from gpumon.model.poll_intervals import PollIntervals
 from tests.helpers import DATA, examples
 
 GOLDEN = DATA / "golden-metrics.txt"
@@ -331,22 +334,22 @@ def test_a_family_is_the_prometheus_client_family_of_the_same_samples() -> None:
     gauge.add(["1"], 2.0)
     expected_gauge = GaugeMetricFamily("g", "h", labels=["a"])
     expected_gauge.add_metric(["1"], 2.0)
-    assert gauge.to_metric() == expected_gauge
+    assert FamilyMetric(gauge) == expected_gauge
     counter = Family("c_total", "counter", "h", ("a",))
     counter.add(["1"], 2.0)
     expected_counter = CounterMetricFamily("c", "h", labels=["a"])
     expected_counter.add_metric(["1"], 2.0)
-    assert counter.to_metric() == expected_counter
+    assert FamilyMetric(counter) == expected_counter
     untyped = Family("u", "untyped", "h")
     untyped.add([], 2.0)
-    assert untyped.to_metric() == UnknownMetricFamily("u", "h", value=2.0)
+    assert FamilyMetric(untyped) == UnknownMetricFamily("u", "h", value=2.0)
     sparse = Family("s", "gauge", "h", ("a", "b"), optional_labels=("b",))
     sparse.add(["1", ""], 2.0)
     sparse.add(["", "x"], 3.0)
     expected_sparse = Metric("s", "h", "gauge")
     expected_sparse.add_sample("s", {"a": "1"}, 2.0)
     expected_sparse.add_sample("s", {"a": "", "b": "x"}, 3.0)
-    assert sparse.to_metric() == expected_sparse
+    assert FamilyMetric(sparse) == expected_sparse
     with pytest.raises(ValueError, match="_total"):
         Family("c", "counter", "h")
     with pytest.raises(ValueError, match="kind"):

@@ -21,7 +21,7 @@ from gpumon.alerts.metrics import sender_families
 from gpumon.alerts.notification import Notification
 from gpumon.alerts.notify import Receiver
 from gpumon.alerts.service import AlertService
-from gpumon.exporter.registry import MetricsOf
+from gpumon.exposition.registry import MetricsOf
 from tests.alerts.helpers import TestReceiver, alerting, receiver
 from tests.helpers import wait_for
 

@@ -15,9 +15,9 @@ import bcrypt
 import pytest
 import yaml
 
-from gpumon.exporter.server import MetricsServer
-from gpumon.exporter.webconfig_watcher import WebConfigWatcher
-from gpumon.store import SnapshotStore
+from gpumon.collect.store import SnapshotStore
+from gpumon.http.server import MetricsServer
+from gpumon.http.webconfig_watcher import WebConfigWatcher
 from tests.helpers import RenderedBytes
 
 pytestmark = pytest.mark.faults

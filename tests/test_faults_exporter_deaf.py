@@ -22,10 +22,10 @@ import pytest
 import requests
 import yaml
 
-from gpumon.exporter.http_limits import HttpLimits
-from gpumon.exporter.server import MetricsServer
-from gpumon.exporter.webconfig_watcher import WebConfigWatcher
-from gpumon.store import SnapshotStore
+from gpumon.collect.store import SnapshotStore
+from gpumon.http.limits import HttpLimits
+from gpumon.http.server import MetricsServer
+from gpumon.http.webconfig_watcher import WebConfigWatcher
 from tests.helpers import DaemonProcess, RenderedBytes, wait_for
 from tests.pki import Pki
 from tests.test_daemon_faults import Systemd, systemd

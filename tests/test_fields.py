@@ -1,4 +1,4 @@
-"""Per-GPU fields declared once (gpumon/fields/): what follows from a declaration, and what a
+"""Per-GPU fields declared once (gpumon/model/fields/): what follows from a declaration, and what a
 backend may return."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.exporter.dcgm import DCGM_ORDER, dcgm_fields
-from gpumon.exporter.metrics import gpu_rows
-from gpumon.fields.spec import FieldSpec, Metric
-from gpumon.poller import STRICT_FIELDS_ENV, Poller, UnknownFieldError
-from gpumon.snapshot import GpuSnapshot, Tier, field_specs
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import STRICT_FIELDS_ENV, Poller, UnknownFieldError
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition.dcgm import DCGM_ORDER, dcgm_fields
+from gpumon.exposition.metrics import gpu_rows
+from gpumon.model.fields.spec import FieldSpec, Metric
+from gpumon.model.snapshot import GpuSnapshot, Tier, field_specs
 
 
 class TypoBackend(FakeBackend):
@@ -49,7 +49,7 @@ def test_a_poller_made_in_tests_is_strict_by_default() -> None:
 
 def test_outside_tests_the_key_is_logged_once_counted_and_the_rest_kept(caplog: pytest.LogCaptureFixture) -> None:
     poller = Poller(TypoBackend.from_mapping({"count": 1}), SnapshotStore(), host_figures=dict, strict_fields=False)
-    with caplog.at_level(logging.ERROR, logger="gpumon.poller"):
+    with caplog.at_level(logging.ERROR, logger="gpumon.collect.poller"):
         snapshots = [poller.poll() for _ in range(3)]
     assert all(s.gpus[0].temperature_celsius == 30.0 for s in snapshots)
     assert poller.unknown_fields() == {"temprature_celsius": 3}
@@ -106,14 +106,14 @@ def test_fields_with_an_nvml_call_say_which_nvidia_smi_field_they_match() -> Non
 
 
 def test_the_generated_doc_tables_are_what_make_docs_writes() -> None:
-    from gpumon.doctables import expected
+    from gpumon.exposition.doctables import expected
 
     for path, text in expected().items():
         assert path.read_text(encoding="utf-8") == text, f"{path.name} is stale: run `make generate` (or `make docs`)"
 
 
 def test_make_docs_keeps_the_prose_and_replaces_only_the_table() -> None:
-    from gpumon.doctables import render
+    from gpumon.exposition.doctables import render
 
     page = "intro\n<!-- generated: t, `make docs` -->\n| old |\n<!-- end generated -->\noutro\n"
     assert (

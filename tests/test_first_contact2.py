@@ -108,8 +108,8 @@ def test_the_fake_backend_marks_its_gpus_simulated_on_metrics(start_daemon: Call
 
 
 def test_real_gpus_are_not_marked_simulated() -> None:
-    from gpumon.exporter.simulated import SimulatedSource
-    from gpumon.exporter.text import render
+    from gpumon.exposition.simulated import SimulatedSource
+    from gpumon.exposition.text import render
 
     assert "\ngpumon_simulated 0.0\n" in render(SimulatedSource(False).families())
 

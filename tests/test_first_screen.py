@@ -10,9 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.alerts.builtin import builtin_rules_raw
 from gpumon.backends.fake import FakeBackend
-from gpumon.poller import Poller
-from gpumon.snapshot import ProcessSnapshot, Tier
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.model.snapshot import ProcessSnapshot, Tier
 from tests.alerts.helpers import gpu, snap
 from tests.alerts.test_builtin import T0, pack
 from tests.helpers import DaemonProcess, wait_for
@@ -77,7 +77,7 @@ def test_host_cpu_share_is_absent_until_there_is_a_real_value() -> None:
 
 
 def test_host_cpu_share_appears_once_cpu_time_has_passed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpumon import host_figures
+    from gpumon.collect import host_figures
 
     times = iter([(100.0, 300.0), (100.0, 300.0), (101.0, 302.0)])  # (busy-ish user, idle) seconds
 

@@ -22,10 +22,10 @@ import pytest
 import requests
 import yaml
 
-from gpumon.exporter.basic_auth import BcryptPool
-from gpumon.exporter.server import MetricsServer
-from gpumon.exporter.webconfig_watcher import WebConfigWatcher
-from gpumon.store import SnapshotStore
+from gpumon.collect.store import SnapshotStore
+from gpumon.http.basic_auth import BcryptPool
+from gpumon.http.server import MetricsServer
+from gpumon.http.webconfig_watcher import WebConfigWatcher
 from tests.helpers import DaemonProcess, RenderedBytes, wait_for
 
 ATTACKER = "127.0.0.2"

@@ -15,13 +15,13 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.exporter import openmetrics
-from gpumon.exporter.collector import GpumonCollector
-from gpumon.exporter.http_messages import wants_openmetrics
-from gpumon.exporter.server import MetricsServer
-from gpumon.exporter.text import Family
-from gpumon.poller import Poller, PollIntervals
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller, PollIntervals
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition import openmetrics
+from gpumon.exposition.collector import GpumonCollector
+from gpumon.exposition.text import Family
+from gpumon.http.messages import wants_openmetrics
+from gpumon.http.server import MetricsServer
 from tests.helpers import RenderedBytes
 from tests.prometheus_helpers import needs_prometheus, run_prometheus
 from tests.test_exporter import golden_collector

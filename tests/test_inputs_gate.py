@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpumon import cli
-from gpumon.config import ConfigError, load, reloader
+from gpumon.config.file import ConfigError, load, reloader
 from tests.helpers import run_cli
 
 BCRYPT_OF_SECRET = "$2b$04$hgzcSTkbTXedRCfbmcp2F.9mmNX7lKYsVzjPB79EtYqc1XDzRbxeu"

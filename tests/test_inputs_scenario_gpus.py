@@ -9,7 +9,7 @@ import pytest
 from gpumon import cli
 from gpumon.backends.base import ScenarioError
 from gpumon.backends.fake import FakeBackend
-from gpumon.burn.cli import build_options
+from gpumon.burn.command import build_options
 from tests.helpers import run_cli
 
 

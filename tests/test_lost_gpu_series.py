@@ -14,9 +14,10 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.exporter.collector import GpumonCollector
-from gpumon.poller import Poller, PollIntervals
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition.collector import GpumonCollector
+from gpumon.model.poll_intervals import PollIntervals
 from tests.helpers import REPO, DaemonProcess, value, wait_for
 
 pytestmark = pytest.mark.faults  # the daemon under faults, as a user meets them: make test-faults

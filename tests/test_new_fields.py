@@ -14,11 +14,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.exporter.collector import GpumonCollector
-from gpumon.findings.gpu_state import snapshot_findings
-from gpumon.poller import Poller, PollIntervals
-from gpumon.snapshot import GpuSnapshot, Snapshot, Tier
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition.collector import GpumonCollector
+from gpumon.health.gpu_state import snapshot_findings
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.model.snapshot import GpuSnapshot, Snapshot, Tier
 from tests.fake_pynvml import FakeNvml
 from tests.helpers import dcgm_values, run_cli
 

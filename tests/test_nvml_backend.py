@@ -21,9 +21,9 @@ import pytest
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError
 from gpumon.backends.nvml import NvmlBackend
 from gpumon.backends.nvml.processes import PROCESS_UTILIZATION_SECONDS
-from gpumon.fields.gpm import GpmFields
-from gpumon.fields.nvlink import NVLINK_ERRORS_SECONDS
-from gpumon.snapshot import P2pStatus, ProcessSnapshot, Tier, fields_of_tier
+from gpumon.model.fields.gpm import GpmFields
+from gpumon.model.fields.nvlink import NVLINK_ERRORS_SECONDS
+from gpumon.model.snapshot import P2pStatus, ProcessSnapshot, Tier, fields_of_tier
 from tests.fake_pynvml import MIB, FakeGpu, FakeNvml
 
 GPM = pynvml  # metric ids
@@ -84,7 +84,7 @@ NOT_ON_AN_H200 = {"fan_speed_ratios", "retired_pages", "retired_pages_pending"}
 """An SXM board has no fans; page retirement ended with Ampere (row remapping replaced it)."""
 
 GPM_FIELDS = {f.name for f in dataclasses.fields(GpmFields)}
-"""Declared in gpumon/fields/gpm.py: read from GPM metrics, which the fake answers only when a test sets them."""
+"""Declared in gpumon/model/fields/gpm.py: read from GPM metrics, which the fake answers only when a test sets them."""
 
 RATES = GPM_FIELDS | {"pcie_throughput_bytes_per_second"}
 """Rates of two reads' counters: none on a first read."""
@@ -92,7 +92,7 @@ RATES = GPM_FIELDS | {"pcie_throughput_bytes_per_second"}
 
 def answered_on_a_first_read(tier: Tier) -> set[str]:
     """The fields a first read of ``tier`` gives on the fake H200: every field declared in that tier
-    (gpumon/fields/) but those above, so a new field needs no edit here, only its fake NVML answer."""
+    (gpumon/model/fields/) but those above, so a new field needs no edit here, only its fake NVML answer."""
     return set(fields_of_tier(tier)) - NOT_ON_AN_H200 - RATES
 
 

@@ -8,14 +8,15 @@ import pynvml
 
 from gpumon.backends.fake import FakeBackend
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.exporter.collector import GpumonCollector
-from gpumon.fields.clocks import VIOLATIONS_SECONDS
-from gpumon.fields.gpm import GPM_SECONDS
-from gpumon.fields.power import ENERGY_SECONDS
-from gpumon.fields.topology import P2P_TOPOLOGY_SECONDS
-from gpumon.poller import Poller, PollIntervals
-from gpumon.snapshot import Tier
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition.collector import GpumonCollector
+from gpumon.model.fields.clocks import VIOLATIONS_SECONDS
+from gpumon.model.fields.gpm import GPM_SECONDS
+from gpumon.model.fields.power import ENERGY_SECONDS
+from gpumon.model.fields.topology import P2P_TOPOLOGY_SECONDS
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.model.snapshot import Tier
 from tests.fake_pynvml import FakeNvml
 
 TX, RX = pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
@@ -105,7 +106,7 @@ def test_help_says_how_often_the_spaced_counters_refresh() -> None:
 def test_the_daemons_backend_reads_nvlink_link_state_every_few_seconds_not_every_poll(fake: FakeNvml) -> None:
     """NVLink state per link was 80 % of NVML's CPU on 4 x H100 when read every second: the daemon reads
     it every NVLINK_STATE_SECONDS; gpumon once, health and burn's watcher still read it every time."""
-    from gpumon.fields.nvlink import NVLINK_STATE_SECONDS
+    from gpumon.model.fields.nvlink import NVLINK_STATE_SECONDS
 
     now = [0.0]
     daemon, one_shot = backend(fake, now, spaced=True), backend(fake, now, spaced=False)

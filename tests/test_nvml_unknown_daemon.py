@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.config import Config
+from gpumon.config.file import Config
 from gpumon.daemon import Daemon, default_alerting
 from tests.fake_pynvml import FakeNvml, h200_pair
 from tests.helpers import value, wait_for

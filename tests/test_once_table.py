@@ -13,10 +13,10 @@ from pathlib import Path
 from rich.console import Console
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.poller import Poller
-from gpumon.snapshot import ProcessSnapshot, Snapshot
-from gpumon.store import SnapshotStore
-from gpumon.table import print_snapshot
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.commands.table import print_snapshot
+from gpumon.model.snapshot import ProcessSnapshot, Snapshot
 
 REPO = Path(__file__).resolve().parent.parent
 H100 = "NVIDIA H100 80GB HBM3"

@@ -1,4 +1,4 @@
-"""Energy per owner (gpumon/energy.py): a Slurm job's (pod's, unit's) joules are the energy its
+"""Energy per owner (gpumon/collect/energy.py): a Slurm job's (pod's, unit's) joules are the energy its
 GPUs' counters report while its processes hold them; a GPU shared by two jobs splits by SM time
 share (equally without one); a finished job's series goes after the keep window and leaves a record
 of its joules in the state directory."""
@@ -10,12 +10,13 @@ import re
 from pathlib import Path
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.config import Config
+from gpumon.collect.energy import OwnerEnergy, shares
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.config.file import Config
 from gpumon.daemon import Daemon
-from gpumon.energy import OwnerEnergy, shares
-from gpumon.poller import Poller, PollIntervals
-from gpumon.snapshot import ProcessSnapshot, Snapshot
-from gpumon.store import SnapshotStore
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.model.snapshot import ProcessSnapshot, Snapshot
 from tests.alerts.helpers import gpu, snap
 from tests.helpers import wait_for
 

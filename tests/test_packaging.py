@@ -103,7 +103,7 @@ def test_wheel_carries_data_files_and_declares_the_burn_extra(wheel: Path) -> No
         metadata_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
         metadata = Parser().parsestr(zf.read(metadata_name).decode())
         entry_points = zf.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
-    data_files = ("gpumon/py.typed", "gpumon/events/xid_catalog.yaml", "gpumon/alerts/builtin_rules.yaml")
+    data_files = ("gpumon/py.typed", "gpumon/model/xid_catalog.yaml", "gpumon/alerts/builtin_rules.yaml")
     scenario_files = tuple(
         f"gpumon/backends/scenarios/{p.name}" for p in (REPO / "gpumon/backends/scenarios").glob("*.yaml")
     )

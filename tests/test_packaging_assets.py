@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.assets import PACKAGED_DIR, asset_files
+from gpumon.commands.assets import PACKAGED_DIR, asset_files
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = ("gpumon", "dashboards", "prometheus", "systemd", "deploy")

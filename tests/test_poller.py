@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.poller import Poller, PollIntervals
-from gpumon.snapshot import Snapshot, Tier
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.model.snapshot import Snapshot, Tier
 
 
 class Clock:
@@ -206,7 +207,7 @@ def test_slow_reads_are_spread_over_polls_not_all_gpus_at_once() -> None:
 
 
 def test_assembled_snapshots_equal_constructed_ones() -> None:
-    from gpumon.snapshot import GpuSnapshot, field_tier
+    from gpumon.model.snapshot import GpuSnapshot, field_tier
 
     backend = FakeBackend.plausible(1)
     backend.init()
@@ -254,7 +255,7 @@ def test_process_attribution_is_read_again_when_the_processes_change_and_every_3
     polls; in between the snapshot carries the same names, users and places, with the memory and SM share
     of each read (those change every second on a busy GPU and say nothing about who the process is)."""
     from gpumon.backends.fake import FakeGpuScript
-    from gpumon.snapshot import ProcessSnapshot
+    from gpumon.model.snapshot import ProcessSnapshot
 
     def processes(tick: int) -> tuple[ProcessSnapshot, ...]:
         pid = 7 if tick < 3 else 8
@@ -286,7 +287,7 @@ def test_the_poll_constructors_make_what_the_dataclass_constructors_make() -> No
     to a read (XID counts, attributed processes) is laid over the read's own values."""
     from dataclasses import FrozenInstanceError
 
-    from gpumon.snapshot import GpuSnapshot, HostSnapshot, TierStats
+    from gpumon.model.snapshot import GpuSnapshot, HostSnapshot, TierStats
 
     stats = TierStats.of_read(0.25, 3, 1000.0)
     assert stats == TierStats(duration_seconds=0.25, errors_total=3, last_timestamp_seconds=1000.0)

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpumon.processes import enrich
-from gpumon.snapshot import ProcessSnapshot
+from gpumon.collect.processes import enrich
+from gpumon.model.snapshot import ProcessSnapshot
 from tests.helpers import wait_for
 
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpumon.processes import CgroupPlace, ProcessEnricher, enrich, parse_cgroup_file, parse_cgroup_path
-from gpumon.snapshot import ProcessSnapshot
+from gpumon.collect.processes import CgroupPlace, ProcessEnricher, enrich, parse_cgroup_file, parse_cgroup_path
+from gpumon.model.snapshot import ProcessSnapshot
 
 CID = "4f8e3c2a1b0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f"
 POD = "7d3b1c2e-4a5f-4b6c-8d7e-9f0a1b2c3d4e"

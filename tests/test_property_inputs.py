@@ -34,9 +34,9 @@ from gpumon.backends.factory import make_backend
 from gpumon.backends.fake import FakeBackend
 from gpumon.backends.scenario import read_scenario, scenario_problems
 from gpumon.burn.orchestration.options import MAX_GPU_INDEX, parse_gpus
-from gpumon.config import SECONDS_RANGES, Config, ConfigError, reloader
-from gpumon.events.catalog import override_problems
-from gpumon.snapshot import Tier
+from gpumon.config.file import SECONDS_RANGES, Config, ConfigError, reloader
+from gpumon.model.snapshot import Tier
+from gpumon.model.xid_catalog import override_problems
 from tests.helpers import examples
 from tests.pki import Pki
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from gpumon.repeat_log import RepeatLog
+from gpumon.util.repeat_log import RepeatLog
 
 
 def test_a_repeating_failure_is_logged_when_it_starts_once_a_period_and_when_it_ends(

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from gpumon.scheduling import PollJob, interval_trigger
+from gpumon.collect.scheduling import PollJob, interval_trigger
 from tests.helpers import wait_for
 
 

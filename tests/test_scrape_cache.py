@@ -12,14 +12,15 @@ from collections.abc import Iterator
 import requests
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.exporter import gzip_parts
-from gpumon.exporter.collector import GpumonCollector
-from gpumon.exporter.http_connections import coalesced
-from gpumon.exporter.server import MetricsServer
-from gpumon.exporter.text import Family
-from gpumon.poller import Poller, PollIntervals
-from gpumon.snapshot import Snapshot
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition import gzip_parts
+from gpumon.exposition.collector import GpumonCollector
+from gpumon.http.connections import coalesced
+from gpumon.http.server import MetricsServer
+from gpumon.model.families import Family
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.model.snapshot import Snapshot
 from tests.test_exporter import GOLDEN, golden_collector
 
 VARIANTS = [(False, False), (False, True), (True, False), (True, True)]

@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.config import ConfigError, load
-from gpumon.events.catalog import XidCatalog
-from gpumon.exporter.collector import GpumonCollector
-from gpumon.fields.spec import DETAILS
-from gpumon.findings.service import HealthService
-from gpumon.poller import Poller, PollIntervals
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.config.file import ConfigError, load
+from gpumon.exposition.collector import GpumonCollector
+from gpumon.health.service import HealthService
+from gpumon.model.fields.spec import DETAILS
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.model.xid_catalog import XidCatalog
 from tests.alerts.helpers import gpu, snap
 from tests.helpers import DaemonProcess, wait_for
 from tests.test_exporter import samples

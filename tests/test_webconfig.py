@@ -22,12 +22,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from gpumon.exporter.http_limits import HttpLimits
-from gpumon.exporter.server import MetricsServer
-from gpumon.exporter.tls import HTTP_ON_HTTPS_RESPONSE
-from gpumon.exporter.webconfig import WebConfig, WebConfigError, parse_duration_seconds
-from gpumon.exporter.webconfig_watcher import WebConfigWatcher
-from gpumon.store import SnapshotStore
+from gpumon.collect.store import SnapshotStore
+from gpumon.http.limits import HttpLimits
+from gpumon.http.server import MetricsServer
+from gpumon.http.tls import HTTP_ON_HTTPS_RESPONSE
+from gpumon.http.webconfig import WebConfig, WebConfigError, parse_duration_seconds
+from gpumon.http.webconfig_watcher import WebConfigWatcher
 from tests.helpers import DaemonProcess, RenderedBytes, examples, free_port, run_cli, wait_for
 from tests.pki import OPENSSL, Pki
 from tests.prometheus_helpers import needs_prometheus, run_prometheus
@@ -211,7 +211,7 @@ def test_invalid_new_file_keeps_the_old_config_and_logs_every_problem(
 ) -> None:
     url, watcher, path = serve(tls_doc(pki) | {"basic_auth_users": {"prometheus": bcrypt_hash("pw")}})
     path.write_text("basic_auth_users:\n  prometheus: plaintext\ntls_server_config:\n  cert_file: /nope.crt\n")
-    with caplog.at_level(logging.ERROR, logger="gpumon.exporter.webconfig"):
+    with caplog.at_level(logging.ERROR, logger="gpumon.http.webconfig"):
         assert watcher.reload() is False
         response = requests.get(url + "/metrics", auth=("prometheus", "pw"), verify=str(pki.ca), timeout=5)
     assert response.status_code == 200

@@ -1,36 +1,17 @@
 """What the alert engine hands out: an Alert, its change of state, and Alertmanager's fingerprint.
 
-Plain frozen data (and ``BurnHoldBack``, the running burn that holds alerts back), so the
-service, the receivers, ``gpumon alerts`` and ``/api/alerts`` can use it without the engine.
+Plain frozen data, so the service, the receivers, ``gpumon alerts`` and ``/api/alerts`` can use it
+without the engine. The running burn that holds alerts back is gpumon.burn.marker.BurnHoldBack.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 Target = tuple[tuple[str, str], ...]
 """Identity labels of one alert of a rule: (("gpu", "0"), ("uuid", "GPU-..."), ("link", "3"))."""
-
-
-@dataclass(frozen=True)
-class BurnHoldBack:
-    """A running ``gpumon burn`` (from its marker file): which GPUs, since when."""
-
-    pid: int
-    gpu_indices: frozenset[int]
-    uuids: frozenset[str]
-    started_at: float
-    """Unix seconds."""
-
-    def covers(self, gpu: str, uuid: str) -> bool:
-        return (uuid != "" and uuid in self.uuids) or (gpu.isdigit() and int(gpu) in self.gpu_indices)
-
-    def note(self) -> str:
-        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started_at))
-        return f"held back: gpumon burn running since {since} (pid {self.pid})"
 
 
 @dataclass(frozen=True)

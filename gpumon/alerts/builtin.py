@@ -33,7 +33,7 @@ MINIMAL_XID_ACTIONS: Mapping[int, str] = {
     140: "reset_gpu",
     154: "reset_gpu",
 }
-"""Fallback when gpumon.events.catalog cannot be loaded: XID code -> recommended action (DESIGN.md §4)."""
+"""Fallback when gpumon.model.xid_catalog cannot be loaded: XID code -> recommended action (DESIGN.md §4)."""
 
 
 def builtin_rules_raw() -> list[dict[str, Any]]:
@@ -51,10 +51,10 @@ def minimal_xid_action(code: int) -> str:
 
 
 def xid_action_from_catalog(overrides: Mapping[int, Mapping[str, str]] | None = None) -> Callable[[int], str]:
-    """``xid_action`` backed by gpumon.events.catalog (with the config's overrides); the minimal table
+    """``xid_action`` backed by gpumon.model.xid_catalog (with the config's overrides); the minimal table
     when the catalog cannot be loaded."""
     try:
-        from gpumon.events.catalog import XidCatalog
+        from gpumon.model.xid_catalog import XidCatalog
 
         catalog = XidCatalog.load(overrides)
     except Exception:

@@ -50,7 +50,7 @@ from typing import Any
 from gpumon.alerts.config_values import LABEL_RE, Problems, read_duration, url_problem
 from gpumon.alerts.rule_config import RESERVED_LABELS, builtin_pack, builtin_with_overrides, default_builtin, parse_rule
 from gpumon.alerts.rules import Rule
-from gpumon.yamlfile import brief
+from gpumon.util.yamlfile import brief
 
 MIN_RESEND_SECONDS = 30.0
 MAX_RESEND_SECONDS = 180.0

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpumon.yamlfile import brief
+from gpumon.util.yamlfile import brief
 
 _DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?$")
 LABEL_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

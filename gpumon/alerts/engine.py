@@ -18,14 +18,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpumon.alerts.alert import Alert, AlertChange, AlertCount, BurnHoldBack, Target, fingerprint
+from gpumon.alerts.alert import Alert, AlertChange, AlertCount, Target, fingerprint
 from gpumon.alerts.notification import is_time
 from gpumon.alerts.observation import Observation, finding_observations, gpu_context, gpu_target, xid_matches
 from gpumon.alerts.rule_config import normalize_action
 from gpumon.alerts.rules import FROM_FINDING, OPS, Rule, field_reader, format_value, render
-from gpumon.events.model import XidEvent
-from gpumon.findings.model import Finding
-from gpumon.snapshot import GpuSnapshot, Snapshot
+from gpumon.burn.marker import BurnHoldBack
+from gpumon.model.findings import Finding
+from gpumon.model.snapshot import GpuSnapshot, Snapshot
+from gpumon.model.xid import XidEvent
 
 GIB = 1024**3
 

@@ -68,7 +68,7 @@ def post_json(
     http = http or ReceiverHttp()
     headers = {"User-Agent": USER_AGENT}
     if http.bearer_token_file:
-        from gpumon.boundedfile import FileReadError, read_regular_file
+        from gpumon.util.boundedfile import FileReadError, read_regular_file
 
         try:  # a regular file only: a FIFO put in its place must not hang the sender
             token = read_regular_file(http.bearer_token_file, 64 * 1024).decode("utf-8", errors="replace")

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from gpumon.alerts.alert import AlertCount, BurnHoldBack
+from gpumon.alerts.alert import AlertCount
 from gpumon.alerts.notify import STUCK_AFTER_BACKOFFS, Receiver
-from gpumon.exporter.text import Family
+from gpumon.burn.marker import BurnHoldBack
+from gpumon.model.families import Family
 
 MetricInputs = tuple[dict[AlertCount, int], list[Receiver], BurnHoldBack | None, int, int]
 """Active alerts counted, receivers, the burn hold-back (None when no burn runs), evaluation errors, spool write errors."""

@@ -13,8 +13,8 @@ from fnmatch import fnmatchcase
 
 from gpumon.alerts.alert import Target
 from gpumon.alerts.rules import FINDING_SEVERITIES, Rule
-from gpumon.findings.model import ACTION_WORDS, ACTIONS, STATUSES, Finding
-from gpumon.snapshot import GpuSnapshot
+from gpumon.model.findings import ACTION_WORDS, ACTIONS, STATUSES, Finding
+from gpumon.model.snapshot import GpuSnapshot
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from gpumon.alerts.rules import (
     field_problem,
     template_problems,
 )
-from gpumon.events.catalog import MAX_XID, MIN_XID, xid_code
-from gpumon.yamlfile import brief
+from gpumon.model.xid_catalog import MAX_XID, MIN_XID, xid_code
+from gpumon.util.yamlfile import brief
 
 RESERVED_LABELS = frozenset({"alertname", "severity", "gpu", "uuid", "link", "xid", "finding"})
 """Labels gpumon sets itself; rules may not override them (nor the host label)."""

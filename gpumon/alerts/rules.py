@@ -34,8 +34,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gpumon.snapshot import GpuSnapshot, numeric_field_names
-from gpumon.yamlfile import brief
+from gpumon.model.snapshot import GpuSnapshot, numeric_field_names
+from gpumon.util.yamlfile import brief
 
 OPS: Mapping[str, Callable[[float, float], bool]] = {
     ">": operator.gt,

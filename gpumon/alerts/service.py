@@ -29,20 +29,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpumon.alerts.alert import Alert, BurnHoldBack
+from gpumon.alerts.alert import Alert
 from gpumon.alerts.builtin import xid_action_from_catalog
-from gpumon.alerts.burn_marker import BurnMarkerReader
 from gpumon.alerts.config import AlertingConfig, ReceiverHttp
 from gpumon.alerts.engine import AlertEngine
 from gpumon.alerts.metrics import AlertCollector, MetricInputs
 from gpumon.alerts.notification import Notification, replace_status
 from gpumon.alerts.notify import Receiver
 from gpumon.alerts.spool import Spool
-from gpumon.events.model import XidEvent
-from gpumon.findings.model import Finding
-from gpumon.repeat_log import RepeatLog
-from gpumon.snapshot import Snapshot
-from gpumon.steady_clock import SteadyClock
+from gpumon.burn.marker import BurnHoldBack, BurnMarkerReader
+from gpumon.model.findings import Finding
+from gpumon.model.snapshot import Snapshot
+from gpumon.model.xid import XidEvent
+from gpumon.util.repeat_log import RepeatLog
+from gpumon.util.steady_clock import SteadyClock
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The alert spool: alert states and delivery queues on disk, written atomically.
 
 One JSON file, ``<state_dir>/alerts/spool.json``, replaced as a whole
-(``gpumon.state.files.write_text_atomic``): written to a temporary file in the same directory,
+(``gpumon.util.state.files.write_text_atomic``): written to a temporary file in the same directory,
 flushed and fsync'ed, then ``os.replace``d over the old one and the directory fsync'ed. A crash
 (even SIGKILL) leaves either the old or the new file, never a torn one. A file that cannot be parsed is moved aside
 (``spool.json.corrupt``) and gpumon starts empty rather than not at all.
@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpumon.state.files import DamagedFile, read_state_json, remove_stale_temporaries, write_text_atomic
+from gpumon.util.state.files import DamagedFile, read_state_json, remove_stale_temporaries, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class Spool:
 
     def load(self) -> dict[str, Any]:
         """The saved document, or {} when there is none. Read through the state directory's bounded reader
-        (gpumon.state.files.read_state_json): a file that is not what gpumon writes (not a regular file,
+        (gpumon.util.state.files.read_state_json): a file that is not what gpumon writes (not a regular file,
         too large, not UTF-8, not JSON, nested too deeply, not a spool of this version) is moved aside
         (``spool.json.corrupt``, kept for the operator), said in one line, and gpumon starts with no saved
         alerts rather than not at all. Temporary files a writer killed mid-write left are removed."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from gpumon.events.model import XidEvent
-from gpumon.snapshot import HostSnapshot, Tier
+from gpumon.model.snapshot import HostSnapshot, Tier
+from gpumon.model.xid import XidEvent
 
 
 class BackendError(Exception):

@@ -25,10 +25,10 @@ from typing import Any
 
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError, ScenarioError
 from gpumon.backends.scenario import read_scenario, scenario_problems
-from gpumon.events.model import XidEvent
-from gpumon.fields.spec import NO_FAKE
-from gpumon.nvml_vocabulary import CLOCK_EVENT_BITS
-from gpumon.snapshot import HostSnapshot, P2pStatus, ProcessSnapshot, Tier, field_specs, field_tier
+from gpumon.model.fields.spec import NO_FAKE
+from gpumon.model.nvml_vocabulary import CLOCK_EVENT_BITS
+from gpumon.model.snapshot import HostSnapshot, P2pStatus, ProcessSnapshot, Tier, field_specs, field_tier
+from gpumon.model.xid import XidEvent
 
 MIB = 1024 * 1024
 
@@ -289,7 +289,7 @@ NVLINK_DOMAIN_GPUS = 8
 
 def _static_defaults(i: int, count: int) -> dict[str, Any]:
     """An H200 SXM at rest, the same for every tick: each field's declared ``fake=`` value
-    (gpumon/fields/), plus the identity and topology that depend on the GPU's index."""
+    (gpumon/model/fields/), plus the identity and topology that depend on the GPU's index."""
     first = i - i % NVLINK_DOMAIN_GPUS
     peers = [p for p in range(first, min(count, first + NVLINK_DOMAIN_GPUS)) if p != i]
     values = {name: copy.deepcopy(spec.fake) for name, spec in field_specs() if spec.fake is not NO_FAKE}

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpumon.snapshot import Snapshot
+from gpumon.model.snapshot import Snapshot
 
 MAX_DEFAULT_TICK = 1000
 """The furthest a scenario is played without --tick (a value list of a million entries is not played out)."""

@@ -1,7 +1,7 @@
 """Fake-backend scenario files (docs/scenarios.md): read and checked, every problem listed at once.
 
 ``read_scenario(path)`` returns the scenario mapping or raises ``ScenarioError`` whose ``problems``
-list every reason, one line each: the file (not UTF-8, not YAML, too deep: see gpumon.yamlfile),
+list every reason, one line each: the file (not UTF-8, not YAML, too deep: see gpumon.util.yamlfile),
 unknown keys and field names, and every value of the wrong type or out of range. The fake backend
 plays only scenarios that ``scenario_problems`` found nothing wrong in, so playing one never fails.
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from gpumon.backends.base import ScenarioError
-from gpumon.events.catalog import MAX_XID, MIN_XID, xid_code
-from gpumon.snapshot import GpuSnapshot, P2pStatus, ProcessSnapshot
-from gpumon.yamlfile import YamlFileError, brief, read_yaml
+from gpumon.model.snapshot import GpuSnapshot, P2pStatus, ProcessSnapshot
+from gpumon.model.xid_catalog import MAX_XID, MIN_XID, xid_code
+from gpumon.util.yamlfile import YamlFileError, brief, read_yaml
 
 SCENARIO_KEYS = ("gpus", "count", "base", "nvml_missing_inits", "driver_version", "cuda_driver_version")
 GPU_KEYS = (

@@ -1,7 +1,8 @@
 """``gpumon burn``: burn-in and fault triage that names the bad GPU, link or rank.
 
 Three parts: ``workloads`` (what runs on the GPUs), ``orchestration`` (processes, hosts,
-watchdog, live view) and ``verdict`` (judge, thresholds, report, exit codes); ``cli`` on top.
+watchdog, live view) and ``verdict`` (judge, thresholds, report, exit codes); ``command`` on top;
+``record`` and ``marker``: the files a burn leaves, which the daemon reads.
 torch is imported only inside this package and only inside functions, so importing
-``gpumon.burn.cli`` never loads it (nor does the daemon's gpumon.exporter.burn_results). See docs/burn.md.
+``gpumon.burn.command`` never loads it (nor does the daemon's gpumon.exposition.burn_results). See docs/burn.md.
 """

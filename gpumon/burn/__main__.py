@@ -2,7 +2,7 @@
 
 import sys
 
-from gpumon.burn.cli import main
+from gpumon.burn.command import main
 
 if __name__ == "__main__":
     sys.exit(main())

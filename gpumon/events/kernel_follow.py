@@ -45,7 +45,7 @@ from gpumon.events.kernel_log import (
     parse_xid_message,
     to_event,
 )
-from gpumon.events.model import XidEvent
+from gpumon.model.xid import XidEvent
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpumon.events.model import XidEvent
+from gpumon.model.xid import XidEvent
 
 log = logging.getLogger(__name__)
 

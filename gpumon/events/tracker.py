@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpumon.events.kernel_log import normalize_bus_id
-from gpumon.events.model import XidEvent
-from gpumon.snapshot import Snapshot
+from gpumon.model.snapshot import Snapshot
+from gpumon.model.xid import XidEvent
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ class XidTracker:
             return dict(c.last) if c else {}
 
     def for_gpu(self, gpu_index: int) -> tuple[Mapping[str, int], Mapping[str, float]]:
-        """``(counts, last_timestamps)`` in one lock: the shape gpumon.poller's ``xid_counts`` wants.
+        """``(counts, last_timestamps)`` in one lock: the shape gpumon.collect.poller's ``xid_counts`` wants.
 
         Not copies (the poller asks every poll for every GPU): mappings the tracker never changes
         afterwards; a new event replaces them."""

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 
 from gpumon.backends.base import GpuBackend, GpuLostError
-from gpumon.events.model import XidEvent
+from gpumon.model.xid import XidEvent
 
 log = logging.getLogger(__name__)
 

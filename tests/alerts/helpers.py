@@ -19,7 +19,7 @@ import requests
 import yaml
 
 from gpumon.alerts.config import AlertingConfig, parse
-from gpumon.snapshot import GpuSnapshot, Snapshot
+from gpumon.model.snapshot import GpuSnapshot, Snapshot
 from tests.helpers import ServerProcess, free_port, run_server, wait_for
 
 UUID0 = "GPU-00000000-0000-4000-8000-000000000000"

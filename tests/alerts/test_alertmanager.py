@@ -14,8 +14,8 @@ import pytest
 from gpumon.alerts.alert import fingerprint
 from gpumon.alerts.service import AlertService
 from gpumon.backends.fake import FakeBackend
-from gpumon.poller import Poller
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
 from tests.alerts.helpers import TestReceiver, alerting, free_port, needs_alertmanager, run_alertmanager, wait_for
 from tests.pki import Pki
 

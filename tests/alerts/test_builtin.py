@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from gpumon.alerts.alert import BurnHoldBack
 from gpumon.alerts.builtin import builtin_rules_raw, minimal_xid_action, xid_action_from_catalog
 from gpumon.alerts.engine import AlertEngine
-from gpumon.events.model import XidEvent
-from gpumon.snapshot import ProcessSnapshot
+from gpumon.burn.marker import BurnHoldBack
+from gpumon.model.snapshot import ProcessSnapshot
+from gpumon.model.xid import XidEvent
 from tests.alerts.helpers import UUID0, alerting, gpu, snap
 
 T0 = 1_800_000_000.0

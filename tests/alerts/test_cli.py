@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from gpumon.alerts import cli
 from gpumon.alerts.service import AlertService
-from gpumon.events.model import XidEvent
+from gpumon.commands import alerts as cli
+from gpumon.model.xid import XidEvent
 from tests.alerts.helpers import UUID0, FakeClock, alerting, free_port, gpu, snap
 
 T0 = 1_800_000_000.0

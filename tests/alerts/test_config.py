@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumon import config as gpumon_config
 from gpumon.alerts.config import parse
 from gpumon.alerts.config_values import format_duration, parse_duration
 from gpumon.alerts.rules import PLACEHOLDERS, render, template_problems
+from gpumon.config import file as gpumon_config
 from tests.helpers import examples
 
 

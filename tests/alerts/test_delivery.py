@@ -20,7 +20,7 @@ from gpumon.alerts.config import AlertingConfig, RetryConfig
 from gpumon.alerts.notification import Notification
 from gpumon.alerts.notify import Receiver
 from gpumon.alerts.service import AlertService
-from gpumon.exporter.registry import MetricsOf
+from gpumon.exposition.registry import MetricsOf
 from tests.alerts.helpers import (
     UUID0,
     FakeClock,
@@ -311,7 +311,7 @@ def metric(service: AlertService, name: str, **labels: str) -> float | None:
 def cli_output(service: AlertService, capsys: pytest.CaptureFixture[str]) -> str:
     from rich.console import Console
 
-    from gpumon.alerts import cli
+    from gpumon.commands import alerts as cli
 
     status, _, body = service.routes()["/api/alerts"]()
     assert status == 200

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumon.alerts.alert import AlertCount, BurnHoldBack, fingerprint
+from gpumon.alerts.alert import AlertCount, fingerprint
 from gpumon.alerts.engine import AlertEngine
-from gpumon.events.model import XidEvent
+from gpumon.burn.marker import BurnHoldBack
+from gpumon.model.xid import XidEvent
 from tests.alerts.helpers import UUID0, UUID1, alerting, gpu, snap
 
 T0 = 1_800_000_000.0

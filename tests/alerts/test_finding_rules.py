@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from gpumon.alerts.alert import BurnHoldBack
 from gpumon.alerts.config import parse
 from gpumon.alerts.engine import AlertEngine
 from gpumon.alerts.service import AlertService
-from gpumon.findings.model import CRITICAL, UNKNOWN, WARNING, Finding
+from gpumon.burn.marker import BurnHoldBack
+from gpumon.model.findings import CRITICAL, UNKNOWN, WARNING, Finding
 from tests.alerts.helpers import UUID0, UUID1, FakeClock, alerting
 from tests.helpers import DaemonProcess, run_cli, wait_for
 

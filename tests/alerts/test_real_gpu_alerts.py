@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gpumon.alerts.config import parse
 from gpumon.alerts.service import AlertService
 from gpumon.backends.factory import make_backend
-from gpumon.exporter.registry import MetricsOf
-from gpumon.poller import Poller
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition.registry import MetricsOf
 
 pytestmark = pytest.mark.gpu
 

@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gpumon.alerts.config import AlertingConfig
 from gpumon.alerts.service import AlertService
-from gpumon.events.model import XidEvent
-from gpumon.exporter.registry import MetricsOf
+from gpumon.exposition.registry import MetricsOf
+from gpumon.model.xid import XidEvent
 from tests.alerts.helpers import UUID0, UUID1, FakeClock, TestReceiver, alerting, free_port, gpu, snap, wait_for
 
 FAST_RETRY = {"initial_backoff": "50ms", "max_backoff": "200ms", "timeout": "500ms"}

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpumon.alerts.service import AlertService
-from gpumon.exporter.registry import MetricsOf
+from gpumon.exposition.registry import MetricsOf
 from tests.alerts.helpers import FakeClock, alerting, gpu, snap, wait_for
 
 T0 = 1_800_000_000.0

@@ -37,7 +37,9 @@ def test_nvml_missing_is_could_not_run_in_one_line(burn, tmp_path):
 
 
 def test_importing_the_cli_and_collector_does_not_import_torch():
-    code = "import sys, gpumon.burn.cli, gpumon.exporter.burn_results; sys.exit(1 if 'torch' in sys.modules else 0)"
+    code = (
+        "import sys, gpumon.burn.command, gpumon.exposition.burn_results; sys.exit(1 if 'torch' in sys.modules else 0)"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.burn import cli
+from gpumon.burn import command as cli
 from gpumon.burn.orchestration import slurm_launch
 from gpumon.burn.orchestration.options import BurnOptions
 from gpumon.burn.verdict.judge import judge

@@ -14,11 +14,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gpumon.backends.fake import FakeBackend
 from gpumon.burn.orchestration.watcher import Watcher, summarise
+from gpumon.burn.record import StateFiles
 from gpumon.burn.workloads.sw import check_gpu, check_host
-from gpumon.exporter.burn_results import BurnResultsCollector
-from gpumon.exporter.registry import MetricsOf
-from gpumon.snapshot import HostSnapshot
-from gpumon.state.burn_files import StateFiles
+from gpumon.exposition.burn_results import BurnResultsCollector
+from gpumon.exposition.registry import MetricsOf
+from gpumon.model.snapshot import HostSnapshot
 
 
 def _values(**override):
@@ -26,7 +26,7 @@ def _values(**override):
     backend.init()
     out = {}
     for tier in ("static", "slow", "fast"):
-        from gpumon.snapshot import Tier
+        from gpumon.model.snapshot import Tier
 
         out.update(backend.read(0, Tier(tier)))
     return out
@@ -116,7 +116,7 @@ def test_watcher_reports_peaks_sustained_power_and_slowdowns():
     backend.init()
     now = [0.0]
     w = Watcher(backend, (0,), clock=lambda: now[0])
-    from gpumon.snapshot import Tier
+    from gpumon.model.snapshot import Tier
 
     w.telemetry[0].last_slow = w._read_tier(0, Tier.SLOW)  # no thread: sample by hand at known times
     w.set_test(0, "matmul")

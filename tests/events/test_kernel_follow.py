@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from gpumon.events.kernel_follow import KernelLogFollower
-from gpumon.events.model import XidEvent
 from gpumon.events.tracker import XidTracker
+from gpumon.model.xid import XidEvent
 from tests.helpers import wait_for
 
 BOOT = 1_700_000_000.0

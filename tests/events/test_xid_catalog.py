@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpumon.events.catalog import ACTIONS, SEVERITIES, XidCatalog, XidCatalogError, override_problems
+from gpumon.model.xid_catalog import ACTIONS, SEVERITIES, XidCatalog, XidCatalogError, override_problems
 
 DESIGN_CODES = (13, 31, 43, 45, 46, 48, 62, 63, 64, 74, 79, 92, 94, 95, 109, 119, 120, 140, 154)
 

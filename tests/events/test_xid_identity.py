@@ -19,10 +19,10 @@ import requests
 
 from gpumon import daemon as daemon_module
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.config import Config
+from gpumon.config.file import Config
 from gpumon.daemon import Daemon, default_alerting
 from gpumon.events.kernel_follow import KernelLogFollower
-from gpumon.findings.config import HealthConfig
+from gpumon.health.config import HealthConfig
 from tests.events.test_kernel_follow import BOOT, kmsg_line
 from tests.fake_pynvml import FakeNvml, h200_pair
 from tests.helpers import value, wait_for
@@ -210,9 +210,9 @@ def test_the_first_start_after_an_upgrade_does_not_count_again_what_an_older_gpu
     """xid.json of a gpumon that named XIDs by their stamp: the kernel record read again at start (stamped
     0.4 s apart) is that XID, not a second one (XID 79 twice in a week escalates to inspect hardware);
     a new XID later still counts."""
-    from gpumon.events.catalog import XidCatalog
-    from gpumon.events.model import XidEvent
-    from gpumon.findings.xid_lifecycle import XidLifecycle
+    from gpumon.health.xid_lifecycle import XidLifecycle
+    from gpumon.model.xid import XidEvent
+    from gpumon.model.xid_catalog import XidCatalog
 
     t = BOOT + 5.0
     fault = {"gpu": 1, "xid": 79, "meaning": "fallen off the bus", "first_seconds": t, "last_seconds": t}

@@ -15,7 +15,7 @@ import requests
 
 from gpumon import daemon as daemon_module
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.config import Config
+from gpumon.config.file import Config
 from gpumon.daemon import Daemon, default_alerting
 from gpumon.events.kernel_follow import KernelLogFollower
 from tests.events.test_kernel_follow import BOOT, kmsg_line

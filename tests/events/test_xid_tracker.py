@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpumon.events.kernel_log import read_boot_xids
-from gpumon.events.model import XidEvent
 from gpumon.events.tracker import XidTracker
+from gpumon.model.xid import XidEvent
 
 START = 1_700_000_000.0
 GPUS = {"00000000:18:00.0": 0, "00000000:28:00.0": 1}
@@ -128,8 +128,8 @@ def test_counts_are_exact_under_concurrent_recording() -> None:
 
 
 def test_gpus_are_learnt_from_published_snapshots() -> None:
-    from gpumon.snapshot import GpuSnapshot, Snapshot
-    from gpumon.store import SnapshotStore
+    from gpumon.collect.store import SnapshotStore
+    from gpumon.model.snapshot import GpuSnapshot, Snapshot
 
     tracker = XidTracker(live_since_seconds=START)
     tracker.record(from_log(79, "00000000:28:00.0", START - 10))

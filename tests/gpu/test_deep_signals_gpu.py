@@ -22,15 +22,15 @@ from prometheus_client.core import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.events.catalog import XidCatalog
+from gpumon.collect.poller import Poller
+from gpumon.collect.processes import ProcessEnricher, parse_cgroup_file
+from gpumon.collect.store import SnapshotStore
 from gpumon.events.kernel_log import normalize_bus_id, read_boot_xids
 from gpumon.events.tracker import XidTracker
-from gpumon.exporter.dcgm import DcgmCompatCollector
-from gpumon.exporter.registry import MetricsOf
-from gpumon.poller import Poller
-from gpumon.processes import ProcessEnricher, parse_cgroup_file
-from gpumon.snapshot import Snapshot, Tier
-from gpumon.store import SnapshotStore
+from gpumon.exposition.dcgm import DcgmCompatCollector
+from gpumon.exposition.registry import MetricsOf
+from gpumon.model.snapshot import Snapshot, Tier
+from gpumon.model.xid_catalog import XidCatalog
 from tests.gpu.conftest import smi
 
 pytestmark = pytest.mark.gpu

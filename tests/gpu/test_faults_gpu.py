@@ -12,10 +12,10 @@ import pytest
 
 from gpumon.backends.nvml import LIVENESS_READERS, NvmlBackend
 from gpumon.events.kernel_follow import KernelLogFollower
-from gpumon.events.model import XidEvent
 from gpumon.events.tracker import XidTracker
 from gpumon.events.xid_thread import XidEventThread
-from gpumon.snapshot import Tier
+from gpumon.model.snapshot import Tier
+from gpumon.model.xid import XidEvent
 
 pytestmark = pytest.mark.gpu
 

@@ -16,9 +16,9 @@ import time
 import pytest
 
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.poller import Poller
-from gpumon.snapshot import GpuSnapshot, Tier
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.model.snapshot import GpuSnapshot, Tier
 from tests.gpu.conftest import smi
 from tests.helpers import dcgm_values, free_port
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.snapshot import Tier
+from gpumon.model.snapshot import Tier
 from tests.gpu.conftest import smi
 from tests.gpu.nvidia_smi_nvlink import SMI_TYPES, parse_nvlink_errors
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.snapshot import Tier, fields_of_tier
+from gpumon.model.snapshot import Tier, fields_of_tier
 from tests.gpu.conftest import smi
 
 pytestmark = pytest.mark.gpu

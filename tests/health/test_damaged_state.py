@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.state.files import health_dir
+from gpumon.util.state.files import health_dir
 from tests.helpers import DaemonProcess, value, wait_for
 
 pytestmark = pytest.mark.faults

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.findings.cli import NPD_MAX_OUTPUT, npd_line
-from gpumon.findings.model import Finding, verdict
+from gpumon.commands.health import NPD_MAX_OUTPUT, npd_line
+from gpumon.model.findings import Finding, verdict
 from tests.helpers import run_cli
 
 LOST_GPU = """

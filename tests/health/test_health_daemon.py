@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from gpumon.state.files import health_dir
+from gpumon.util.state.files import health_dir
 from tests.helpers import DaemonProcess, run_cli, wait_for
 
 REASON = "GPU 1 xid 79 fallen off the bus: reboot node"

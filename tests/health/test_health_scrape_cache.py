@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.events.catalog import XidCatalog
-from gpumon.events.model import XidEvent
-from gpumon.exporter.text import Family
-from gpumon.findings.config import HealthConfig
-from gpumon.findings.service import REPORT_REUSE_SECONDS, HealthService, add_clear
-from gpumon.findings.xid_lifecycle import Clear
-from gpumon.snapshot import GpuSnapshot, HostSnapshot, Snapshot
+from gpumon.health.config import HealthConfig
+from gpumon.health.service import REPORT_REUSE_SECONDS, HealthService, add_clear
+from gpumon.health.xid_lifecycle import Clear
+from gpumon.model.families import Family
+from gpumon.model.snapshot import GpuSnapshot, HostSnapshot, Snapshot
+from gpumon.model.xid import XidEvent
+from gpumon.model.xid_catalog import XidCatalog
 
 T0 = 1_700_000_000.0
 

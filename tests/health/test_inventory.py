@@ -6,13 +6,13 @@ import dataclasses
 from pathlib import Path
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.findings.drift import drift
-from gpumon.findings.inventory import Inventory, inventory_of, pci_gpus
-from gpumon.findings.model import CRITICAL, WARNING
-from gpumon.poller import Poller
-from gpumon.snapshot import Snapshot
-from gpumon.state.files import health_dir
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.health.drift import drift
+from gpumon.health.inventory import Inventory, inventory_of, pci_gpus
+from gpumon.model.findings import CRITICAL, WARNING
+from gpumon.model.snapshot import Snapshot
+from gpumon.util.state.files import health_dir
 from tests.helpers import run_cli
 
 

@@ -8,12 +8,12 @@ import shutil
 from pathlib import Path
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.events.catalog import XidCatalog
-from gpumon.findings.config import HealthConfig
-from gpumon.findings.inventory import pci_gpus
-from gpumon.findings.service import HealthService
-from gpumon.poller import Poller
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.health.config import HealthConfig
+from gpumon.health.inventory import pci_gpus
+from gpumon.health.service import HealthService
+from gpumon.model.xid_catalog import XidCatalog
 from tests.helpers import run_cli
 
 GPU0, GPU1 = "0000:18:00.0", "0000:28:00.0"  # the fake backend's first two bus ids

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpumon.findings.cli import NPD_MAX_OUTPUT
+from gpumon.commands.health import NPD_MAX_OUTPUT
 from tests.helpers import REPO, run_cli
 
 NPD_FILE = REPO / "deploy" / "kubernetes" / "npd-gpumon.yaml"

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.events.catalog import XidCatalog
-from gpumon.findings.config import HealthConfig
-from gpumon.findings.service import HealthService
-from gpumon.poller import Poller
-from gpumon.store import SnapshotStore
+from gpumon.collect.poller import Poller
+from gpumon.collect.store import SnapshotStore
+from gpumon.health.config import HealthConfig
+from gpumon.health.service import HealthService
+from gpumon.model.xid_catalog import XidCatalog
 from tests.helpers import DaemonProcess, run_cli, wait_for
 
 pytestmark = pytest.mark.faults

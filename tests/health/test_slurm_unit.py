@@ -14,13 +14,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumon.config import Config
-from gpumon.findings.config import HealthConfig, SlurmConfig, parse_slurm
-from gpumon.findings.model import CRITICAL, Finding, verdict
-from gpumon.findings.slurm_hooks import epilog_burn
-from gpumon.integrations.slurm import OwnDrain, act, decide, keeps_drain
-from gpumon.integrations.slurm_commands import Scontrol
-from gpumon.integrations.slurm_nodes import NodeState, parse_nodes, parse_sinfo_json
+from gpumon.commands.health_slurm import epilog_burn
+from gpumon.config.file import Config
+from gpumon.health.config import HealthConfig, SlurmConfig, parse_slurm
+from gpumon.health.slurm import OwnDrain, act, decide, keeps_drain
+from gpumon.health.slurm_commands import Scontrol
+from gpumon.health.slurm_nodes import NodeState, parse_nodes, parse_sinfo_json
+from gpumon.model.findings import CRITICAL, Finding, verdict
 
 SHOW = (
     "NodeName=g1 Arch=x86_64 CoresPerSocket=1 State=IDLE+DRAIN ThreadsPerCore=1 Partitions=gpu,all "

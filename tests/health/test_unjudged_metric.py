@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpumon.exporter.text import render
-from gpumon.findings.unjudged import UnjudgedCollector
+from gpumon.exposition.text import render
+from gpumon.health.unjudged import UnjudgedCollector
 from tests.helpers import REPO
 
 TYPO = "health:\n  slurm: {enabled: true, max_drained_share: 3}\n"

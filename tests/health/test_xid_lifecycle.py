@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.events.catalog import Escalation, XidCatalog
-from gpumon.events.model import XidEvent
-from gpumon.findings.config import HealthConfig
-from gpumon.findings.model import CRITICAL, WARNING
-from gpumon.findings.service import HealthService, add_clear
-from gpumon.findings.xid_lifecycle import Clear, XidLifecycle, XidPolicy
-from gpumon.snapshot import GpuSnapshot, HostSnapshot, Snapshot
+from gpumon.health.config import HealthConfig
+from gpumon.health.service import HealthService, add_clear
+from gpumon.health.xid_lifecycle import Clear, XidLifecycle, XidPolicy
+from gpumon.model.findings import CRITICAL, WARNING
+from gpumon.model.snapshot import GpuSnapshot, HostSnapshot, Snapshot
+from gpumon.model.xid import XidEvent
+from gpumon.model.xid_catalog import Escalation, XidCatalog
 
 DAY = 86400.0
 T0 = 1_800_000_000.0

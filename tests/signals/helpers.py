@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumon.snapshot import GpuSnapshot, ProcessSnapshot, Snapshot
+from gpumon.model.snapshot import GpuSnapshot, ProcessSnapshot, Snapshot
 
 GHZ = 1e9
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpumon.findings.stragglers import StragglerConfig, StragglerDetector
-from gpumon.snapshot import GpuSnapshot, ProcessSnapshot
+from gpumon.health.stragglers import StragglerConfig, StragglerDetector
+from gpumon.model.snapshot import GpuSnapshot, ProcessSnapshot
 from tests.signals.helpers import GHZ, gpu, snap
 
 WINDOW = 60.0

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumon.findings.stragglers import StragglerConfig, StragglerDetector
-from gpumon.snapshot import GpuSnapshot
+from gpumon.health.stragglers import StragglerConfig, StragglerDetector
+from gpumon.model.snapshot import GpuSnapshot
 from tests.signals.helpers import GHZ, gpu, proc, snap
 
 WINDOW = 60.0
@@ -158,7 +158,7 @@ def _brute_force_peers(gpus: list[GpuSnapshot]) -> dict[int, tuple[dict[str, flo
     """Per GPU: deviations, peer reason shares and peer process median, as the definition reads."""
     import statistics
 
-    from gpumon.findings.stragglers import REASONS, _values
+    from gpumon.health.stragglers import REASONS, _values
 
     values = {g.index: _values(g) for g in gpus}
     reasons = {g.index: {r for r, on in (g.clock_events_active or {}).items() if on} for g in gpus}
@@ -193,7 +193,7 @@ def test_each_gpu_is_set_against_the_median_of_its_peers_exactly(
     rows: list[tuple[float, float | None, int, bool]],
 ) -> None:
     """Sorted once per group, the comparison gives exactly the per-GPU median of the others."""
-    from gpumon.findings.stragglers import _compare
+    from gpumon.health.stragglers import _compare
 
     gpus = [
         gpu(

@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumon.findings.config import parse_health
-from gpumon.findings.trends import TrendRule, TrendsConfig, TrendTracker
+from gpumon.health.config import parse_health
+from gpumon.health.trends import TrendRule, TrendsConfig, TrendTracker
 from tests.helpers import run_cli
 from tests.signals.helpers import gpu, snap
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumon.findings.trends import TrendsConfig, TrendTracker
+from gpumon.health.trends import TrendsConfig, TrendTracker
 from tests.signals.helpers import gpu, snap
 
 T0 = 1_000_000.0

@@ -56,7 +56,7 @@ from gpumon.backends.nvml.core import LIVENESS_FAILURES_LOST, LIVENESS_READERS, 
 from gpumon.backends.nvml.events import EVENT_XID
 from gpumon.backends.nvml.nvlink import NVLINK_ERROR_COUNTERS, NVLINK_ERROR_FIELDS
 from gpumon.backends.nvml.topology import P2P_CAPABILITIES, TOPOLOGY_LEVELS
-from gpumon.nvml_vocabulary import CLOCK_EVENT_BITS
+from gpumon.model.nvml_vocabulary import CLOCK_EVENT_BITS
 
 __all__ = [
     "CLOCK_EVENT_BITS",

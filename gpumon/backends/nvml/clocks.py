@@ -6,9 +6,9 @@ from typing import Any
 
 from gpumon.backends.nvml.codes import UNSUPPORTED_CODES, Unsupported, code_of
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_values, function, gather, opt
-from gpumon.fields.clocks import VIOLATIONS_SECONDS
-from gpumon.nvml_vocabulary import CLOCK_EVENT_BITS
-from gpumon.snapshot import Tier
+from gpumon.model.fields.clocks import VIOLATIONS_SECONDS
+from gpumon.model.nvml_vocabulary import CLOCK_EVENT_BITS
+from gpumon.model.snapshot import Tier
 
 CLOCK_DOMAINS = {"graphics": 0, "sm": 1, "memory": 2}  # NVML_CLOCK_GRAPHICS / _SM / _MEM
 _CLOCK_KEYS = tuple(("clock." + domain, domain, clock_type) for domain, clock_type in CLOCK_DOMAINS.items())

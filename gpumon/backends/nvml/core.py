@@ -29,8 +29,8 @@ from gpumon.backends.nvml.codes import (
 from gpumon.backends.nvml.events import EventWatcher, quiet, try_call
 from gpumon.backends.nvml.reader import Context, GpuState, Reader, cuda_version, spaced, text
 from gpumon.backends.nvml.registry import collect_readers
-from gpumon.events.model import XidEvent
-from gpumon.snapshot import HostSnapshot, Tier
+from gpumon.model.snapshot import HostSnapshot, Tier
+from gpumon.model.xid import XidEvent
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from gpumon.backends.nvml.codes import Unsupported
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, gather, opt
-from gpumon.fields.ecc import BANK_LEVELS
-from gpumon.snapshot import Tier
+from gpumon.model.fields.ecc import BANK_LEVELS
+from gpumon.model.snapshot import Tier
 
 ECC_COUNTERS = {  # (NVML_MEMORY_ERROR_TYPE_*, NVML_VOLATILE_ECC / NVML_AGGREGATE_ECC)
     "corrected_volatile": (0, 0),

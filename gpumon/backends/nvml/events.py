@@ -14,7 +14,7 @@ from gpumon.backends.nvml.codes import LOST_CODES, NVML_ERROR_TIMEOUT, code_of
 from gpumon.backends.nvml.reader import GpuState
 from gpumon.backends.nvml.temperature import TEMPERATURE_GPU
 from gpumon.backends.nvml.topology import bus_id
-from gpumon.events.model import XidEvent
+from gpumon.model.xid import XidEvent
 
 log = logging.getLogger(__name__)
 

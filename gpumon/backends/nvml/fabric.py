@@ -7,7 +7,7 @@ from typing import Any
 
 from gpumon.backends.nvml.codes import NVML_SUCCESS, Unsupported
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec
-from gpumon.snapshot import Tier
+from gpumon.model.snapshot import Tier
 
 FABRIC_STATES = {1: "not_started", 2: "in_progress", 3: "completed"}  # NVML_GPU_FABRIC_STATE_*; 0 = not supported
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from gpumon.backends.nvml.codes import Unsupported
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, gather
-from gpumon.snapshot import Tier
+from gpumon.model.snapshot import Tier
 
 
 def read_fans(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:

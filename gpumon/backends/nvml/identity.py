@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, opt, text
-from gpumon.snapshot import Tier
+from gpumon.model.snapshot import Tier
 
 
 def read_identity(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:

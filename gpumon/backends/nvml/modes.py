@@ -6,8 +6,8 @@ from typing import Any
 
 from gpumon.backends.nvml.codes import Unsupported
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_values
-from gpumon.fields.modes import RECOVERY_ACTIONS
-from gpumon.snapshot import Tier
+from gpumon.model.fields.modes import RECOVERY_ACTIONS
+from gpumon.model.snapshot import Tier
 
 FI_DEV_GET_GPU_RECOVERY_ACTION = 230
 """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvidia-smi gpu_recovery_action); absent from older drivers."""

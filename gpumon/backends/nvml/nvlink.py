@@ -21,8 +21,8 @@ from gpumon.backends.nvml.codes import (
     nvml_error,
 )
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_value, handle_of, opt
-from gpumon.fields.nvlink import NVLINK_ERRORS_SECONDS, NVLINK_STATE_SECONDS
-from gpumon.snapshot import Tier
+from gpumon.model.fields.nvlink import NVLINK_ERRORS_SECONDS, NVLINK_STATE_SECONDS
+from gpumon.model.snapshot import Tier
 
 NVLINK_ERROR_FIELDS = {"replay": 161, "recovery": 162, "crc": 163}
 """NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY / _RECOVERY / _CRC (scopeId = link): nvidia-smi nvlink -e's three errors."""

@@ -6,7 +6,7 @@ from typing import Any
 
 from gpumon.backends.nvml.codes import Unsupported
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_values, gather
-from gpumon.snapshot import Tier
+from gpumon.model.snapshot import Tier
 
 PCIE_UTIL = {"tx": 0, "rx": 1}  # NVML_PCIE_UTIL_TX_BYTES / _RX_BYTES
 PCIE_COUNT_FIELDS = {"tx": ("NVML_FI_DEV_PCIE_COUNT_TX_BYTES", 197), "rx": ("NVML_FI_DEV_PCIE_COUNT_RX_BYTES", 198)}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec
-from gpumon.fields.power import ENERGY_SECONDS
-from gpumon.snapshot import Tier
+from gpumon.model.fields.power import ENERGY_SECONDS
+from gpumon.model.snapshot import Tier
 
 
 def read_power(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:

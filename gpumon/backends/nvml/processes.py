@@ -20,7 +20,7 @@ from gpumon.backends.nvml.codes import (
     code_of,
 )
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec
-from gpumon.snapshot import ProcessSnapshot, Tier
+from gpumon.model.snapshot import ProcessSnapshot, Tier
 
 VALUE_NOT_AVAILABLE = 2**64 - 1
 PROCESS_UTILIZATION_SECONDS = 5.0

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec
-from gpumon.fields.gpm import GPM_SECONDS
-from gpumon.snapshot import Tier
+from gpumon.model.fields.gpm import GPM_SECONDS
+from gpumon.model.snapshot import Tier
 
 
 def read_gpm(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:

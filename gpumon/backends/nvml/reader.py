@@ -26,7 +26,7 @@ from typing import Any
 from gpumon.backends.base import GpuLostError
 from gpumon.backends.gpm import GpmSampler
 from gpumon.backends.nvml.codes import NVML_SUCCESS, UNSUPPORTED_CODES, Unsupported, code_of, nvml_error
-from gpumon.snapshot import Tier
+from gpumon.model.snapshot import Tier
 
 _FIELD_VALUE_ATTRIBUTES = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 """c_nvmlFieldValue_t.value member by valueType (NVML_VALUE_TYPE_DOUBLE, _UNSIGNED_INT, ...)."""

@@ -22,7 +22,7 @@ from gpumon.backends.nvml import (
     utilization,
 )
 from gpumon.backends.nvml.reader import ReaderSpec
-from gpumon.snapshot import Tier
+from gpumon.model.snapshot import Tier
 
 SUBSYSTEMS: tuple[ModuleType, ...] = (
     identity,

@@ -6,7 +6,7 @@ from typing import Any
 
 from gpumon.backends.nvml.codes import Unsupported
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_value_of, gather
-from gpumon.snapshot import Tier
+from gpumon.model.snapshot import Tier
 
 TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
 FI_DEV_MEMORY_TEMP = 82  # NVML_FI_DEV_MEMORY_TEMP

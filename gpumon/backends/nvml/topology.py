@@ -8,8 +8,8 @@ from typing import Any
 from gpumon.backends.nvml.codes import LOST_CODES, code_of
 from gpumon.backends.nvml.nvlink import nvlink_count
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, text
-from gpumon.fields.topology import P2P_TOPOLOGY_SECONDS
-from gpumon.snapshot import P2pStatus, Tier
+from gpumon.model.fields.topology import P2P_TOPOLOGY_SECONDS
+from gpumon.model.snapshot import P2pStatus, Tier
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from gpumon.backends.nvml.codes import NVML_ERROR_ARGUMENT_VERSION_MISMATCH, UNSUPPORTED_CODES, Unsupported, code_of
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, opt
-from gpumon.snapshot import Tier
+from gpumon.model.snapshot import Tier
 
 _MEMORY_V2_FALLBACK_CODES = UNSUPPORTED_CODES | {NVML_ERROR_ARGUMENT_VERSION_MISMATCH}
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpumon.backends.base import GpuBackend, GpuLostError
 from gpumon.burn.orchestration.interrupts import signals_deferred
-from gpumon.snapshot import Tier
+from gpumon.model.snapshot import Tier
 
 SLOWDOWN_FAULT_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown")
 """Clock-event reasons that fail a GPU when seen under burn load."""

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpumon.snapshot import HostSnapshot
+from gpumon.model.snapshot import HostSnapshot
 
 
 @dataclass(frozen=True)

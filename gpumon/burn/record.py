@@ -1,0 +1,93 @@
+"""Files ``gpumon burn`` leaves in the state directory for the daemon.
+
+* ``<state_dir>/burn/running.json`` — ``{"pid", "gpus": [indices], "uuids": [...], "started_at"}``
+  while a burn runs (the alert engine holds back temperature/power alerts for those GPUs);
+  removed at the end, also on failure and Ctrl-C. The format is agreed with alerting: keep it.
+* ``<state_dir>/burn/last.json`` — the last report (see docs/burn.md), written atomically;
+  ``gpumon.exposition.burn_results`` exports it.
+
+When the directory is not writable (a user without root), one warning is printed and the
+burn carries on without these files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpumon.util.state.files import json_text, write_text_atomic
+
+MARKER_NAME = "running.json"
+LAST_NAME = "last.json"
+
+
+def burn_dir(state_dir: str | Path) -> Path:
+    return Path(state_dir) / "burn"
+
+
+def pid_alive(pid: object) -> bool:
+    """Whether process ``pid`` exists (also when it belongs to another user); False for a non-pid.
+
+    A marker whose pid is gone was left by a burn killed with SIGKILL: it is stale.
+    """
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` via a temporary file and rename (readers never see half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json_text(data))
+
+
+@dataclass
+class StateFiles:
+    """Writes the marker and last.json, warning once if the state directory is not writable."""
+
+    state_dir: str
+    warn: Callable[[str], None]
+    _warned: bool = False
+    _marker_written: bool = field(default=False)
+
+    @property
+    def marker_path(self) -> Path:
+        return burn_dir(self.state_dir) / MARKER_NAME
+
+    @property
+    def last_path(self) -> Path:
+        return burn_dir(self.state_dir) / LAST_NAME
+
+    def _try(self, what: str, action: Callable[[], None]) -> bool:
+        try:
+            action()
+            return True
+        except OSError as exc:
+            if not self._warned:
+                self._warned = True
+                self.warn(
+                    f"warning: cannot write {what} in {burn_dir(self.state_dir)} ({exc.strerror or exc}); "
+                    "the daemon will not see this run (use --state-dir)"
+                )
+            return False
+
+    def write_marker(self, pid: int, gpus: list[int], uuids: list[str], started_at: float) -> None:
+        data = {"pid": pid, "gpus": gpus, "uuids": uuids, "started_at": started_at}
+        self._marker_written = self._try("the running marker", lambda: write_json_atomic(self.marker_path, data))
+
+    def remove_marker(self) -> None:
+        if self._marker_written:
+            self._marker_written = False
+            self._try("the running marker", lambda: self.marker_path.unlink(missing_ok=True))
+
+    def write_last(self, report: dict[str, Any]) -> None:
+        self._try("the last report", lambda: write_json_atomic(self.last_path, report))

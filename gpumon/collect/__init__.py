@@ -1,0 +1,1 @@
+"""Acquisition: the tiered poller, the snapshot store, scheduling, host figures, process attribution, energy."""

@@ -1,0 +1,141 @@
+"""``gpumon alerts``: print the active alerts of a running daemon (from its /api/alerts)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+from gpumon.util.jsonout import add_json_option, emit_json, to_stdout
+
+DEFAULT_URL = "http://127.0.0.1:10480"
+_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+_STATE_STYLE = {"firing": "bold", "pending": "dim", "suppressed": "magenta"}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Give ``gpumon alerts``'s parser (made by gpumon.cli) its description, options and command."""
+    parser.description = "Show pending, firing and suppressed alerts of a running gpumon daemon (GET /api/alerts)."
+    parser.add_argument(
+        "--url",
+        default=None,
+        help=f"the daemon's base URL (default: from the config's listen address, else {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--config", type=Path, help="gpumon config whose listen address gives the URL (default /etc/gpumon/gpumon.yaml)"
+    )
+    add_json_option(parser, "the daemon's answer")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the daemon (default 5)")
+    parser.set_defaults(func=run)
+
+
+def _default_url(args: argparse.Namespace) -> str:
+    """The daemon URL from ``--config``'s listen address (0.0.0.0 becomes 127.0.0.1)."""
+    try:
+        from gpumon.config import file as gpumon_config
+
+        path = getattr(args, "config", None)
+        cfg = gpumon_config.load(Path(path) if path else None)
+        host, port = cfg.listen_address()
+    except Exception:
+        return DEFAULT_URL
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Fetch and print the alerts; 0 when fetched, 1 when the daemon cannot be reached."""
+    base = (args.url or _default_url(args)).rstrip("/")
+    url = base + "/api/alerts"
+    # here, not at the top: every command builds this parser, the daemon too
+    import requests
+    from rich.console import Console
+
+    console = Console()
+    try:
+        response = requests.get(url, timeout=getattr(args, "timeout", 5.0))
+        response.raise_for_status()
+        data = response.json()
+    except requests.RequestException as exc:
+        reason = type(exc).__name__ if not isinstance(exc, requests.HTTPError) else str(exc)
+        print(f"gpumon alerts: cannot reach the gpumon daemon at {url} ({reason})", file=sys.stderr)
+        return 1
+    except ValueError:
+        print(f"gpumon alerts: {url} did not answer JSON (is it a gpumon daemon?)", file=sys.stderr)
+        return 1
+    if args.json is not None:
+        try:
+            emit_json(data, args.json)
+        except OSError as exc:
+            print(f"gpumon alerts: cannot write --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        if to_stdout(args.json):
+            return 0
+    print_table(console, data)
+    return 0
+
+
+def _age(seconds: float | None, now: float) -> str:
+    if seconds is None:
+        return ""
+    age = max(0, int(now - seconds))
+    if age < 120:
+        return f"{age}s"
+    if age < 7200:
+        return f"{age // 60}m"
+    return f"{age // 3600}h{age % 3600 // 60:02d}m"
+
+
+def print_table(console: Console, data: dict[str, Any], now: float | None = None) -> None:
+    """The alerts as a rich table, then one line per receiver with a queue, an error or a sender not up."""
+    from rich.table import Table
+
+    now = time.time() if now is None else now
+    alerts = data.get("alerts") or []
+    host = data.get("host", "")
+    if not alerts:
+        console.print(f"No active alerts on {host}.", highlight=False)
+    else:
+        table = Table(title=f"Active alerts on {host}", title_justify="left")
+        for column in ("STATE", "SEVERITY", "ALERT", "GPU", "SINCE"):
+            table.add_column(column, no_wrap=True)
+        table.add_column("SUMMARY", overflow="fold", ratio=1)
+        for a in alerts:
+            labels = a.get("labels") or {}
+            gpu = a.get("gpu", "")
+            extra = [f"{k} {labels[k]}" for k in ("link", "xid") if k in labels]
+            where = " ".join([gpu, *extra]).strip() or "host"
+            summary = (a.get("annotations") or {}).get("summary", "")
+            if a.get("held_back"):
+                summary = f"{summary} ({a['held_back']})"
+            since = a.get("starts_at") if a.get("starts_at") is not None else a.get("active_since")
+            state = str(a.get("state", ""))
+            severity = str(a.get("severity", ""))
+            table.add_row(
+                f"[{_STATE_STYLE.get(state, '')}]{state}[/]" if state in _STATE_STYLE else state,
+                f"[{_SEVERITY_STYLE[severity]}]{severity}[/]" if severity in _SEVERITY_STYLE else severity,
+                str(a.get("alertname", "")),
+                where,
+                _age(since, now),
+                summary,
+            )
+        console.print(table)
+    for r in data.get("receivers") or []:
+        sender = r.get("sender", "up")
+        if r.get("queue_length") or r.get("last_error") or sender != "up":
+            parts = [f"{r.get('queue_length', 0)} queued"]
+            if sender != "up":
+                parts.append(
+                    f"[bold red]sender {sender}[/]" + (f" ({r['sender_problem']})" if r.get("sender_problem") else "")
+                )
+            if r.get("last_error"):
+                parts.append(f"last error: {r['last_error']}")
+            console.print(f"receiver {r.get('name')}: " + ", ".join(parts), highlight=False)

@@ -1,0 +1,115 @@
+"""``gpumon health`` as Slurm Prolog and Epilog: a job let through when gpumon cannot judge (said and
+counted), and the epilog's burn of a failed job's GPUs."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from gpumon.config.file import Config
+from gpumon.health.config import HealthConfig
+from gpumon.model.findings import CRITICAL, UNKNOWN, Finding, HealthReport
+
+log = logging.getLogger("gpumon")
+
+
+def let_through(hook: str, reason: str, state_dir: Path | None, env: Mapping[str, str]) -> int:
+    """The Slurm prolog or epilog could not judge: the job goes through (exit 0), said on stderr and to
+    syslog (slurmd keeps neither stdout nor stderr of a prolog), counted for the daemon's metrics."""
+    from gpumon.health.unjudged import record_unjudged
+
+    job = env.get("SLURM_JOB_ID", "")
+    line = f"gpumon health: UNKNOWN - {reason}; {hook} lets job {job or '?'} through"
+    print(line, file=sys.stderr)
+    _syslog(line)
+    if state_dir is not None:
+        try:
+            record_unjudged(state_dir, hook, reason, job, time.time())
+        except OSError as exc:
+            print(f"gpumon: cannot count it in {state_dir}: {exc.strerror or exc}", file=sys.stderr)
+    return 0
+
+
+def _syslog(line: str) -> None:
+    import syslog
+
+    syslog.openlog("gpumon", syslog.LOG_PID, syslog.LOG_DAEMON)
+    syslog.syslog(syslog.LOG_WARNING, line)
+    syslog.closelog()
+
+
+def _job_failed(env: Mapping[str, str]) -> bool:
+    for name in ("SLURM_JOB_EXIT_CODE", "SLURM_JOB_DERIVED_EC"):
+        value = env.get(name, "").split(":")[0].strip()
+        if value and value != "0":
+            return True
+    return False
+
+
+EPILOG_BURN_TIMEOUT_SECONDS = 300.0
+BURN_TIMED_OUT = 124
+"""``epilog_burn``'s answer when the burn ran past its time (as timeout(1) exits)."""
+BURN_NOT_STARTED = 127
+"""``epilog_burn``'s answer when the burn could not be started (as a shell's command not found)."""
+
+
+def burn_command(config: Config, state_dir: Path, gpus: str) -> list[str]:
+    """``gpumon burn --quick`` as burn takes it: state directory, GPUs, and for simulated GPUs (a
+    ``fake`` backend) the same backend on ``--device cpu`` (there is no GPU to load)."""
+    cmd = [sys.executable, "-m", "gpumon", "burn", "--quick", "--state-dir", str(state_dir)]
+    if gpus:
+        cmd += ["--gpus", gpus]
+    if config.backend.startswith("fake"):
+        cmd += ["--device", "cpu", "--backend", config.backend]
+    return cmd
+
+
+def epilog_burn(
+    config: Config,
+    state_dir: Path,
+    env: Mapping[str, str],
+    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+) -> int | None:
+    """``gpumon burn --quick`` on the job's GPUs when the job failed and ``epilog_burn`` is on: its exit
+    code (BURN_TIMED_OUT, BURN_NOT_STARTED when it did not finish); None when no burn was due."""
+    if not (config.health or HealthConfig()).slurm.epilog_burn or not _job_failed(env):
+        return None
+    cmd = burn_command(config, state_dir, env.get("SLURM_JOB_GPUS", ""))
+    log.warning("job %s failed; running %s", env.get("SLURM_JOB_ID", "?"), " ".join(cmd))
+    try:
+        done = run(cmd, capture_output=True, text=True, timeout=EPILOG_BURN_TIMEOUT_SECONDS, check=False)
+    except subprocess.TimeoutExpired:
+        log.error("gpumon burn did not finish within %g s", EPILOG_BURN_TIMEOUT_SECONDS)
+        return BURN_TIMED_OUT
+    except OSError as exc:
+        log.error("gpumon burn could not start: %s", exc)
+        return BURN_NOT_STARTED
+    if done.returncode not in (0, 1):
+        last = (done.stderr or "").strip().splitlines()
+        log.error("gpumon burn exited %d: %s", done.returncode, last[-1] if last else "")
+    return int(done.returncode)
+
+
+def burn_outcome(exit_code: int, report: HealthReport) -> Finding | None:
+    """What the epilog's burn adds to the verdict: nothing when it passed; a fault (exit 1) is CRITICAL
+    (``burn_failed``; from the burn's report in the state directory, or this finding where the verdict
+    has none); a burn that could not run is UNKNOWN, never OK."""
+    if exit_code == 0:
+        return None
+    if exit_code == 1:
+        if any(f.kind == "burn_failed" for f in report.findings):
+            return None
+        return Finding(
+            kind="burn_failed", severity=CRITICAL, action="inspect_hardware", summary="failed the epilog's gpumon burn"
+        )
+    return Finding(
+        kind="burn_not_run",
+        severity=UNKNOWN,
+        action="none",
+        summary=f"the epilog's gpumon burn could not run (exit {exit_code})",
+        evidence={"exit_code": exit_code},
+    )

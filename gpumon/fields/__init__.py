@@ -1,5 +1,0 @@
-"""Every per-GPU field declared once, by subsystem (identity, usage, thermal, power, clocks, pcie,
-ecc, modes, nvlink, topology, processes, gpm, events); ``gpumon.snapshot.GpuSnapshot`` joins them.
-
-How a field is declared: gpumon/fields/spec.py. Adding one: docs/architecture.md, "Adding a field".
-"""

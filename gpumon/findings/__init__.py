@@ -1,1 +1,0 @@
-"""Findings: pure engines over snapshots and events that say what is wrong and what to do."""

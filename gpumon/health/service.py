@@ -1,0 +1,388 @@
+"""The health verdict over time: owns the XID lifecycle and the inventory baseline under the state dir.
+
+The daemon feeds it every snapshot and XID event; ``gpumon health`` without a daemon feeds it one
+poll. Files (``STATE_DIR/health/``, or ``STATE_DIR/simulated/<backend>/health/`` for simulated GPUs;
+folders 0755, files 0644 whatever the umask, see gpumon.util.state.files): ``inventory.json`` (the
+baseline), ``xid.json`` (open faults, recent XIDs, boot id), ``clears.d/`` (operator clears, one file
+each, never rewritten: the audit trail; ``clears.json``, where an older gpumon wrote them, is still
+read). Each read-modify-write holds ``.lock`` (gpumon.util.state.lock): runs that overlap lose nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from gpumon.burn.marker import BurnMarkerReader
+from gpumon.burn.record import LAST_NAME, burn_dir
+from gpumon.health.burn_results import burn_findings
+from gpumon.health.clears import Clear
+from gpumon.health.clears import add_clear as add_clear  # gpumon health clear, tests: where it always was
+from gpumon.health.clears_watch import ClearsWatch
+from gpumon.health.config import HealthConfig
+from gpumon.health.drift_check import DriftCheck
+from gpumon.health.gpu_state import snapshot_findings
+from gpumon.health.health_files import read_boot_id
+from gpumon.health.health_series import STATUS_VALUES as STATUS_VALUES  # gpumon health's exit codes
+from gpumon.health.health_series import HealthCollector as HealthCollector  # the verdict's series
+from gpumon.health.inventory import (
+    Inventory,
+    complete,
+    inventory_of,
+    missing_from_nvml,
+)
+from gpumon.health.stragglers import Deviation, StragglerDetector
+from gpumon.health.trends import Increase, TrendTracker
+from gpumon.health.xid_lifecycle import XidLifecycle, XidPolicy
+from gpumon.model.findings import WARNING, Finding, HealthReport, verdict
+from gpumon.model.snapshot import Snapshot
+from gpumon.model.xid import XidEvent
+from gpumon.model.xid_catalog import XidCatalog
+from gpumon.util.file_stamp import file_stamp as stat_key
+from gpumon.util.state.files import (
+    STATE_FILE_MODE,
+    DamagedFile,
+    health_dir,
+    move_aside,
+    read_state_json,
+    remove_stale_temporaries,
+    write_json,
+)
+from gpumon.util.state.lock import state_lock
+
+log = logging.getLogger(__name__)
+
+REPORT_REUSE_SECONDS = 1.0
+"""How long the scrape may reuse an unchanged health report (the default poll interval)."""
+_MAX_PENDING = 10_000
+
+
+class HealthService:
+    """Thread-safe: the poller, the XID thread and HTTP requests call it."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        catalog: XidCatalog,
+        config: HealthConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        simulated: bool | str = False,
+    ) -> None:
+        """``simulated``: the GPUs are a simulated backend's (its spec, e.g. ``fake:xid-storm``; True: ``fake``),
+        so the host's PCI bus is not theirs and their state goes to a folder of its own (``health_dir``)."""
+        self.state_dir = Path(state_dir)
+        spec = "fake" if simulated is True else (simulated or None)
+        self.folder = health_dir(self.state_dir, spec)
+        """Where this service's files are: ``STATE_DIR/health``, or the simulated backend's own."""
+        if spec is not None:
+            log.info("simulated GPUs (%s): health state in %s, apart from the node's own", spec, self.folder)
+        self._clears_watch = ClearsWatch(
+            [self.folder] + ([health_dir(self.state_dir)] if spec is not None else []), log
+        )
+        """Where clears are read: a simulated backend's folder, and the node's (read, never written: a clear
+        made without --backend fake, e.g. of a failed burn, which lives in the node's burn results)."""
+        self._inventory_path = self.folder / "inventory.json"
+        self._burn_results_path = burn_dir(self.state_dir) / LAST_NAME
+        """The files a report reads, whose stat keys decide whether a cached report still holds."""
+        self.config = config or HealthConfig()
+        self._monotonic = monotonic
+        self._drift_check = DriftCheck(
+            self.config.sysfs_root or (None if spec is not None else Path("/sys")), monotonic
+        )
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+        self._catalog = catalog
+        self._set_aside: list[Finding] = []
+        """State files found damaged and moved aside (shown as findings while this process runs)."""
+        if self.folder.is_dir():  # what a writer killed mid-write left (no writer runs while the lock is held)
+            with state_lock(self.folder):
+                remove_stale_temporaries(self.folder, ("xid.json", "inventory.json"))
+        self._xid_key = stat_key(self._xid_path)  # before the read: a write in between is merged at the next save
+        self.lifecycle = self._new_lifecycle()
+        self._pending: deque[tuple[bool, XidEvent]] = deque(maxlen=_MAX_PENDING)
+        """XIDs taken in since the last save ((True, event) recorded, (False, event) a paired copy): what a save
+        replays over the file when another process wrote it meanwhile."""
+        self.baseline = self._load_baseline()
+        self._baseline_mtime = self._inventory_mtime()
+        self._baseline_refused: str | None = None
+        """Why the baseline was not recorded (said once per reason)."""
+        self.stragglers = StragglerDetector(self.config.stragglers)
+        self.trends = TrendTracker(self.config.trends, words=lambda code: self._xid_name(catalog, code))
+        self._burn = BurnMarkerReader(self.state_dir)
+        self._boot_id = read_boot_id(self.config.boot_id_path)
+        """Read once: it changes only at a reboot, which also restarts this process."""
+        self._generation = 0
+        """Bumped by every input (snapshot, XID, accepted inventory): a cached report is then stale."""
+        self._report_cache: tuple[tuple[object, ...], float, HealthReport] | None = None
+        self._burn_read: tuple[object, list[Clear], list[Finding]] | None = None
+        """The burn results file's stat key and the clears when it was last read, and its findings."""
+
+    def _new_lifecycle(self) -> XidLifecycle:
+        """The XID lifecycle as the file has it now."""
+        lifecycle = XidLifecycle(
+            self._catalog,
+            XidPolicy(
+                escalations=self.config.xid_escalation,
+                defer_window_seconds=self.config.defer_window_seconds,
+                transient_window_seconds=self.config.transient_window_seconds,
+            ),
+        )
+        raw = self._read_state(self._xid_path)
+        try:
+            lifecycle.load(raw)
+        except ValueError as exc:
+            self._damaged(self._xid_path, str(exc))
+        return lifecycle
+
+    def _load_baseline(self) -> Inventory | None:
+        raw = self._read_state(self._inventory_path)
+        baseline = Inventory.from_json(raw)
+        if raw is not None and baseline is None:
+            self._damaged(self._inventory_path, "not an inventory of this gpumon (a key or a type is wrong)")
+        return baseline
+
+    def _read_state(self, path: Path) -> object:
+        """The JSON of a state file, None when absent, unreadable or damaged (then moved aside and said)."""
+        try:
+            return read_state_json(path)
+        except DamagedFile as exc:
+            self._damaged(path, str(exc))
+        except OSError as exc:
+            log.error("cannot read the health state %s: %s", path, exc.strerror or exc)
+        return None
+
+    def _damaged(self, path: Path, why: str) -> None:
+        """Move a damaged state file aside (kept for the operator), say so once, show it as a finding."""
+        try:
+            kept = f"moved aside to {move_aside(path, self._clock()).name}"
+        except OSError as exc:
+            kept = f"could not be moved aside: {exc.strerror or exc}"
+        log.error("health state file %s is damaged (%s): %s; going on without it", path, why, kept)
+        self._set_aside.append(
+            Finding(
+                kind="state_damaged",
+                severity=WARNING,
+                action="none",
+                summary=f"{path.name} was damaged ({why}) and {kept}: what it held is not known",
+                evidence={"path": str(path), "why": why},
+            )
+        )
+
+    @staticmethod
+    def _xid_name(catalog: XidCatalog, code: str) -> str:
+        try:
+            return catalog.lookup(int(code)).meaning
+        except (ValueError, AttributeError):
+            return ""
+
+    @property
+    def _xid_path(self) -> Path:
+        return self.folder / "xid.json"
+
+    # ---- inputs ------------------------------------------------------------
+    def on_xid(self, event: XidEvent) -> None:
+        with self._lock:
+            self._generation += 1
+            self.lifecycle.record(event, self._boot_id)
+            self._pending.append((True, event))
+            self._save()
+
+    def on_xid_paired(self, event: XidEvent) -> None:
+        """The other source's copy of a counted XID (``XidTracker.subscribe_paired``): remembered as seen."""
+        with self._lock:
+            self.lifecycle.note_seen(event, self._boot_id)
+            self._pending.append((False, event))
+            self._save()
+
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        """Store subscriber: never raises into the poller."""
+        try:
+            self._on_snapshot(snapshot)
+        except Exception:
+            log.exception("health: cannot take the snapshot into account")
+
+    def _on_snapshot(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            self._generation += 1
+            self._snapshot = snapshot
+            self.stragglers.observe(snapshot, burning=self._burn.read() is not None)
+            self.trends.observe(snapshot)
+            self.lifecycle.observe(snapshot, self._boot_id)
+            if self.baseline is None and complete(snapshot):
+                self._record_baseline(snapshot)
+            self._save()
+
+    def _record_baseline(self, snapshot: Snapshot) -> None:
+        """The first complete snapshot becomes the baseline, unless a GPU on the PCI bus is missing from it
+        (then a baseline would call the broken host normal: said once, recorded once all are seen)."""
+        missing = missing_from_nvml(snapshot, self._drift_check.pci_gpus())
+        if missing:
+            why = ", ".join(missing)
+            if why != self._baseline_refused:
+                log.warning(
+                    "not recording the inventory baseline: %d NVIDIA GPU(s) on the PCI bus, NVML lists %d "
+                    "(missing: %s); recorded once NVML lists them all (or: gpumon health accept-inventory)",
+                    len(snapshot.gpus) + len(missing),
+                    len(snapshot.gpus),
+                    why,
+                )
+                self._baseline_refused = why
+            return
+        try:
+            with state_lock(self.folder):
+                self._reload_baseline()  # another run may have recorded it meanwhile
+                if self.baseline is None:
+                    self.baseline = inventory_of(snapshot, self._clock())
+                    self._write_baseline()
+                    log.info("recorded the inventory baseline: %d GPU(s)", len(snapshot.gpus))
+        except (OSError, TimeoutError) as exc:
+            log.error("cannot record the inventory baseline in %s: %s", self.folder, exc)
+
+    def accept_inventory(self) -> Inventory | None:
+        """Make the latest snapshot the baseline; None when there is no usable snapshot."""
+        with self._lock:
+            if self._snapshot is None or not self._snapshot.nvml_up:
+                return None
+            self._generation += 1
+            self.baseline = inventory_of(self._snapshot, self._clock(), source="accepted")
+            with state_lock(self.folder):
+                self._write_baseline()
+            return self.baseline
+
+    # ---- output ------------------------------------------------------------
+    def report(self, source: str = "daemon", extra: Sequence[Finding] = ()) -> HealthReport:
+        """The verdict now; ``extra`` findings come from the caller (e.g. a poll that hung)."""
+        now = self._clock()
+        with self._lock:
+            self._reload_baseline()
+            clears = self._clears_watch.clears()
+            self.lifecycle.apply_clears(clears)
+            snapshot = self._snapshot
+            findings = [*extra, *self.lifecycle.findings(now)]  # first: an XID names a fault best
+            findings += snapshot_findings(snapshot) if snapshot is not None or not extra else []
+            findings += self._burn_findings(clears)
+            findings += self._clears_watch.findings() + self._set_aside
+            if self._burn.read() is None:  # a burn makes its GPUs unequal on purpose
+                findings += self.stragglers.findings(now)
+            findings += self.trends.findings(now)
+            if snapshot is not None:
+                findings += self._drift_check.drift(self.baseline, snapshot, self.config.expected_gpu_count)
+            self._save()
+        gpus = [(g.index, g.uuid) for g in snapshot.gpus] if snapshot is not None else []
+        return verdict(findings, gpus, now, source)
+
+    def current_report(self) -> HealthReport:
+        """report(), reused while nothing it reads changed: the same snapshot, no XID or accepted
+        inventory since, the same clears, baseline and burn files, the same burn marker, and less
+        than REPORT_REUSE_SECONDS old (so what only time changes, such as an XID leaving its
+        window, is late by at most that). Scrapes ask for it every few seconds, the poll's
+        snapshot changes once an interval."""
+        key = self._report_key()
+        now = self._monotonic()
+        cached = self._report_cache
+        if (
+            cached is not None
+            and now - cached[1] < REPORT_REUSE_SECONDS
+            and len(cached[0]) == len(key)
+            and all(a is b or a == b for a, b in zip(cached[0], key, strict=True))
+        ):
+            return cached[2]
+        report = self.report()
+        self._report_cache = (key, now, report)  # the key read before: an input arriving meanwhile is not lost
+        return report
+
+    def _report_key(self) -> tuple[object, ...]:
+        """What report() reads besides the clock: compared by identity (the snapshot, the burn
+        marker) or by value (the generation, the files' stat keys)."""
+        with self._lock:
+            snapshot, generation = self._snapshot, self._generation
+        return (
+            snapshot,
+            generation,
+            *(stat_key(p) for p in self._clears_watch.paths),
+            stat_key(self._inventory_path),
+            stat_key(self._burn_results_path),
+            self._burn.read(),
+        )
+
+    def signals(self) -> tuple[list[Deviation], list[Increase]]:
+        """The stragglers' deviations and the error counters' increases now (for the exported series)."""
+        now = self._clock()
+        with self._lock:
+            return self.stragglers.deviations(now), self.trends.increases(now)
+
+    def collector(self) -> HealthCollector:
+        return HealthCollector(self)
+
+    # ---- helpers -----------------------------------------------------------
+    def _save(self) -> None:
+        """Write the lifecycle, under the folder's lock: when another process wrote the file since this one
+        read or wrote it (overlapping ``gpumon health`` runs), read it again and replay this one's XIDs over
+        it first, so neither loses the other's."""
+        if not self.lifecycle.changed:
+            return
+        try:
+            with state_lock(self.folder):
+                if stat_key(self._xid_path) != self._xid_key:
+                    self._merge_from_file()
+                write_json(self._xid_path, self.lifecycle.to_json(), mode=STATE_FILE_MODE)
+                self._xid_key = stat_key(self._xid_path)
+            self.lifecycle.changed = False
+            self._pending.clear()
+        except (OSError, TimeoutError) as exc:
+            log.error("cannot write the XID lifecycle state %s: %s", self._xid_path, exc)
+
+    def _merge_from_file(self) -> None:
+        """The lifecycle as the file has it, with this process's snapshot, XIDs and clears taken in again."""
+        self._xid_key = stat_key(self._xid_path)
+        lifecycle = self._new_lifecycle()
+        if self._snapshot is not None:
+            lifecycle.observe(self._snapshot, self._boot_id)
+        for recorded, event in self._pending:
+            if recorded:
+                lifecycle.record(event, self._boot_id)
+            else:
+                lifecycle.note_seen(event, self._boot_id)
+        clears = self._clears_watch.last_read()
+        if clears is not None:
+            lifecycle.apply_clears(clears)
+        lifecycle.changed = True
+        self.lifecycle = lifecycle
+
+    def _write_baseline(self) -> None:
+        """Write the baseline (the caller holds the folder's lock)."""
+        if self.baseline is None:
+            return
+        try:
+            write_json(self._inventory_path, self.baseline.to_json(), mode=STATE_FILE_MODE)
+        except OSError as exc:
+            log.error("cannot write the inventory baseline: %s", exc)
+        self._baseline_mtime = self._inventory_mtime()
+
+    def _burn_findings(self, clears: list[Clear]) -> list[Finding]:
+        """The last burn's findings, worked out again only when its results file or the clears changed."""
+        key = stat_key(self._burn_results_path)
+        kept = self._burn_read
+        if kept is None or kept[0] != key or kept[1] is not clears:
+            kept = self._burn_read = (key, clears, burn_findings(self.state_dir, clears))
+        return kept[2]
+
+    def _inventory_mtime(self) -> float | None:
+        try:
+            return self._inventory_path.stat().st_mtime
+        except OSError:
+            return None
+
+    def _reload_baseline(self) -> None:
+        """Pick up a baseline accepted by another process (gpumon health accept-inventory)."""
+        mtime = self._inventory_mtime()
+        if mtime is not None and mtime != self._baseline_mtime:
+            self.baseline = self._load_baseline() or self.baseline
+            self._baseline_mtime = mtime

@@ -1,0 +1,380 @@
+"""XIDs with a lifecycle: a fatal XID keeps its GPU in "needs reset" / "needs reboot" until repaired.
+
+Pure and clock-free: events, snapshots, boot ids and operator clears come in; findings go out.
+
+* A fatal XID (the catalog's action resets, reboots, inspects or replaces) opens a *fault* on
+  its GPU. The fault stays until there is evidence of recovery:
+
+  ==================  ===========================================================
+  lifecycle           resolved by
+  ==================  ===========================================================
+  needs_reset         a GPU reset (the GPU was lost and came back, or its energy
+                      counter restarted: reset or driver reload), a driver version
+                      change, a reboot (boot id changed), or an operator clear
+  needs_reboot        a reboot (boot id changed), or an operator clear
+  needs_inspection    an operator clear only (hardware is checked by people)
+  needs_replacement   an operator clear only
+  ==================  ===========================================================
+
+* Escalation: ``count`` of one code on one GPU within ``window_seconds`` raise the action
+  (catalog ``escalate``, overridable per code in ``health.xid_escalation``).
+* Relations: an XID whose catalog entry ``follows`` other codes defers to one of them seen on
+  the same GPU within ``defer_window_seconds`` before it (it is added to that fault's evidence,
+  not counted on its own). XID 45 (``follow_other_xid``) alone is cleanup, not a fault.
+* Non-fatal XIDs (restart the job, investigate) are WARNING findings for
+  ``transient_window_seconds`` after the last one.
+* The same event seen twice (event thread and kernel log, or a re-read of the log) counts once: a
+  kernel-log record is named by the boot id and the kernel's own time of the record
+  (``XidEvent.identity``), not by when it was read, so a restart that reads the log again, with
+  any clock drift, finds it already seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumon.health.clears import Clear as Clear  # where the lifecycle's users always found it
+from gpumon.health.wording import duration, short_meaning
+from gpumon.health.xid_state_checks import entries, finite_number, valid_clear, valid_fault, valid_recent
+from gpumon.model.findings import ACTIONS, CRITICAL, LIFECYCLE_OF_ACTION, WARNING, Finding, ladder_action
+from gpumon.model.snapshot import Snapshot
+from gpumon.model.xid import XidEvent
+from gpumon.model.xid_catalog import Escalation, XidCatalog, XidInfo
+
+_MAX_SEEN = 4000
+LEGACY_MATCH_SECONDS = 10.0
+"""How far apart an XID recorded by a gpumon without identities and its kernel record read again may be
+stamped (read time live, boot time + kernel time at start) and still be one."""
+_MAX_RESOLVED = 200
+_MAX_HISTORY = 200
+
+
+@dataclass(frozen=True)
+class XidPolicy:
+    """Knobs of the lifecycle (config ``health:``)."""
+
+    escalations: Mapping[int, Escalation] = field(default_factory=dict)
+    """Per-code overrides of the catalog's ``escalate``."""
+    defer_window_seconds: float = 60.0
+    transient_window_seconds: float = 3600.0
+
+
+class XidLifecycle:
+    """Open XID faults per GPU, their recovery and escalation. Not thread-safe: the owner locks."""
+
+    def __init__(self, catalog: XidCatalog, policy: XidPolicy | None = None) -> None:
+        self.catalog = catalog
+        self.policy = policy or XidPolicy()
+        self.boot_id: str | None = None
+        self.driver_version: str | None = None
+        self.faults: list[dict[str, Any]] = []
+        self.resolved: list[dict[str, Any]] = []
+        self.recent: list[dict[str, Any]] = []
+        """Every counted event within the defer / transient / escalation windows: {gpu, uuid, xid, ts}."""
+        self.seen: list[str] = []
+        self.clears_applied: list[dict[str, Any]] = []
+        self._last_up: dict[str, bool] = {}
+        self._energy: dict[str, float] = {}
+        self.changed = False
+
+    # ---- persistence -------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "boot_id": self.boot_id,
+            "driver_version": self.driver_version,
+            "faults": self.faults,
+            "resolved": self.resolved[-_MAX_RESOLVED:],
+            "recent": self.recent,
+            "seen": self.seen[-_MAX_SEEN:],
+            "clears_applied": self.clears_applied[-_MAX_RESOLVED:],
+            "energy_joules": self._energy,
+        }
+
+    def load(self, raw: Any) -> None:
+        """Restore from ``to_json`` output (None: nothing saved yet). Raises ValueError, saying what is
+        wrong, for anything else: the wrong version, a missing key or a value of the wrong type anywhere
+        (a file this gpumon did not write), and then changes nothing."""
+        if raw is None:
+            return
+        if not isinstance(raw, dict) or raw.get("version") != 1:
+            raise ValueError("not an XID state of this gpumon (version 1)")
+        faults = entries(raw, "faults", valid_fault)
+        resolved = entries(raw, "resolved", lambda e: True)
+        recent = entries(raw, "recent", valid_recent)
+        clears = entries(raw, "clears_applied", valid_clear)
+        seen = raw.get("seen") or []
+        energy = raw.get("energy_joules") or {}
+        if not isinstance(seen, list) or not all(isinstance(k, str) for k in seen):
+            raise ValueError("seen: not a list of strings")
+        if not isinstance(energy, dict) or not all(finite_number(v) for v in energy.values()):
+            raise ValueError("energy_joules: not a mapping of numbers")
+        for key in ("boot_id", "driver_version"):
+            if not isinstance(raw.get(key), (str, type(None))):
+                raise ValueError(f"{key}: not a string")
+        self.boot_id = raw.get("boot_id")
+        self.driver_version = raw.get("driver_version")
+        self.faults, self.resolved, self.recent, self.clears_applied = faults, resolved, recent, clears
+        self.seen = list(seen)
+        self._energy = {str(k): float(v) for k, v in energy.items()}
+
+    # ---- inputs ------------------------------------------------------------
+    def record(self, event: XidEvent, boot_id: str | None = None) -> None:
+        """One XID event (GPU index known, or it is ignored: an XID on no known GPU is the tracker's to log).
+
+        ``boot_id``: this boot's (names a kernel-log record with its kernel time: ``XidEvent.identity``),
+        so the same record read again, after a restart or from the other source, counts once."""
+        if event.gpu_index is None:
+            return
+        key = event.identity(boot_id)
+        if key in self.seen:
+            return
+        if any(c["gpu"] == event.gpu_index and event.timestamp_seconds <= c["at_seconds"] for c in self.clears_applied):
+            return  # from before an operator clear (e.g. the kernel log read again)
+        self.seen.append(key)
+        del self.seen[:-_MAX_SEEN]
+        self.changed = True
+        if event.kernel_usec is not None and self._recorded_before_identities(event):
+            return
+        gpu, ts, code = event.gpu_index, event.timestamp_seconds, event.xid
+        info = self.catalog.lookup(code)
+        predecessor = self._predecessor(gpu, code, ts, info.follows)
+        self.recent.append(
+            {"gpu": gpu, "uuid": event.uuid, "xid": code, "ts": ts, "deferred": predecessor is not None, "id": key}
+        )
+        if predecessor is not None:
+            self._add_follower(gpu, predecessor, code)
+            return
+        if info.action == "follow_other_xid":
+            return  # cleanup after an error that is no longer in view: not a fault by itself
+        self._count_fault(event, gpu, info)
+
+    def _add_follower(self, gpu: int, predecessor: int, code: int) -> None:
+        """``code`` deferred to ``predecessor``: named in that fault's evidence (``followed_by``), not counted."""
+        for open_fault in self.faults:
+            if open_fault["gpu"] == gpu and open_fault["xid"] == predecessor:
+                open_fault.setdefault("followed_by", [])
+                if code not in open_fault["followed_by"]:
+                    open_fault["followed_by"].append(code)
+
+    def _count_fault(self, event: XidEvent, gpu: int, info: XidInfo) -> None:
+        """A counted XID of ``gpu``: its action on the ladder (escalated when the catalog or the config says so)
+        opens or adds to the GPU's fault of that code; a transient one opens none (shown while recent)."""
+        ts, code = event.timestamp_seconds, event.xid
+        action = ladder_action(info.action)
+        escalation = self.policy.escalations.get(code, info.escalate)
+        count = self._count(gpu, code, ts, escalation.window_seconds if escalation else 0.0)
+        escalated = escalation is not None and count >= escalation.count
+        if escalated and escalation is not None and ACTIONS.index(escalation.action) > ACTIONS.index(action):
+            action = escalation.action
+        if action not in LIFECYCLE_OF_ACTION:
+            return  # transient: shown as a warning while recent
+        fault: dict[str, Any] | None = next((f for f in self.faults if f["gpu"] == gpu and f["xid"] == code), None)
+        if fault is None:
+            fault = {
+                "gpu": gpu,
+                "uuid": event.uuid,
+                "xid": code,
+                "meaning": short_meaning(info.meaning),
+                "first_seconds": ts,
+                "count": 0,
+                "boot_id": self.boot_id,
+                "energy_joules": self._energy.get(str(gpu)),
+                "source": event.source,
+            }
+            self.faults.append(fault)
+        fault["count"] += 1
+        fault["last_seconds"] = max(ts, fault.get("last_seconds", ts))
+        if ACTIONS.index(action) >= ACTIONS.index(fault.get("action", "none")):
+            fault["action"] = action
+            fault["lifecycle"] = LIFECYCLE_OF_ACTION[action]
+        if escalated and escalation is not None:
+            fault["escalated"] = {
+                "count": count,
+                "window_seconds": escalation.window_seconds,
+                "action": escalation.action,
+            }
+
+    def note_seen(self, event: XidEvent, boot_id: str | None = None) -> None:
+        """``event`` is the other source's copy of an XID already recorded: its identity is seen too (so the
+        kernel-log record of an XID that NVML reported first is not counted when the log is read again)."""
+        key = event.identity(boot_id)
+        if key not in self.seen:
+            self.seen.append(key)
+            del self.seen[:-_MAX_SEEN]
+            self.changed = True
+
+    def observe(self, snapshot: Snapshot, boot_id: str | None) -> None:
+        """Look for evidence of recovery in a snapshot and the host's boot id."""
+        if boot_id is not None and boot_id != self.boot_id:
+            if self.boot_id is not None:
+                self._resolve(
+                    lambda f: f["lifecycle"] in ("needs_reset", "needs_reboot"), "node rebooted (boot id changed)"
+                )
+            self.boot_id = boot_id
+            self.changed = True
+        driver = snapshot.host.driver_version if snapshot.nvml_up else None
+        if driver is not None:
+            if self.driver_version is not None and driver != self.driver_version:
+                self._resolve(
+                    lambda f: f["lifecycle"] == "needs_reset",
+                    f"driver reloaded ({self.driver_version} -> {driver})",
+                )
+            if driver != self.driver_version:
+                self.driver_version = driver
+                self.changed = True
+        for g in snapshot.gpus:
+            key = str(g.index)
+            was_up = self._last_up.get(key)
+            self._last_up[key] = g.up
+            if g.up and was_up is False:
+                self._resolve(
+                    lambda f, i=g.index: f["gpu"] == i and f["lifecycle"] == "needs_reset",
+                    "GPU reset (it was lost and came back)",
+                )
+            energy = g.energy_joules_total
+            if g.up and energy is not None:
+                self._resolve(
+                    lambda f, i=g.index, e=energy: (
+                        f["gpu"] == i
+                        and f["lifecycle"] == "needs_reset"
+                        and f.get("energy_joules") is not None
+                        and e < float(f["energy_joules"]) - 1.0
+                    ),
+                    "GPU reset or driver reload (its energy counter restarted)",
+                )
+                self._energy[key] = energy
+
+    def apply_clears(self, clears: Sequence[Clear]) -> None:
+        """Operator clears: every fault (and recent XID) of that GPU from before the clear is resolved."""
+        done = {(c["gpu"], c["at_seconds"]) for c in self.clears_applied}
+        for clear in clears:
+            if (clear.gpu, clear.at_seconds) in done:
+                continue
+            self.clears_applied.append(clear.to_json())
+            self._resolve(
+                lambda f, c=clear: f["gpu"] == c.gpu and f["first_seconds"] <= c.at_seconds,
+                f"cleared by operator{' ' + clear.user if clear.user else ''}: {clear.reason}",
+                at=clear.at_seconds,
+            )
+            self.recent = [e for e in self.recent if not (e["gpu"] == clear.gpu and e["ts"] <= clear.at_seconds)]
+            self.changed = True
+
+    # ---- outputs -----------------------------------------------------------
+    def findings(self, now_seconds: float) -> list[Finding]:
+        """Open faults (CRITICAL) and recent non-fatal XIDs (WARNING)."""
+        self._prune(now_seconds)
+        out: list[Finding] = []
+        for f in self.faults:
+            summary = f"xid {f['xid']} {f['meaning']}"
+            if f.get("escalated"):
+                esc = f["escalated"]
+                summary += f" ({esc['count']} in {duration(esc['window_seconds'], style='spelled')})"
+            out.append(
+                Finding(
+                    kind="xid",
+                    severity=CRITICAL,
+                    action=f["action"],
+                    summary=summary,
+                    gpu=f["gpu"],
+                    uuid=f.get("uuid"),
+                    evidence={
+                        "xid": f["xid"],
+                        "lifecycle": f["lifecycle"],
+                        "count": f["count"],
+                        "first_seconds": f["first_seconds"],
+                        "last_seconds": f.get("last_seconds"),
+                        "followed_by": f.get("followed_by", []),
+                        "source": f.get("source"),
+                        **({"escalated": f["escalated"]} if f.get("escalated") else {}),
+                    },
+                )
+            )
+        faulted = {(f["gpu"], f["xid"]) for f in self.faults}
+        transient: dict[tuple[int, int], list[dict[str, Any]]] = {}
+        for e in self.recent:
+            if e.get("deferred") or e.get("resolved") or (e["gpu"], e["xid"]) in faulted:
+                continue
+            if now_seconds - e["ts"] > self.policy.transient_window_seconds:
+                continue
+            info = self.catalog.lookup(e["xid"])
+            if info.severity == "info" or info.action == "follow_other_xid":
+                continue
+            transient.setdefault((e["gpu"], e["xid"]), []).append(e)
+        for (gpu, code), events in sorted(transient.items()):
+            info = self.catalog.lookup(code)
+            out.append(
+                Finding(
+                    kind="xid",
+                    severity=WARNING,
+                    action=ladder_action(info.action),
+                    summary=f"xid {code} {short_meaning(info.meaning)}"
+                    + (f" ({len(events)} times)" if len(events) > 1 else ""),
+                    gpu=gpu,
+                    uuid=events[-1].get("uuid"),
+                    evidence={"xid": code, "count": len(events), "last_seconds": events[-1]["ts"]},
+                )
+            )
+        return out
+
+    # ---- helpers -----------------------------------------------------------
+    def _recorded_before_identities(self, event: XidEvent) -> bool:
+        """A kernel-log XID that a gpumon before XID identities recorded (its ``recent`` entry has no ``id``):
+        the same GPU and code within LEGACY_MATCH_SECONDS. Matched once each, so the first start after an
+        upgrade does not count again what the log still holds (XID 79 twice in a week escalates)."""
+        for entry in self.recent:
+            if (
+                "id" not in entry
+                and not entry.get("matched")
+                and entry["gpu"] == event.gpu_index
+                and entry["xid"] == event.xid
+                and abs(entry["ts"] - event.timestamp_seconds) <= LEGACY_MATCH_SECONDS
+            ):
+                entry["matched"] = True
+                return True
+        return False
+
+    def _predecessor(self, gpu: int, code: int, ts: float, follows: tuple[int, ...] | None) -> int | None:
+        if follows == ():
+            return None
+        window = self.policy.defer_window_seconds
+        for e in reversed(self.recent):
+            if e["gpu"] != gpu or e["xid"] == code or e.get("deferred"):
+                continue
+            if 0 <= ts - e["ts"] <= window and (follows is None or e["xid"] in follows):
+                return int(e["xid"])
+        return None
+
+    def _count(self, gpu: int, code: int, ts: float, window: float) -> int:
+        return sum(
+            1
+            for e in self.recent
+            if e["gpu"] == gpu and e["xid"] == code and not e.get("deferred") and 0 <= ts - e["ts"] <= window
+        )
+
+    def _resolve(self, match: Any, how: str, at: float | None = None) -> None:
+        keep = []
+        for f in self.faults:
+            if match(f):
+                self.resolved.append({**f, "resolved_by": how, **({"resolved_seconds": at} if at else {})})
+                for e in self.recent:  # still counted for escalation, no longer shown
+                    if e["gpu"] == f["gpu"] and e["xid"] == f["xid"]:
+                        e["resolved"] = True
+                self.changed = True
+            else:
+                keep.append(f)
+        self.faults = keep
+        del self.resolved[:-_MAX_RESOLVED]
+
+    def _prune(self, now_seconds: float) -> None:
+        longest = max(
+            [self.policy.transient_window_seconds, self.policy.defer_window_seconds]
+            + [e.window_seconds for e in self.policy.escalations.values()]
+            + [i.escalate.window_seconds for i in self.catalog.entries.values() if i.escalate]
+        )
+        kept = [e for e in self.recent if now_seconds - e["ts"] <= longest][-_MAX_HISTORY * 10 :]
+        if len(kept) != len(self.recent):
+            self.recent = kept
+            self.changed = True

@@ -1,0 +1,177 @@
+"""The HTTP server: /metrics, /healthz, /ready and routes other parts add (/api/alerts).
+
+A scrape only reads the SnapshotStore, so it answers even while a poll hangs in NVML.
+This module says what a request gets: the web config's gate (rate limit, basic auth,
+``unauthenticated_paths``), then the exposition (text or OpenMetrics, gzip when asked;
+requests that arrive while one is rendered share it) or a route run on a worker thread.
+The connections themselves (event loop, TLS, timeouts, limits) are
+``gpumon.http.connections``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from gpumon.collect.store import SnapshotStore
+from gpumon.exposition import openmetrics
+from gpumon.exposition.text import CONTENT_TYPE
+from gpumon.http.connections import Body, HttpConnectionServer
+from gpumon.http.limits import HttpLimits
+from gpumon.http.messages import TEXT_PLAIN, Request, Response, Route, accepts_gzip, wants_openmetrics
+
+if TYPE_CHECKING:  # the web config's modules are loaded only where a web config is given
+    from gpumon.http.webconfig_watcher import WebConfigWatcher
+
+INDEX_HTML = b"""<!doctype html><html><head><title>gpumon</title></head><body>
+<h1>gpumon</h1><ul>
+<li><a href="/metrics">/metrics</a> Prometheus metrics</li>
+<li><a href="/healthz">/healthz</a> process alive</li>
+<li><a href="/ready">/ready</a> a fresh snapshot exists</li>
+<li><a href="/api/snapshot">/api/snapshot</a> the latest snapshot as JSON</li>
+<li><a href="/api/alerts">/api/alerts</a> active alerts</li>
+</ul></body></html>"""
+
+
+class Exposition(Protocol):
+    """What /metrics serves, as chunks of bytes (gpumon.exposition.collector.GpumonCollector)."""
+
+    @property
+    def serves_openmetrics(self) -> bool:
+        """Whether ``body(openmetrics=True)`` gives OpenMetrics (else only the classic text is served)."""
+        ...
+
+    def body(self, *, openmetrics: bool = False, gzip: bool = False) -> Sequence[bytes]:
+        """The exposition, made now if need be (called on a worker thread)."""
+        ...
+
+    def ready_body(self, *, openmetrics: bool = False, gzip: bool = False) -> Sequence[bytes] | None:
+        """The exposition when it is made of kept bytes (called on the event loop), else None."""
+        ...
+
+
+DEFAULT_LIMITS = HttpLimits()
+"""The limits a MetricsServer has unless told otherwise (a frozen value, shared)."""
+
+
+class MetricsServer(HttpConnectionServer):
+    """Serves ``exposition`` on /metrics (Prometheus text 0.0.4, or OpenMetrics when asked and
+    served) and the routes: its ``ready_body`` on the event loop when it has one (no thread
+    hand-over), else its ``body`` on a worker thread.
+
+    ``web_config``: TLS, basic auth, extra headers and rate limit from a web-config.yml
+    (None: plain HTTP, no auth).
+    The listening socket is bound in the constructor (OSError when it cannot be).
+    """
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        exposition: Exposition,
+        store: SnapshotStore,
+        *,
+        stale_after_seconds: float,
+        routes: Mapping[str, Route] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        web_config: WebConfigWatcher | None = None,
+        limits: HttpLimits = DEFAULT_LIMITS,
+    ) -> None:
+        self._exposition = exposition
+        self._store = store
+        self._stale_after = stale_after_seconds
+        self._routes: dict[str, Route] = dict(routes or {})
+        self._mono = monotonic
+        self._inflight: dict[tuple[str, bool], asyncio.Future[Body]] = {}
+        super().__init__(address, web_config=web_config, limits=limits)
+
+    def add_route(self, path: str, route: Route) -> None:
+        self._routes[path] = route
+
+    def set_stale_after(self, seconds: float) -> None:
+        self._stale_after = seconds
+
+    # ------------------------------------------------------------------
+    def ready(self) -> Response:
+        snapshot = self._store.latest()
+        if snapshot is None:
+            return 503, TEXT_PLAIN, b"not ready: no snapshot yet\n"
+        age = self._mono() - snapshot.monotonic_seconds
+        if age > self._stale_after:
+            body = f"not ready: snapshot is {age:.1f}s old (limit {self._stale_after:g}s); a poll may hang\n"
+            return 503, TEXT_PLAIN, body.encode()
+        state = "NVML up" if snapshot.nvml_up else f"NVML down: {snapshot.nvml_error}"
+        return 200, TEXT_PLAIN, f"ready: snapshot {age:.1f}s old, {state}\n".encode()
+
+    # --- what a request gets ---------------------------------------------
+    async def _respond(self, request: Request) -> tuple[int, dict[str, str], Body]:
+        if request.method not in ("GET", "HEAD"):
+            return 405, {"Content-Type": TEXT_PLAIN, "Allow": "GET, HEAD"}, b"method not allowed\n"
+        web = self._web
+        path = request.path
+        if web is not None:
+            if not web.allow_request():
+                return 429, {"Content-Type": TEXT_PLAIN}, b"Too Many Requests\n"
+            if path not in web.current().unauthenticated_paths:
+                verdict = await asyncio.wrap_future(
+                    web.authenticate(request.headers.get("authorization"), request.client)
+                )
+                if verdict is None:
+                    return 429, {"Retry-After": "1", "Content-Type": TEXT_PLAIN}, b"Too Many Requests\n"
+                if not verdict:
+                    return (
+                        401,
+                        {"WWW-Authenticate": 'Basic realm="gpumon"', "Content-Type": TEXT_PLAIN},
+                        b"Unauthorized\n",
+                    )
+        if path == "/metrics":
+            return await self._metrics(request)
+        if path == "/healthz":
+            return 200, {"Content-Type": TEXT_PLAIN}, b"ok\n"
+        if path == "/":
+            return 200, {"Content-Type": "text/html; charset=utf-8"}, INDEX_HTML
+        if path == "/ready":
+            route: Route = self.ready
+        elif path in self._routes:
+            route = self._routes[path]
+        else:
+            return 404, {"Content-Type": TEXT_PLAIN}, b"not found\n"
+        try:
+            code, ctype, payload = await asyncio.get_running_loop().run_in_executor(self._workers, route)
+        except Exception:
+            self._repeat(logging.ERROR, f"handler for {path} failed", "handler for %s failed", path, exc_info=True)
+            return 500, {"Content-Type": TEXT_PLAIN}, b"internal error\n"
+        return code, {"Content-Type": ctype}, payload
+
+    async def _metrics(self, request: Request) -> tuple[int, dict[str, str], Body]:
+        use_openmetrics = self._exposition.serves_openmetrics and wants_openmetrics(request.headers.get("accept"))
+        kind = "openmetrics" if use_openmetrics else "text"
+        use_gzip = accepts_gzip(request.headers.get("accept-encoding"))
+        try:
+            body: Body | None = self._exposition.ready_body(openmetrics=use_openmetrics, gzip=use_gzip)
+            if body is None:
+                body = await self._rendered(kind, use_gzip)
+        except Exception:
+            self._repeat(logging.ERROR, "rendering /metrics failed", "rendering /metrics failed", exc_info=True)
+            return 500, {"Content-Type": TEXT_PLAIN}, b"internal error\n"
+        headers = {"Content-Type": openmetrics.CONTENT_TYPE if use_openmetrics else CONTENT_TYPE}
+        headers["Vary"] = "Accept, Accept-Encoding"
+        if use_gzip:
+            headers["Content-Encoding"] = "gzip"
+        return 200, headers, body
+
+    def _made(self, kind: str, use_gzip: bool) -> Body:
+        """The exposition in ``kind``, gzipped when asked (on a worker thread)."""
+        return self._exposition.body(openmetrics=kind == "openmetrics", gzip=use_gzip)
+
+    async def _rendered(self, kind: str, use_gzip: bool) -> Body:
+        """The exposition; requests that arrive while one is being rendered share it."""
+        key = (kind, use_gzip)
+        pending = self._inflight.get(key)
+        if pending is None:
+            pending = asyncio.get_running_loop().run_in_executor(self._workers, self._made, kind, use_gzip)
+            self._inflight[key] = pending
+            pending.add_done_callback(lambda _f: self._inflight.pop(key, None))
+        return await asyncio.shield(pending)

@@ -1,1 +1,0 @@
-"""The outside world a finding acts on: Slurm (scontrol), node-problem-detector output."""

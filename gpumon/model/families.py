@@ -1,0 +1,60 @@
+"""The metric vocabulary: a metric family as plain data, shared by every metric source.
+
+gpumon's own table, alerts, burn results, read errors, health and the DCGM names each build
+``Family`` objects; gpumon.exposition.text and gpumon.exposition.openmetrics write them.
+prometheus_client sees them through gpumon.exposition.registry.FamilyMetric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+KINDS = ("gauge", "counter", "untyped")
+
+
+@dataclass
+class Family:
+    """One metric family: ``samples`` hold label values in the order of ``label_names``.
+
+    Names (of the family and its labels) are plain Prometheus names, ``[a-zA-Z_][a-zA-Z0-9_]*``.
+    """
+
+    name: str
+    """Sample name; for counters it ends in ``_total``."""
+    kind: str
+    """``gauge``, ``counter`` or ``untyped`` (OpenMetrics calls it ``unknown``)."""
+    help: str
+    label_names: tuple[str, ...] = ()
+    samples: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
+    plain_labels: bool = False
+    """True when no label value can hold a backslash, quote or newline (indices, UUIDs, fixed
+    names): rendering then skips escaping."""
+    optional_labels: tuple[str, ...] = ()
+    """Labels left out of a sample where their value is "" (a family whose samples do not all
+    carry the same labels, such as ``peer_gpu`` on p2p bandwidth only)."""
+    rendered: str | None = None
+    """This family's text, once rendered; families of slow tiers are reused across scrapes.
+    A family is not changed once rendered."""
+    rendered_openmetrics: str | None = None
+    """The same in OpenMetrics text, once rendered (gpumon.exposition.openmetrics)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.name}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.kind == "counter" and not self.name.endswith("_total"):
+            raise ValueError(f"{self.name}: a counter's sample name ends in _total")
+
+    def add(self, labels: Sequence[str], value: float) -> None:
+        self.samples.append((tuple(labels), float(value)))
+
+    @property
+    def family_name(self) -> str:
+        return self.name.removesuffix("_total") if self.kind == "counter" else self.name
+
+
+class FamilySource(Protocol):
+    """A metric source: its families for one scrape (built fresh, or reused while unchanged)."""
+
+    def families(self) -> Iterable[Family]: ...

@@ -1,0 +1,1 @@
+"""Small helpers with no knowledge of GPUs: bounded reads, YAML, JSON output, pipes, clocks, state files."""

@@ -1,0 +1,244 @@
+"""Files under the state directory: atomic JSON (a temporary file, fsynced, renamed), appended lines,
+and the folders they go in, each given its mode explicitly (never the umask of whoever runs gpumon).
+
+Modes: folders DIR_MODE (0755: written by their owner only; 2775 where the folder above is an admin
+group's, setgid and group-writable, see docs/health.md "Who may clear"), files by their writer's choice
+(0600 for the alert spool, 0644 for the health state, which holds nothing secret and which root, the
+admin group and the daemon's service user all need to read). A folder that root makes inside a state
+directory owned by another user (the daemon's service user) is given to that user, so the daemon can
+still write beside it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import stat
+import tempfile
+import zlib
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from gpumon.util.boundedfile import read_up_to
+
+HEALTH_DIR = "health"
+SIMULATED_DIR = "simulated"
+DIR_MODE = 0o755
+GROUP_DIR_MODE = 0o2775
+STATE_FILE_MODE = 0o644
+
+
+def health_dir(state_dir: str | Path, simulated: str | None = None) -> Path:
+    """``STATE_DIR/health``: inventory baseline, XID lifecycle, operator clears, action log.
+
+    ``simulated``: the backend spec of simulated GPUs (``fake``, ``fake:xid-storm``, ``fake:PATH``):
+    their health state goes to ``STATE_DIR/simulated/<spec>/health`` instead, one folder per scenario,
+    so a demo on a GPU host never writes into the node's own state (nor one scenario into another's)."""
+    if simulated is None:
+        return Path(state_dir) / HEALTH_DIR
+    return Path(state_dir) / SIMULATED_DIR / simulated_name(simulated) / HEALTH_DIR
+
+
+def simulated_spec(backend: str) -> str | None:
+    """What ``health_dir``'s ``simulated`` is for a run on backend spec ``backend``: the spec itself for
+    simulated GPUs (``fake``, ``fake:NAME``, ``fake:PATH``), whose state is kept apart; None for real ones."""
+    return backend if backend.startswith("fake") else None
+
+
+def simulated_name(spec: str) -> str:
+    """A folder name for a simulated backend spec: ``fake:xid-storm`` -> ``fake-xid-storm``; a scenario
+    file's spec gets its file name and a hash of the whole spec (two files of one name stay apart)."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.replace(":", "-")).strip(".-") or "fake"
+    if "/" in spec or len(name) > 64:
+        digest = f"{zlib.crc32(spec.encode('utf-8', errors='replace')):08x}"  # zlib: the daemon has it loaded
+        base = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(spec.split(":", 1)[-1]).name).strip(".-")[:40]
+        name = f"fake-{base}-{digest}" if base else f"fake-{digest}"
+    return name
+
+
+def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``text`` in one rename (flushed and fsynced first, then given ``mode``), then
+    fsync the folder so the rename itself survives a power loss: a reader sees the old or the new file,
+    never half, even after a crash. The temporary file is ``.NAME.<random>`` beside it
+    (``remove_stale_temporaries`` removes one a killed writer left). The folder must exist."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Flush ``folder``'s entries (a rename in it) to disk; a folder that cannot be opened or synced
+    (some file systems refuse) is left as it is: the file itself is already on disk."""
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def json_text(data: Any) -> str:
+    """``data`` as the JSON every gpumon file and ``--json`` output uses: indented, keys sorted, a final newline."""
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def ensure_dir(path: Path) -> None:
+    """Make ``path`` and any missing folder above it, each with DIR_MODE (GROUP_DIR_MODE and the group
+    of the folder above, where that one is setgid and group-writable) whatever the umask."""
+    path = Path(path)
+    missing: list[Path] = []
+    probe = path
+    while not probe.is_dir():
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    for folder in reversed(missing):
+        parent = os.stat(folder.parent)
+        grouped = bool(parent.st_mode & stat.S_ISGID and parent.st_mode & stat.S_IWGRP)
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            continue  # made meanwhile by another process: theirs to have set
+        os.chmod(folder, GROUP_DIR_MODE if grouped else DIR_MODE)
+        if os.geteuid() == 0 and parent.st_uid != 0:  # root working in the service user's state directory
+            os.chown(folder, parent.st_uid, parent.st_gid)
+
+
+def close_to_others(folders: list[Path]) -> list[str]:
+    """Take write access for "others" away from each of ``folders`` this process owns (a state directory
+    made under a umask of 000 let any user replace its files); what was changed or could not be, as lines."""
+    said = []
+    for folder in folders:
+        try:
+            st = os.stat(folder)
+        except OSError:
+            continue
+        if not st.st_mode & stat.S_IWOTH:
+            continue
+        if st.st_uid != os.geteuid():
+            said.append(f"{folder} is writable by every user and not ours to change: fix its mode (chmod o-w)")
+            continue
+        try:
+            os.chmod(folder, stat.S_IMODE(st.st_mode) & ~stat.S_IWOTH)
+            said.append(f"{folder} was writable by every user; now {stat.S_IMODE(st.st_mode) & ~stat.S_IWOTH:04o}")
+        except OSError as exc:
+            said.append(f"{folder} is writable by every user and cannot be changed: {exc.strerror or exc}")
+    return said
+
+
+def write_json(path: Path, data: Any, mode: int = 0o600) -> None:
+    """Replace the state file ``path`` with ``data`` as JSON (``mode``: readable by its owner only unless
+    told), creating its folder (``ensure_dir``)."""
+    ensure_dir(path.parent)
+    write_text_atomic(path, json_text(data), mode=mode)
+
+
+MAX_STATE_BYTES = 16 * 1024 * 1024
+"""The largest state file gpumon reads (its own are kilobytes: a bigger one is not one it wrote)."""
+
+
+class DamagedFile(Exception):
+    """A state file that is not what gpumon writes: not a regular file, too large, not UTF-8, not JSON,
+    nested too deeply, or of the wrong shape. The message says which, in a few words."""
+
+
+def read_state_json(path: Path, max_bytes: int = MAX_STATE_BYTES) -> Any:
+    """The JSON in the state file ``path``; None when there is none. Bounded: a symbolic link, a FIFO or a
+    device (``/dev/zero``), more than ``max_bytes``, bytes that are not UTF-8, text that is not JSON or JSON
+    nested deeper than Python can parse raise DamagedFile; a file that cannot be read raises OSError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DamagedFile("a symbolic link, not a file gpumon wrote") from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise DamagedFile("not a regular file")
+        if st.st_size > max_bytes:
+            raise DamagedFile(f"{st.st_size} bytes, more than the {max_bytes} a state file may have")
+        data = read_up_to(fd, max_bytes)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise DamagedFile(f"more than the {max_bytes} bytes a state file may have")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise DamagedFile("not UTF-8") from exc
+    except RecursionError as exc:
+        raise DamagedFile("nested too deeply") from exc
+    except ValueError as exc:
+        raise DamagedFile(f"not JSON ({exc})") from exc
+
+
+def move_aside(path: Path, now_seconds: float) -> Path:
+    """Rename a damaged state file to ``NAME.damaged-<unix time>`` beside it (kept for the operator)."""
+    target = path.with_name(f"{path.name}.damaged-{int(now_seconds)}")
+    n = 1
+    while target.exists() or target.is_symlink():
+        target = path.with_name(f"{path.name}.damaged-{int(now_seconds)}-{n}")
+        n += 1
+    os.rename(path, target)
+    return target
+
+
+def remove_stale_temporaries(folder: Path, names: tuple[str, ...], patterns: tuple[str, ...] = ()) -> list[Path]:
+    """Remove the temporary files ``write_text_atomic`` leaves when killed mid-write (``.NAME.*``) of each of
+    ``names`` in ``folder``, and those matching any of ``patterns`` (fnmatch globs: the temporaries an
+    earlier gpumon's writer named otherwise, ``.spool-*.tmp``); the caller makes sure no writer is using one."""
+    removed: list[Path] = []
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return removed
+    for entry in entries:
+        if any(entry.startswith(f".{name}.") for name in names) or any(fnmatchcase(entry, p) for p in patterns):
+            try:
+                (folder / entry).unlink()
+                removed.append(folder / entry)
+            except OSError:
+                continue
+    return removed
+
+
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``, or None when it is missing, unreadable or damaged (``read_state_json``'s bounds:
+    a damaged file is not fatal, and /dev/zero or a FIFO in its place is not read for ever)."""
+    try:
+        return read_state_json(path)
+    except (OSError, DamagedFile):
+        return None
+
+
+def append_line(path: Path, data: Any) -> None:
+    """Append one JSON line (the action log); O_APPEND keeps concurrent writers' lines whole."""
+    ensure_dir(path.parent)
+    line = json.dumps(data, sort_keys=True) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, STATE_FILE_MODE)
+    try:
+        if os.fstat(fd).st_uid == os.geteuid():
+            os.fchmod(fd, STATE_FILE_MODE)  # whatever the umask
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
