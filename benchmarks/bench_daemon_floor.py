@@ -143,9 +143,11 @@ def process_cpu_seconds(ps: psutil.Process) -> float:
     total_ns = 0
     try:
         for tid in os.listdir(f"/proc/{ps.pid}/task"):
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                with open(f"/proc/{ps.pid}/task/{tid}/schedstat") as f:
-                    total_ns += int(f.read().split()[0])
+            with (
+                contextlib.suppress(FileNotFoundError, ProcessLookupError),
+                open(f"/proc/{ps.pid}/task/{tid}/schedstat") as f,
+            ):
+                total_ns += int(f.read().split()[0])
     except OSError:
         times = ps.cpu_times()
         return float(times.user + times.system)
