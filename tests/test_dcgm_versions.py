@@ -254,7 +254,7 @@ def test_both_sets_and_the_options_load(tmp_path: Any) -> None:
 
 
 def test_the_config_knows_every_set_and_label() -> None:
-    from gpumon.config.file import compat as compat_config
+    from gpumon.config import compat as compat_config
 
     assert compat_config.COMPAT_MODES == SETS
     assert set(compat_config.COMPAT_LABELS) == set(COMPAT_LABELS)

@@ -82,7 +82,7 @@ def test_a_state_directory_that_cannot_be_written_is_logged_once_not_once_a_seco
     start_daemon: Callable[..., DaemonProcess],
 ) -> None:
     daemon = start_daemon("--backend", "fake:gpu-lost")
-    wait_for(lambda: "lost" in daemon.log(), what="the GPU lost (alerts and XID state change)")
+    wait_for(lambda: ") lost: " in daemon.log(), what="the GPU lost (alerts and XID state change)")
     time.sleep(1.0)
     before = len(_error_lines(daemon.log()))
     for sub in ("alerts", "health"):  # the state directory's folders become unwritable (files in their place)

@@ -127,6 +127,8 @@ class FakeBackend:
 
     def shutdown(self) -> None:
         self._stop.set()
+        with self._events_ready:  # an event wait in progress ends now, not at its timeout
+            self._events_ready.notify_all()
 
     def device_count(self) -> int:
         return len(self.scripts)

@@ -1,7 +1,8 @@
 """The event thread: waits on the backend for XIDs; an XID ends the wait at once, so it is seen as it comes.
 
-Each wait lasts at most ``wait_seconds`` (2 s): the thread wakes that often to see a stop or NVML
-coming up (an idle wake costs CPU; docs/benchmarks.md, daemon CPU)."""
+Each wait lasts at most ``wait_seconds`` (1 s): the thread wakes that often to see a stop or NVML
+coming up. An idle wake costs CPU (docs/benchmarks.md, daemon CPU), and a stop waits for the wait
+in progress (NVML's event set is never freed under it), so SIGTERM ends gpumon within about that."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class XidEventThread:
         backend: GpuBackend,
         on_event: Callable[[XidEvent], object],
         ready: Callable[[], bool],
-        wait_seconds: float = 2.0,
+        wait_seconds: float = 1.0,
     ) -> None:
         self._backend = backend
         self._on_event = on_event
