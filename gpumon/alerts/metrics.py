@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 from gpumon.alerts.alert import AlertCount
-from gpumon.alerts.notify import STUCK_AFTER_BACKOFFS, Receiver
+from gpumon.alerts.notify import Receiver
+from gpumon.alerts.sender_health import STUCK_AFTER_BACKOFFS
 from gpumon.burn.marker import BurnHoldBack
 from gpumon.model.families import Family
 

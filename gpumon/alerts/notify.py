@@ -16,7 +16,8 @@ A worker thread survives any exception of its own (a bug, a broken clock, ...): 
 logged once per distinct error, counted in ``ReceiverStats.errors`` and the worker goes
 on after a backoff. ``Receiver.health`` says whether the worker is up, stuck (alerts
 queued and no delivery attempt for ``STUCK_AFTER_BACKOFFS`` × (max backoff + timeout)
-past the planned retry) or stopped (its thread ended).
+past the planned retry) or stopped (its thread ended): ``gpumon.alerts.sender_health``
+judges it.
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpumon.alerts.config import ReceiverHttp, RetryConfig
 from gpumon.alerts.http_post import SendResult, new_session, post_json, safe_url
 from gpumon.alerts.notification import Notification, alertmanager_body, webhook_body
+from gpumon.alerts.sender_health import ReceiverStats, SenderHealth, describe, judge_health, sender_json
 
 if TYPE_CHECKING:
     import requests
@@ -44,52 +46,13 @@ MAX_BATCH = 64
 MAX_RETRY_AFTER_SECONDS = 600.0
 MAX_BACKOFF_EXPONENT = 62
 """``initial_backoff × 2**k`` is capped at k = 62 before ``min(max_backoff, …)``: 2.0**1024 overflows."""
-STUCK_AFTER_BACKOFFS = 3
-"""A worker with queued alerts and no attempt for this many × (max backoff + timeout) past its planned retry is stuck."""
 _MAX_DISTINCT_ERRORS = 100
-
-
-def _describe(exc: BaseException) -> str:
-    """``Type: message`` of an exception, short; never raises (even for a broken ``__str__``)."""
-    try:
-        text = f"{type(exc).__name__}: {exc}"
-    except Exception:
-        text = type(exc).__name__
-    return text if len(text) < 300 else text[:297] + "..."
 
 
 @dataclass
 class _Item:
     seq: int
     notification: Notification
-
-
-@dataclass
-class ReceiverStats:
-    """Counts of alerts by outcome: sent, failed (an attempt to retry), dropped (4xx), overflow (queue full)."""
-
-    outcomes: dict[str, int] = field(default_factory=lambda: {"sent": 0, "failed": 0, "dropped": 0, "overflow": 0})
-    last_error: str = ""
-    """Why the last attempt failed; cleared by a successful delivery."""
-    last_success_at: float | None = None
-    errors: int = 0
-    """Unexpected exceptions the worker thread survived (a bug: see the log)."""
-    last_attempt_at: float | None = None
-    """Unix seconds of the worker's last delivery attempt (or its start)."""
-
-
-@dataclass(frozen=True)
-class SenderHealth:
-    """Whether a receiver's worker thread delivers: ``up``, ``stuck`` or ``stopped``."""
-
-    state: str
-    """up | stuck (alerts queued, no attempt for too long) | stopped (the thread ended or never started)."""
-    problem: str = ""
-    """One line saying what is wrong; empty when up."""
-
-    @property
-    def up(self) -> bool:
-        return self.state == "up"
 
 
 class Receiver:
@@ -230,29 +193,14 @@ class Receiver:
         """Whether the worker delivers (for metrics and ``gpumon alerts``; not for readiness)."""
         with self._cond:
             thread = self._thread
-            if thread is None or not thread.is_alive():
-                return SenderHealth("stopped", "the sender thread is not running; restart gpumon")
-            if not self._items:
-                return SenderHealth("up")
-            now = time.monotonic()
-            allowed = STUCK_AFTER_BACKOFFS * (self.retry.max_backoff_seconds + self.retry.timeout_seconds)
-            since = max(self._progress_monotonic, self._planned_retry_monotonic)
-            if now - since <= allowed:
-                return SenderHealth("up")
+            running = thread is not None and thread.is_alive()
+            progress, planned_retry = self._progress_monotonic, self._planned_retry_monotonic
             queued = len(self._items)
-        return SenderHealth(
-            "stuck", f"no delivery attempt for {now - self._progress_monotonic:.0f} s with {queued} alert(s) queued"
-        )
+        return judge_health(running, queued, time.monotonic(), progress, planned_retry, self.retry)
 
     def sender_json(self) -> dict[str, Any]:
         """The worker's health for ``/api/alerts``: sender (up/stuck/stopped), its problem, errors, last attempt."""
-        health = self.health()
-        return {
-            "sender": health.state,
-            "sender_problem": health.problem,
-            "sender_errors": self.stats.errors,
-            "last_attempt_at": self.stats.last_attempt_at,
-        }
+        return sender_json(self.health(), self.stats)
 
     def _run(self) -> None:
         # The HTTP session is made for the first batch: a daemon that never alerts never loads requests.
@@ -281,7 +229,7 @@ class Receiver:
         try:
             new = self._session_factory()
         except Exception as exc:
-            log.debug("alert sender for %s: no new HTTP session: %s", self.name, _describe(exc))
+            log.debug("alert sender for %s: no new HTTP session: %s", self.name, describe(exc))
             return old
         try:
             old.close()
@@ -332,7 +280,7 @@ class Receiver:
 
     def _survive(self, exc: Exception) -> float:
         """An exception escaped one round of the worker: log it once per distinct error, count it; the backoff."""
-        key = _describe(exc)
+        key = describe(exc)
         with self._cond:
             self.stats.errors += 1
             self._attempt += 1

@@ -12,10 +12,10 @@ Threads:
 * one ``gpumon-alerts-<kind>`` worker per receiver posts its queue.
 
 What is delivered: an alert is announced when it fires and is not held back by a burn,
-and withdrawn (sent resolved, ``endsAt`` = now) when it resolves or becomes held back.
-The announced set (``delivered``), the engine states and every receiver's queue live in
-the spool, so a restart (even after SIGKILL) resumes with the same ``startsAt`` and
-delivers what was queued.
+and withdrawn (sent resolved, ``endsAt`` = now) when it resolves or becomes held back
+(``delivery``). The announced set (``delivered``), the engine states and every receiver's
+queue live in the spool (``spool_writer``), so a restart (even after SIGKILL) resumes with
+the same ``startsAt`` and delivers what was queued (``spool_restore``).
 """
 
 from __future__ import annotations
@@ -32,16 +32,18 @@ from typing import Any
 from gpumon.alerts.alert import Alert
 from gpumon.alerts.builtin import xid_action_from_catalog
 from gpumon.alerts.config import AlertingConfig, ReceiverHttp
+from gpumon.alerts.delivery import deliver, resend
 from gpumon.alerts.engine import AlertEngine
 from gpumon.alerts.metrics import AlertCollector, MetricInputs
-from gpumon.alerts.notification import Notification, replace_status
+from gpumon.alerts.notification import Notification
 from gpumon.alerts.notify import Receiver
 from gpumon.alerts.spool import Spool
+from gpumon.alerts.spool_restore import restore_spool
+from gpumon.alerts.spool_writer import SpoolWriter
 from gpumon.burn.marker import BurnHoldBack, BurnMarkerReader
 from gpumon.model.findings import Finding
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
-from gpumon.util.repeat_log import RepeatLog
 from gpumon.util.steady_clock import SteadyClock
 
 log = logging.getLogger(__name__)
@@ -96,19 +98,14 @@ class AlertService:
         self._default_host = host
         self._burn_reader = BurnMarkerReader(state_dir)
         self._burn: BurnHoldBack | None = None
+        self._stop = threading.Event()
         self._spool = Spool(state_dir)
-        self._spool_action = f"writing the alert spool {self._spool.path}"
-        self._spool_failures = RepeatLog(log, period_seconds=60.0, clock=monotonic or clock)
-        """A full or read-only state directory fails every second: logged once, then once a minute."""
+        self._spool_writer = SpoolWriter(self._spool, self._spool_document, self._stop, log, monotonic or clock)
         self._delivered: dict[str, Notification] = {}
+        """The announced alerts by fingerprint (``delivery``)."""
         self._receivers: dict[str, Receiver] = {}
         self._errors_total = 0
         self._last_error_logged = 0.0
-        self._spool_errors_total = 0
-        self._dirty = 0
-        self._written = 0
-        self._spool_cond = threading.Condition()
-        self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._running = False
         for kind, urls in (("alertmanager", config.alertmanagers), ("webhook", config.webhooks)):
@@ -128,7 +125,7 @@ class AlertService:
                 receiver.start()
             self._threads = [
                 threading.Thread(target=self._tick_loop, name="gpumon-alerts-tick", daemon=True),
-                threading.Thread(target=self._spool_loop, name="gpumon-alerts-spool", daemon=True),
+                threading.Thread(target=self._spool_writer.loop, name="gpumon-alerts-spool", daemon=True),
             ]
             for t in self._threads:
                 t.start()
@@ -143,13 +140,12 @@ class AlertService:
             receivers = list(self._receivers.values())
         self.sync(max(0.0, deadline - time.monotonic()))
         self._stop.set()
-        with self._spool_cond:
-            self._spool_cond.notify_all()
+        self._spool_writer.wake()
         for receiver in receivers:
             receiver.stop(max(0.0, deadline - time.monotonic()))
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        self._write_spool()
+        self._spool_writer.write()
 
     def reload(self, config: AlertingConfig) -> None:
         """Apply a new config (SIGHUP): alert states of kept rules and queues of kept receivers survive."""
@@ -274,15 +270,7 @@ class AlertService:
 
     def sync(self, timeout: float) -> bool:
         """Wait until everything changed so far is on disk; False on timeout (or spool writer not running)."""
-        deadline = time.monotonic() + timeout
-        with self._spool_cond:
-            target = self._dirty
-            while self._written < target:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._running:
-                    return self._written >= target
-                self._spool_cond.wait(min(remaining, 0.1))
-        return True
+        return self._spool_writer.sync(timeout, lambda: self._running)
 
     # ---- internals ---------------------------------------------------------------
     def _failed(self, what: str) -> None:
@@ -326,49 +314,20 @@ class AlertService:
 
     def _deliver(self, now: float) -> bool:
         """Announce newly firing alerts and withdraw those no longer firing; True when anything was queued."""
-        current = {a.fingerprint: a for a in self._engine.notifiable()}
-        queued = False
-        generator = self._config.external_url.rstrip("/") + "/api/alerts" if self._config.external_url else ""
-        for fp, alert in current.items():
-            notification = Notification(
-                fingerprint=fp,
-                status="firing",
-                labels=alert.labels,
-                annotations=alert.annotations,
-                starts_at=self._to_wall(alert.starts_at if alert.starts_at is not None else now),
-                generator_url=generator,
-            )
-            if fp not in self._delivered:
-                self._enqueue_all(notification, now)
-                queued = True
-            self._delivered[fp] = notification
-        for fp in [fp for fp in self._delivered if fp not in current]:
-            resolved = replace_status(self._delivered.pop(fp), "resolved", self._to_wall(now))
-            self._enqueue_all(resolved, now)
-            queued = True
-        return queued
-
-    def _enqueue_all(self, notification: Notification, now: float) -> None:
-        for receiver in self._receivers.values():
-            receiver.enqueue(notification, now)
+        return deliver(
+            self._engine.notifiable(),
+            self._delivered,
+            self._receivers.values(),
+            now,
+            self._config.external_url,
+            self._to_wall,
+        )
 
     def _resend(self, now: float) -> bool:
-        queued = False
-        interval = self._config.resend_interval_seconds
-        for receiver in self._receivers.values():
-            if not receiver.resends:
-                continue
-            for fp, notification in self._delivered.items():
-                last = receiver.last_enqueued(fp)
-                if last is None or now - last >= interval:
-                    receiver.enqueue(notification, now)
-                    queued = True
-        return queued
+        return resend(self._delivered, self._receivers.values(), now, self._config.resend_interval_seconds)
 
     def _mark_dirty(self) -> None:
-        with self._spool_cond:
-            self._dirty += 1
-            self._spool_cond.notify_all()
+        self._spool_writer.mark_dirty()
 
     def _spool_document(self) -> dict[str, Any]:
         with self._lock:
@@ -378,90 +337,14 @@ class AlertService:
                 "queues": {url: r.export() for url, r in self._receivers.items()},
             }
 
-    def _write_spool(self) -> bool:
-        with self._spool_cond:
-            target = self._dirty
-        try:
-            self._spool.save(self._spool_document())
-        except OSError as exc:
-            self._spool_errors_total += 1
-            self._spool_failures.failed(self._spool_action, str(exc))
-            return False
-        self._spool_failures.succeeded(self._spool_action)
-        with self._spool_cond:
-            self._written = max(self._written, target)
-            self._spool_cond.notify_all()
-        return True
-
-    def _spool_loop(self) -> None:
-        while not self._stop.is_set():
-            with self._spool_cond:
-                while self._written >= self._dirty and not self._stop.is_set():
-                    self._spool_cond.wait()
-            if self._stop.is_set():
-                return
-            if not self._write_spool():
-                self._stop.wait(1.0)
-
     def _tick_loop(self) -> None:
         while not self._stop.wait(self._tick_seconds):
             self.tick()
 
     def _restore(self) -> None:
         data = self._spool.load()
-        if not data:
-            return
-        engine_state = data.get("engine")
-        if isinstance(engine_state, dict):
-            # Staleness is judged from this process's start until its first snapshot (the
-            # start-up grace is the rule's threshold): the previous process's last snapshot
-            # says nothing about this one, and a first poll slower than the 1 s timer would
-            # otherwise find a snapshot hours old.
-            engine_state = {k: v for k, v in engine_state.items() if k != "last_snapshot_at"}
-            dropped_states = self._engine.restore_state(engine_state)
-            if dropped_states:
-                log.warning(
-                    "alert spool %s: %d saved alert state(s) damaged (a time that is not a time, a field "
-                    "missing); dropped, those alerts are evaluated afresh",
-                    self._spool.path,
-                    dropped_states,
-                )
-        now = self._clock()
-        clamped = dropped = 0
-        delivered = data.get("delivered")
-        for raw in delivered if isinstance(delivered, list) else []:
-            try:
-                n = Notification.from_json(raw)
-            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
-                dropped += 1
-                continue
-            if n.time_problem() is not None:
-                n = n.with_times_clamped(now)
-                clamped += 1
-            self._delivered[n.fingerprint] = n
-        queues = data.get("queues") or {}
-        if isinstance(queues, dict):
-            for url, items in queues.items():
-                receiver = self._receivers.get(url)
-                if receiver is not None and isinstance(items, list):
-                    more_clamped, more_dropped = receiver.restore(items, now)
-                    clamped += more_clamped
-                    dropped += more_dropped
-        if clamped or dropped:
-            log.warning(
-                "alert spool %s: %d notification(s) with a start or end that is not a time (NaN, Infinity, past "
-                "year 9999) restored with the time of this start; %d entry(ies) that are not notifications dropped",
-                self._spool.path,
-                clamped,
-                dropped,
-            )
-        restored = sum(r.queue_length() for r in self._receivers.values())
-        log.info(
-            "alert spool restored: %d active alert(s), %d announced, %d queued notification(s)",
-            len(self._engine.alerts()),
-            len(self._delivered),
-            restored,
-        )
+        if data:
+            restore_spool(data, self._engine, self._delivered, self._receivers, self._clock, self._spool.path, log)
 
     def _to_wall(self, seconds: float) -> float:
         """A time of the alert engine as the wall clock shows it (what is shown and sent)."""
@@ -474,7 +357,7 @@ class AlertService:
                 list(self._receivers.values()),
                 self._burn,
                 self._errors_total,
-                self._spool_errors_total,
+                self._spool_writer.errors_total,
             )
 
 

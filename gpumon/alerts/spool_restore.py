@@ -1,0 +1,91 @@
+"""What the alert spool held, put back at start: the engine's states, the announced set, the queues.
+
+A restart (even after SIGKILL) resumes with the same ``startsAt`` and delivers what was queued.
+A damaged part is dropped (an engine state) or given this start's time (a notification whose
+start or end is not a time), said in one warning line each, never a reason not to start.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from gpumon.alerts.engine import AlertEngine
+from gpumon.alerts.notification import Notification
+from gpumon.alerts.notify import Receiver
+
+
+def restore_spool(
+    data: Mapping[str, Any],
+    engine: AlertEngine,
+    delivered: dict[str, Notification],
+    receivers: Mapping[str, Receiver],
+    clock: Callable[[], float],
+    path: Path,
+    log: logging.Logger,
+) -> None:
+    """Put back what the spool at ``path`` held (``data``): the engine's states, the announced set
+    (into ``delivered``) and each receiver's queue (by URL). ``clock``: Unix seconds, read once for
+    this start's time; ``log``: the logger its lines go to."""
+    engine_state = data.get("engine")
+    if isinstance(engine_state, dict):
+        _restore_engine(engine_state, engine, path, log)
+    now = clock()
+    clamped, dropped = _restore_delivered(data.get("delivered"), delivered, now)
+    queues = data.get("queues") or {}
+    if isinstance(queues, dict):
+        for url, items in queues.items():
+            receiver = receivers.get(url)
+            if receiver is not None and isinstance(items, list):
+                more_clamped, more_dropped = receiver.restore(items, now)
+                clamped += more_clamped
+                dropped += more_dropped
+    if clamped or dropped:
+        log.warning(
+            "alert spool %s: %d notification(s) with a start or end that is not a time (NaN, Infinity, past "
+            "year 9999) restored with the time of this start; %d entry(ies) that are not notifications dropped",
+            path,
+            clamped,
+            dropped,
+        )
+    restored = sum(r.queue_length() for r in receivers.values())
+    log.info(
+        "alert spool restored: %d active alert(s), %d announced, %d queued notification(s)",
+        len(engine.alerts()),
+        len(delivered),
+        restored,
+    )
+
+
+def _restore_engine(engine_state: dict[str, Any], engine: AlertEngine, path: Path, log: logging.Logger) -> None:
+    # Staleness is judged from this process's start until its first snapshot (the
+    # start-up grace is the rule's threshold): the previous process's last snapshot
+    # says nothing about this one, and a first poll slower than the 1 s timer would
+    # otherwise find a snapshot hours old.
+    engine_state = {k: v for k, v in engine_state.items() if k != "last_snapshot_at"}
+    dropped_states = engine.restore_state(engine_state)
+    if dropped_states:
+        log.warning(
+            "alert spool %s: %d saved alert state(s) damaged (a time that is not a time, a field "
+            "missing); dropped, those alerts are evaluated afresh",
+            path,
+            dropped_states,
+        )
+
+
+def _restore_delivered(raw_delivered: Any, delivered: dict[str, Notification], now: float) -> tuple[int, int]:
+    """The announced set put back into ``delivered``: (clamped, dropped) notifications."""
+    clamped = dropped = 0
+    for raw in raw_delivered if isinstance(raw_delivered, list) else []:
+        try:
+            n = Notification.from_json(raw)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+            dropped += 1
+            continue
+        if n.time_problem() is not None:
+            n = n.with_times_clamped(now)
+            clamped += 1
+        delivered[n.fingerprint] = n
+    return clamped, dropped
