@@ -48,7 +48,7 @@ from gpumon.health.service import HealthService
 from gpumon.health.unjudged import UnjudgedCollector
 from gpumon.http.messages import json_response
 from gpumon.http.server import MetricsServer
-from gpumon.model.snapshot import to_jsonable
+from gpumon.http.snapshot_api import snapshot_response
 from gpumon.model.xid import XidEvent
 from gpumon.model.xid_catalog import XidCatalog
 from gpumon.systemd_notify import SystemdNotifier
@@ -65,10 +65,6 @@ log = logging.getLogger("gpumon")
 DEAF_CHECK_SECONDS = 10.0
 """How often the main thread asks whether the exporter still answers when no systemd watchdog is
 set (with one, at every ping: half of WatchdogSec)."""
-
-
-_ANONYMOUS_PROCESS_KEYS = ("used_memory_bytes", "sm_utilization_ratio")
-"""What /api/snapshot shows of a process while exporter.processes is off: no PID, name, user or place."""
 
 
 class Daemon:
@@ -375,16 +371,7 @@ class Daemon:
         return f"{len(snapshot.gpus)} GPU(s), {lost} lost, serving on port {self.server.port}"
 
     def _snapshot_route(self) -> tuple[int, str, bytes]:
-        snapshot = self.store.latest()
-        if snapshot is None:
-            return json_response({"error": "no snapshot yet"}, 503)
-        data = to_jsonable(snapshot)
-        if not self.config.exporter.processes:  # who runs what is shown only where process metrics are on
-            for gpu in data.get("gpus") or ():
-                if isinstance(gpu.get("processes"), list):
-                    gpu["processes"] = [{k: p.get(k) for k in _ANONYMOUS_PROCESS_KEYS} for p in gpu["processes"]]
-        data["age_seconds"] = self._mono() - snapshot.monotonic_seconds
-        return json_response(data)
+        return snapshot_response(self.store.latest(), processes=self.config.exporter.processes, monotonic=self._mono)
 
     def _install_signals(self) -> None:
         def on_term(signum: int, frame: FrameType | None) -> None:
