@@ -62,7 +62,7 @@ ORDER = (Tier.STATIC, Tier.SLOW, Tier.FAST)
 
 class FloorPlan:
     """Which reader groups of which GPU a poll at second ``t`` makes, as gpumon run makes them:
-    the poller's plan of tiers (gpumon.collect.poller.Poller._plan) and the backend's spacing of readers."""
+    the poller's plan of tiers (gpumon.collect.poll_plan.plan_tiers) and the backend's spacing of readers."""
 
     def __init__(self, count: int, readers: dict[Tier, tuple[ReaderSpec, ...]], intervals: dict[Tier, float]) -> None:
         self.count = count

@@ -135,7 +135,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gpumon.backends.base import ScenarioError
     from gpumon.backends.factory import make_backend
     from gpumon.config.file import reloader
-    from gpumon.daemon import Daemon, configure_logging
+    from gpumon.daemon import Daemon
+    from gpumon.util.log_setup import configure_logging
     from gpumon.util.state.lock import StateDirBusy
 
     config = load_or_report(args)

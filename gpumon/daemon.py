@@ -15,7 +15,6 @@ any reason keeps the running configuration, is logged in one line and shows in
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import signal
@@ -26,19 +25,17 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from apscheduler.triggers.interval import IntervalTrigger
-
 from gpumon import process_memory
-from gpumon.alerts import config as alerts_config
 from gpumon.alerts.service import AlertService
 from gpumon.backends.base import GpuBackend
 from gpumon.collect.energy import OwnerEnergy, subscribed
 from gpumon.collect.poller import Poller
 from gpumon.collect.processes import ProcessEnricher
-from gpumon.collect.scheduling import PollJob, interval_trigger
+from gpumon.collect.scheduling import PollJob
 from gpumon.collect.store import SnapshotStore
-from gpumon.config.daemon_settings import check_intervals, default_alerting, intervals_of, one_line_reason
+from gpumon.config.daemon_settings import default_alerting, intervals_of
 from gpumon.config.file import Config
+from gpumon.daemon_reload import ConfigReload
 from gpumon.early_hangup import received_early
 from gpumon.events.kernel_follow import KernelLogFollower
 from gpumon.events.tracker import XidTracker
@@ -51,7 +48,7 @@ from gpumon.health.service import HealthService
 from gpumon.health.unjudged import UnjudgedCollector
 from gpumon.http.messages import json_response
 from gpumon.http.server import MetricsServer
-from gpumon.model.snapshot import to_jsonable
+from gpumon.http.snapshot_api import snapshot_response
 from gpumon.model.xid import XidEvent
 from gpumon.model.xid_catalog import XidCatalog
 from gpumon.systemd_notify import SystemdNotifier
@@ -65,40 +62,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpumon")
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        force=True,
-    )
-    # gpumon logs skipped and late polls itself, once per overrun rather than once per skip
-    logging.getLogger("apscheduler").setLevel(logging.ERROR if level != "debug" else logging.INFO)
-
-
 DEAF_CHECK_SECONDS = 10.0
 """How often the main thread asks whether the exporter still answers when no systemd watchdog is
 set (with one, at every ping: half of WatchdogSec)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Reload:
-    """A new configuration, read and checked, with everything built that could fail."""
-
-    config: Config
-    alerting: alerts_config.AlertingConfig
-    """The new alerting section; the built-in pack and no receivers when there is none."""
-    catalog: XidCatalog | None
-    """None when xid_catalog did not change."""
-    trigger: IntervalTrigger | None
-    """None when interval_seconds did not change."""
-    restart_only: tuple[str, ...]
-    """Settings that changed but take effect only after a restart (kept as they run)."""
-
-
-_ANONYMOUS_PROCESS_KEYS = ("used_memory_bytes", "sm_utilization_ratio")
-"""What /api/snapshot shows of a process while exporter.processes is off: no PID, name, user or place."""
-
-_RESTART_ONLY = ("listen", "backend", "fake_gpus", "state_dir", "web_config_file", "kernel_log")
 
 
 class Daemon:
@@ -141,20 +107,31 @@ class Daemon:
         notifier: SystemdNotifier | None,
         settle_memory: Callable[[], None],
     ) -> None:
+        """Every part, in the order of the module's docstring (each step subscribes in that order)."""
         self._settle_memory = settle_memory
-        self._reload_config = reload_config
         self._mono = monotonic
         self._wall = wall_clock
         self._wake = threading.Event()
         self._stop = threading.Event()
         """Set by SIGTERM/SIGINT and never cleared: a stop cannot be lost to a reload."""
         self._reload = threading.Event()
-        self._reload_ok = True
-        self._reload_success_at = wall_clock()
+        self._reloads = ConfigReload(self, reload_config, wall_clock)
         self._deaf = False
         """True while the exporter cannot answer (the watchdog is not fed)."""
         self.notifier = notifier or SystemdNotifier()
         self.backend = backend
+        self._build_acquisition(config, backend, monotonic, wall_clock)
+        self._build_alerts_and_health(config, monotonic, wall_clock)
+        self._build_exposition(config, backend, monotonic)
+        self._build_server(config, monotonic)
+        self.poll_job = PollJob(self.poller.poll, config.interval_seconds, monotonic=monotonic)
+        self.events = XidEventThread(backend, self.tracker.record, ready=lambda: self.poller.nvml_up)
+        self.kernel_log: KernelLogFollower | None = None
+
+    def _build_acquisition(
+        self, config: Config, backend: GpuBackend, monotonic: Callable[[], float], wall_clock: Callable[[], float]
+    ) -> None:
+        """The XID catalog and tracker, the snapshot store and the poller that fills it."""
         self.catalog = XidCatalog.load(config.xid_catalog)
         self.tracker = XidTracker(live_since_seconds=wall_clock())
         self.store = SnapshotStore()
@@ -168,11 +145,16 @@ class Daemon:
             enrich_processes=ProcessEnricher().enrich,
             xid_counts=self.tracker.for_gpu,
         )
+
+    def _build_alerts_and_health(
+        self, config: Config, monotonic: Callable[[], float], wall_clock: Callable[[], float]
+    ) -> None:
+        """The alert service and the health service, each fed snapshots and XIDs."""
         alerting = config.alerting if config.alerting is not None else default_alerting()
         self.alerts = AlertService(
             alerting,
             config.state_dir,
-            alerting.host or hostname(),
+            alerting.host or socket.gethostname(),
             clock=wall_clock,
             monotonic=monotonic,  # alerts age on it: a step of the wall clock fires or holds back none
             xid_action=lambda code: self.catalog.lookup(code).action,
@@ -193,6 +175,9 @@ class Daemon:
         # with its GPU known, also when the kernel log is read before the first poll maps the bus ids
         self.tracker.subscribe(self.health.on_xid, attributed=True)
         self.tracker.subscribe_paired(self.health.on_xid_paired)
+
+    def _build_exposition(self, config: Config, backend: GpuBackend, monotonic: Callable[[], float]) -> None:
+        """The collector of /metrics with every extra source; the DCGM-compatible one with --compat."""
         self.collector = GpumonCollector(
             self.store,
             intervals_of(config),
@@ -225,6 +210,9 @@ class Daemon:
                 labels=config.exporter.compat_labels,
             )
             self.collector.add("dcgm", self.dcgm, per_snapshot=True)
+
+    def _build_server(self, config: Config, monotonic: Callable[[], float]) -> None:
+        """The HTTP server (with the web config where one is given) and its routes besides /metrics."""
         self.web: WebConfigWatcher | None = None
         if config.web_config_file:  # its modules (TLS, basic auth) are loaded only where one is given
             from gpumon.http.webconfig_watcher import WebConfigWatcher
@@ -243,9 +231,6 @@ class Daemon:
         self.server.add_route("/api/health", lambda: json_response(self.health.report().to_json()))
         for path, route in self.alerts.routes().items():
             self.server.add_route(path, route)
-        self.poll_job = PollJob(self.poller.poll, config.interval_seconds, monotonic=monotonic)
-        self.events = XidEventThread(backend, self.tracker.record, ready=lambda: self.poller.nvml_up)
-        self.kernel_log: KernelLogFollower | None = None
 
     # ------------------------------------------------------------------
     def start(self) -> None:
@@ -349,89 +334,9 @@ class Daemon:
             self._deaf = True
 
     def reload(self) -> bool:
-        """Re-read the configuration and apply what can change live. True when applied.
-
-        Never raises: whatever goes wrong while reading or checking the new configuration
-        (a ConfigError, a file that is not UTF-8, nesting too deep, numbers no timer can use,
-        anything) keeps the running configuration, untouched, and is logged in one line."""
-        if self._reload_config is None:
-            return False
-        try:
-            plan = self._prepare_reload(self._reload_config())
-            # first, as it is all or nothing: what could fail is built before anything changes
-            self.alerts.reload(plan.alerting)
-        except Exception as exc:
-            self._reload_ok = False
-            log.error(
-                "reload rejected, keeping the running configuration (%s): %s",
-                self.config.source or "defaults",
-                one_line_reason(exc),
-            )
-            log.debug("reload failure", exc_info=True)
-            return False
-        self._apply_reload(plan)
-        self._reload_ok = True
-        self._reload_success_at = self._wall()
-        log.info("configuration reloaded from %s", plan.config.source or "defaults")
-        return True
-
-    def _prepare_reload(self, new: Config) -> _Reload:
-        """Check ``new`` and build what could fail (timer, XID catalog, alerting); changes nothing."""
-        old = self.config
-        restart_only = [key for key in _RESTART_ONLY if getattr(new, key) != getattr(old, key)]
-        for key in ("compat", "compat_hostname_label", "compat_labels"):
-            if getattr(new.exporter, key) != getattr(old.exporter, key):
-                restart_only.append(f"exporter.{key}")
-        if new.health != old.health:
-            restart_only.append("health")
-        new = dataclasses.replace(
-            new,
-            listen=old.listen,
-            backend=old.backend,
-            fake_gpus=old.fake_gpus,
-            state_dir=old.state_dir,
-            web_config_file=old.web_config_file,
-            kernel_log=old.kernel_log,
-            exporter=dataclasses.replace(
-                new.exporter,
-                compat=old.exporter.compat,
-                compat_hostname_label=old.exporter.compat_hostname_label,
-                compat_labels=old.exporter.compat_labels,
-            ),
-            health=old.health,
-        )
-        check_intervals(new)
-        return _Reload(
-            config=new,
-            alerting=new.alerting if new.alerting is not None else default_alerting(),
-            catalog=XidCatalog.load(new.xid_catalog) if new.xid_catalog != old.xid_catalog else None,
-            trigger=interval_trigger(new.interval_seconds) if new.interval_seconds != old.interval_seconds else None,
-            restart_only=tuple(restart_only),
-        )
-
-    def _apply_reload(self, plan: _Reload) -> None:
-        """Put a prepared configuration in force (the alerting part already is); nothing here can fail."""
-        new = plan.config
-        configure_logging(new.log_level)
-        for key in plan.restart_only:
-            log.warning("%s changed in the configuration; it takes effect after a restart", key)
-        if plan.trigger is not None:
-            self.poll_job.set_interval(plan.trigger, new.interval_seconds)
-        self.poller.set_intervals(intervals_of(new))
-        self.collector.set_options(
-            intervals_of(new), processes=new.exporter.processes, detail=frozenset(new.exporter.detail)
-        )
-        self.server.set_stale_after(new.stale_after)
-        if plan.catalog is not None:
-            self.catalog = plan.catalog
-            if self.dcgm is not None:
-                self.dcgm.set_catalog(plan.catalog)
-        self.config = new
-        if self.web is not None:
-            try:  # a file of its own, kept as it was when invalid (the watcher logs why)
-                self.web.reload()
-            except Exception as exc:
-                log.error("web config %s not reloaded: %s", self.config.web_config_file, one_line_reason(exc))
+        """Re-read the configuration and apply what can change live. True when applied; never raises
+        (gpumon.daemon_reload: a reload that fails keeps the running configuration, logged in one line)."""
+        return self._reloads.reload()
 
     # ------------------------------------------------------------------
     def _start_kernel_log(self) -> None:
@@ -449,8 +354,8 @@ class Daemon:
     def _self_stats(self) -> SelfStats:
         return SelfStats(
             poll_skipped_total=self.poll_job.skipped_total,
-            config_last_reload_successful=self._reload_ok,
-            config_last_reload_success_timestamp_seconds=self._reload_success_at,
+            config_last_reload_successful=self._reloads.last_successful,
+            config_last_reload_success_timestamp_seconds=self._reloads.last_success_at_seconds,
             http_connections_open=self.server.open_connections,
             http_connections_shed_total=self.server.shed_connections_total,
             kernel_log_xids_total=None if self.kernel_log is None else self.kernel_log.events_total,
@@ -466,16 +371,7 @@ class Daemon:
         return f"{len(snapshot.gpus)} GPU(s), {lost} lost, serving on port {self.server.port}"
 
     def _snapshot_route(self) -> tuple[int, str, bytes]:
-        snapshot = self.store.latest()
-        if snapshot is None:
-            return json_response({"error": "no snapshot yet"}, 503)
-        data = to_jsonable(snapshot)
-        if not self.config.exporter.processes:  # who runs what is shown only where process metrics are on
-            for gpu in data.get("gpus") or ():
-                if isinstance(gpu.get("processes"), list):
-                    gpu["processes"] = [{k: p.get(k) for k in _ANONYMOUS_PROCESS_KEYS} for p in gpu["processes"]]
-        data["age_seconds"] = self._mono() - snapshot.monotonic_seconds
-        return json_response(data)
+        return snapshot_response(self.store.latest(), processes=self.config.exporter.processes, monotonic=self._mono)
 
     def _install_signals(self) -> None:
         def on_term(signum: int, frame: FrameType | None) -> None:
@@ -488,7 +384,3 @@ class Daemon:
         signal.signal(signal.SIGINT, on_term)
         if received_early(signal.signal(signal.SIGHUP, on_hup)):
             self.request_reload()  # a SIGHUP while gpumon started (gpumon.early_hangup)
-
-
-def hostname() -> str:
-    return socket.gethostname()

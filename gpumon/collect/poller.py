@@ -15,6 +15,9 @@ Faults (README, "Faults"; docs/architecture.md):
   gpumon/model/fields/): logged at error level once per key and counted (``Poller.unknown_fields()``),
   the rest of the read is kept. With ``strict_fields`` (the test suite sets ``GPUMON_STRICT_FIELDS=1``)
   ``poll()`` raises ``UnknownFieldError`` instead, so such a key fails the tests.
+
+Which tiers a poll reads is ``poll_plan.py``'s to say, the merge of a GPU's tiers into its snapshot
+``merge.py``'s, what is kept of each GPU between polls ``poll_state.py``'s.
 """
 
 from __future__ import annotations
@@ -24,97 +27,34 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any
 
 from gpumon.backends.base import GpuBackend, GpuLostError, NvmlUnavailableError
 from gpumon.collect.host_figures import HostFigureReader
+from gpumon.collect.merge import GpuMerge, ProcessEnricher, UnknownFieldError, XidCounts
+from gpumon.collect.poll_plan import plan_tiers
+from gpumon.collect.poll_state import POLLED_TIERS, GpuState
 from gpumon.collect.store import SnapshotStore
 from gpumon.model.poll_intervals import PollIntervals
 from gpumon.model.snapshot import (
     GpuSnapshot,
     HostSnapshot,
-    ProcessSnapshot,
     Snapshot,
     Tier,
     TierStats,
-    counter_field_names,
 )
 
 log = logging.getLogger(__name__)
 
-_IDENTITY_FIELDS = ("name", "pci_bus_id", "serial", "vbios_version", "compute_capability", "minor_number")
-_POLLED_TIERS = (Tier.STATIC, Tier.SLOW, Tier.FAST)
 _FAST_ONLY: tuple[Tier, ...] = (Tier.FAST,)
 _FAST = Tier.FAST
 """Tier.FAST, read once: each ``Tier.X`` is a descriptor call (~0.1 µs), and the fast path names it per GPU."""
 _TIER_NAMES: Mapping[Tier, str] = {tier: tier.value for tier in Tier}
 """Each tier's name, the key of Snapshot.tiers (``tier.value`` is a property call too)."""
 _FAST_NAME = _TIER_NAMES[_FAST]
-_FIELD_COUNT = len(dataclasses.fields(GpuSnapshot))
-_KEY_FIELDS = frozenset({"index", "uuid", "up", "lost_reason"})
-"""GpuKey's fields: gpumon sets them, a backend's read may not."""
-_SETTABLE_FIELDS = frozenset(f.name for f in dataclasses.fields(GpuSnapshot)) - _KEY_FIELDS
-
-ProcessEnricher = Callable[[tuple[ProcessSnapshot, ...]], tuple[ProcessSnapshot, ...]]
-XidCounts = Callable[[int], tuple[Mapping[str, int], Mapping[str, float]]]
-"""A GPU's XID (counts, last timestamps) by code, as mappings never changed afterwards (XidTracker.for_gpu):
-snapshots hold them as they are."""
-
-
-@dataclass
-class _GpuState:
-    uuid: str
-    cache: dict[Tier, Mapping[str, Any]] = field(default_factory=dict)
-    base: dict[str, Any] | None = None
-    """Every field's default overlaid with the static and slow values; rebuilt when one of those is read."""
-    read_at: dict[Tier, float] = field(default_factory=dict)
-    """When each slower tier of this GPU was last read (monotonic seconds)."""
-    lost_reason: str | None = None
-    reprobe_at: float = 0.0
-    reprobe_backoff: float = 5.0
-    enriched: tuple[tuple[ProcessSnapshot, ...], tuple[ProcessSnapshot, ...], int] | None = None
-    """(processes as the backend gave them when /proc was read, the latest with /proc facts, polls it may
-    still serve)."""
-
-
-ENRICH_REUSE_POLLS = 30
-"""Polls that may reuse a GPU's process attribution while NVML reports the same processes (same pids
-and what the backend said of them; the memory and SM share they use come from each read): /proc is read
-again when the list changes, and at least every 30 polls."""
-
-
-_PER_READ_FIGURES = ("used_memory_bytes", "sm_utilization_ratio")
-_ATTRIBUTED = attrgetter(*(f.name for f in dataclasses.fields(ProcessSnapshot) if f.name not in _PER_READ_FIGURES))
-"""A process's fields but the per-read figures (pid first), as one tuple."""
-
-
-def _same_processes(old: tuple[ProcessSnapshot, ...], new: tuple[ProcessSnapshot, ...]) -> bool:
-    """The same processes as far as /proc attribution goes: equal but for the per-read figures."""
-    return old is new or (
-        len(old) == len(new) and all(_ATTRIBUTED(a) == _ATTRIBUTED(b) for a, b in zip(old, new, strict=True))
-    )
-
-
-def _with_figures_of(
-    enriched: tuple[ProcessSnapshot, ...], read: tuple[ProcessSnapshot, ...]
-) -> tuple[ProcessSnapshot, ...]:
-    """The attributed processes ``enriched`` with the memory and SM share of this ``read`` of the same processes."""
-    return tuple(
-        e
-        if (e.used_memory_bytes, e.sm_utilization_ratio) == (r.used_memory_bytes, r.sm_utilization_ratio)
-        else dataclasses.replace(e, used_memory_bytes=r.used_memory_bytes, sm_utilization_ratio=r.sm_utilization_ratio)
-        for e, r in zip(enriched, read, strict=True)
-    )
-
 
 STRICT_FIELDS_ENV = "GPUMON_STRICT_FIELDS"
 """``1``: pollers made without ``strict_fields`` raise on unknown keys (set by tests/conftest.py)."""
-
-
-class UnknownFieldError(RuntimeError):
-    """A backend returned keys that are no GpuSnapshot field (raised only by a strict poller)."""
 
 
 class Poller:
@@ -142,10 +82,11 @@ class Poller:
         self._wall = wall_clock
         self._mono = monotonic
         self._host_figures = host_figures if host_figures is not None else HostFigureReader()
-        self._enrich = enrich_processes
-        self._xid_counts = xid_counts
-        self._strict = os.environ.get(STRICT_FIELDS_ENV) == "1" if strict_fields is None else strict_fields
-        self._unknown_fields: dict[str, int] = {}
+        strict = os.environ.get(STRICT_FIELDS_ENV) == "1" if strict_fields is None else strict_fields
+        self._merger = GpuMerge(enrich_processes, xid_counts, strict)
+        # bound once: the fast path calls them per GPU (a benchmark times self._merge)
+        self._merge = self._merger.merge
+        self._lost_snapshot = self._merger.lost_snapshot
         self._nvml_up = False
         self._nvml_error: str | None = None
         self._init_at = 0.0
@@ -153,10 +94,10 @@ class Poller:
         self._host = HostSnapshot()
         self._host_figures_cache: HostSnapshot | None = None
         self._host_figures_at = 0.0
-        self._gpus: list[_GpuState] = []
+        self._gpus: list[GpuState] = []
         self._tier_stats: dict[str, TierStats] = {}
         """Per tier (by its value, as in Snapshot.tiers), as of the tier's last read."""
-        self._tier_errors: dict[Tier, int] = {t: 0 for t in _POLLED_TIERS}
+        self._tier_errors: dict[Tier, int] = {t: 0 for t in POLLED_TIERS}
         self._running_since: float | None = None
         self._next_slower_due = 0.0
         """No slow or static read is due before this monotonic time (skips planning on most polls)."""
@@ -200,22 +141,7 @@ class Poller:
 
     def unknown_fields(self) -> Mapping[str, int]:
         """Keys a backend returned that are no GpuSnapshot field, and how many reads had each (not strict)."""
-        return dict(self._unknown_fields)
-
-    def _settable(self, values: Mapping[str, Any]) -> Mapping[str, Any]:
-        """``values`` without keys that are no GpuSnapshot field: each is logged once and counted, or raises if strict."""
-        if values.keys() <= _SETTABLE_FIELDS:
-            return values
-        unknown = sorted(values.keys() - _SETTABLE_FIELDS)
-        if self._strict:
-            raise UnknownFieldError(
-                f"the backend returned {unknown}, which are no GpuSnapshot fields (gpumon/model/fields/)"
-            )
-        for key in unknown:
-            if key not in self._unknown_fields:
-                log.error("the backend returned %r, which is no GpuSnapshot field: left out (a bug)", key)
-            self._unknown_fields[key] = self._unknown_fields.get(key, 0) + 1
-        return {k: v for k, v in values.items() if k in _SETTABLE_FIELDS}
+        return self._merger.unknown_fields()
 
     @property
     def poll_running(self) -> bool:
@@ -284,7 +210,7 @@ class Poller:
     def _read_planned_tiers(self, start: float) -> tuple[tuple[GpuSnapshot, ...], dict[Tier, float]]:
         """A poll that reads a slower tier of some GPU: (GPU snapshots, each tier read and its duration,
         slowest tier first)."""
-        plan, due = self._plan(start)
+        plan, due, self._next_slower_due = plan_tiers(self._gpus, self._intervals, start)
         durations = dict.fromkeys(due, 0.0)
         # A fast-only poll (a GPU re-probed later, say) is timed as a whole: clock reads cost µs on some VMs.
         timed = len(due) > 1
@@ -292,45 +218,6 @@ class Poller:
         if not timed:
             durations[Tier.FAST] = self._mono() - start
         return gpus, durations
-
-    def _plan(self, now: float) -> tuple[Sequence[Sequence[Tier]], tuple[Tier, ...]]:
-        """The tiers to read for each GPU in this poll, and all the tiers read in it.
-
-        Every GPU's fast tier, every poll. A slower tier is read for a GPU when its interval has
-        passed, but spread over polls: at most ceil(GPUs × fast / interval) GPUs a poll (the ones
-        waiting longest), so that one poll never carries the slow reads of every GPU (on H200
-        PCIe throughput and NVLink error counters take ~100 ms per GPU). A GPU never read yet
-        is read at once. Called only once ``_next_slower_due`` has come (most polls read the fast tier alone).
-        """
-        plan: list[list[Tier]] = [[] for _ in self._gpus]
-        count = len(self._gpus)
-        next_due = float("inf")
-        for tier in (Tier.STATIC, Tier.SLOW):
-            interval = self._intervals.of(tier)
-            budget = max(1, -(-count * self._intervals.fast_seconds // interval))
-            waiting = []
-            for i, state in enumerate(self._gpus):
-                if state.lost_reason is not None:
-                    continue  # re-probed with every tier when its backoff allows
-                last = state.read_at.get(tier)
-                if last is None:
-                    plan[i].append(tier)
-                    next_due = min(next_due, now + interval - 1e-3)
-                elif now - last >= interval - 1e-3:
-                    waiting.append((last, i))
-                else:
-                    next_due = min(next_due, last + interval - 1e-3)
-            waiting.sort()
-            for _last, i in waiting[: int(budget)]:
-                plan[i].append(tier)
-                next_due = min(next_due, now + interval - 1e-3)
-            if len(waiting) > budget:
-                next_due = now  # more GPUs wait: plan again next poll
-        self._next_slower_due = next_due
-        for tiers in plan:
-            tiers.append(Tier.FAST)
-        planned = set().union(*plan)
-        return plan, tuple(t for t in _POLLED_TIERS if t in planned)
 
     def _try_init(self, now: float) -> None:
         try:
@@ -341,9 +228,9 @@ class Poller:
                 try:
                     uuid = self._backend.uuid(i)
                 except GpuLostError as exc:
-                    gpus.append(_GpuState(uuid=f"unknown-{i}", lost_reason=exc.reason, reprobe_at=now))
+                    gpus.append(GpuState(uuid=f"unknown-{i}", lost_reason=exc.reason, reprobe_at=now))
                     continue
-                gpus.append(_GpuState(uuid=uuid))
+                gpus.append(GpuState(uuid=uuid))
             self._host = self._backend.host()
             self._host_figures_cache = None
         except NvmlUnavailableError as exc:
@@ -375,7 +262,7 @@ class Poller:
     def _read_gpu(
         self,
         index: int,
-        state: _GpuState,
+        state: GpuState,
         planned: Sequence[Tier],
         durations: dict[Tier, float],
         now: float,
@@ -384,7 +271,7 @@ class Poller:
         reprobing = state.lost_reason is not None
         if reprobing and now < state.reprobe_at:
             return self._lost_snapshot(index, state)
-        tiers = list(_POLLED_TIERS) if reprobing else planned
+        tiers = list(POLLED_TIERS) if reprobing else planned
         for tier in tiers:
             t0 = self._mono() if timed else 0.0
             try:
@@ -421,7 +308,7 @@ class Poller:
             tier = Tier(tier_name)
             self._tier_errors[tier] = self._tier_errors.get(tier, 0) + count
 
-    def _mark_lost(self, index: int, state: _GpuState, reason: str, now: float) -> None:
+    def _mark_lost(self, index: int, state: GpuState, reason: str, now: float) -> None:
         if state.lost_reason is None:
             log.error(
                 "GPU %d (%s) lost: %s; other GPUs keep reporting; re-probing with backoff", index, state.uuid, reason
@@ -430,44 +317,6 @@ class Poller:
             state.reprobe_backoff = min(state.reprobe_backoff * 2, 60.0)
         state.lost_reason = reason
         state.reprobe_at = now + state.reprobe_backoff
-
-    def _lost_snapshot(self, index: int, state: _GpuState) -> GpuSnapshot:
-        keep = counter_field_names().union(_IDENTITY_FIELDS)
-        kept = {k: v for tier in _POLLED_TIERS for k, v in state.cache.get(tier, {}).items() if k in keep}
-        if self._xid_counts is not None:
-            kept["xid_errors_total"], kept["xid_last_timestamp_seconds"] = self._xid_counts(index)
-        return GpuSnapshot(index=index, uuid=state.uuid, up=False, lost_reason=state.lost_reason, **kept)
-
-    def _merge(self, index: int, state: _GpuState) -> GpuSnapshot:
-        if state.base is None:
-            slower: dict[str, Any] = {}
-            for tier in (Tier.STATIC, Tier.SLOW):
-                slower.update(self._settable(state.cache.get(tier, {})))
-            state.base = GpuSnapshot.base_fields(slower)
-        values = state.cache.get(_FAST, {})
-        extra: dict[str, Any] = {}
-        processes = values.get("processes")
-        if processes and self._enrich is not None:
-            known = state.enriched
-            if known is not None and known[2] > 0 and _same_processes(known[0], processes):
-                extra["processes"] = _with_figures_of(known[1], processes)
-                state.enriched = (known[0], extra["processes"], known[2] - 1)
-            else:
-                try:
-                    extra["processes"] = self._enrich(processes)
-                    state.enriched = (processes, extra["processes"], ENRICH_REUSE_POLLS - 1)
-                except Exception:
-                    state.enriched = None
-                    log.exception("process attribution failed")
-        if self._xid_counts is not None:
-            extra["xid_errors_total"], extra["xid_last_timestamp_seconds"] = self._xid_counts(index)
-        # the cached read stays as the backend returned it: what gpumon adds is laid over it
-        snapshot = GpuSnapshot.assemble(index, state.uuid, values, state.base, extra)
-        if len(snapshot.__dict__) != _FIELD_COUNT or not values.keys().isdisjoint(_KEY_FIELDS):
-            # a key that is no field (base holds every field but the key ones once: one more key
-            # is one that is no field), or a key field: left out (logged, counted) or raised (strict)
-            snapshot = GpuSnapshot.assemble(index, state.uuid, self._settable(values), state.base, extra)
-        return snapshot
 
     def _with_host_figures(self, now: float) -> HostSnapshot:
         """Driver facts plus psutil figures, re-read every slow interval (~50 µs a read); ``now``: monotonic s."""

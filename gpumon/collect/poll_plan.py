@@ -1,0 +1,51 @@
+"""Which tiers of which GPU a poll reads: the fast tier always, a slower one when due, spread over polls."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpumon.collect.poll_state import POLLED_TIERS, GpuState
+from gpumon.model.poll_intervals import PollIntervals
+from gpumon.model.snapshot import Tier
+
+
+def plan_tiers(
+    gpus: Sequence[GpuState], intervals: PollIntervals, now: float
+) -> tuple[Sequence[Sequence[Tier]], tuple[Tier, ...], float]:
+    """The tiers to read for each GPU in this poll, all the tiers read in it, and the monotonic time
+    before which no slow or static read is due (``now``: monotonic seconds).
+
+    Every GPU's fast tier, every poll. A slower tier is read for a GPU when its interval has
+    passed, but spread over polls: at most ceil(GPUs × fast / interval) GPUs a poll (the ones
+    waiting longest), so that one poll never carries the slow reads of every GPU (on H200
+    PCIe throughput and NVLink error counters take ~100 ms per GPU). A GPU never read yet
+    is read at once. The poller plans only once that time has come (most polls read the fast tier alone).
+    """
+    plan: list[list[Tier]] = [[] for _ in gpus]
+    count = len(gpus)
+    next_due = float("inf")
+    for tier in (Tier.STATIC, Tier.SLOW):
+        interval = intervals.of(tier)
+        budget = max(1, -(-count * intervals.fast_seconds // interval))
+        waiting = []
+        for i, state in enumerate(gpus):
+            if state.lost_reason is not None:
+                continue  # re-probed with every tier when its backoff allows
+            last = state.read_at.get(tier)
+            if last is None:
+                plan[i].append(tier)
+                next_due = min(next_due, now + interval - 1e-3)
+            elif now - last >= interval - 1e-3:
+                waiting.append((last, i))
+            else:
+                next_due = min(next_due, last + interval - 1e-3)
+        waiting.sort()
+        for _last, i in waiting[: int(budget)]:
+            plan[i].append(tier)
+            next_due = min(next_due, now + interval - 1e-3)
+        if len(waiting) > budget:
+            next_due = now  # more GPUs wait: plan again next poll
+    for tiers in plan:
+        tiers.append(Tier.FAST)
+    planned = set().union(*plan)
+    return plan, tuple(t for t in POLLED_TIERS if t in planned), next_due
