@@ -16,7 +16,7 @@ from gpumon.collect.poller import Poller
 from gpumon.collect.store import SnapshotStore
 from gpumon.exposition import gzip_parts
 from gpumon.exposition.collector import GpumonCollector
-from gpumon.http.connections import coalesced
+from gpumon.http.exchange import coalesced
 from gpumon.http.server import MetricsServer
 from gpumon.model.families import Family
 from gpumon.model.poll_intervals import PollIntervals
