@@ -73,6 +73,7 @@ class ExtraSources:
             if before is not None and _same(before, family):
                 families[i] = before
             else:
+                family.seal()  # kept for the next scrape
                 seen[family.name] = family
         return families
 
