@@ -62,7 +62,8 @@ def measure(gpus: int, rounds: int) -> dict[str, float]:
             poller._merge = timed("poller merge", poller._merge)  # type: ignore[method-assign]
             families.of = timed("prepare: per-GPU families", families.of)  # type: ignore[method-assign]
             families.prepare_slower = timed("prepare: slow and static rows", families.prepare_slower)  # type: ignore[method-assign]
-            daemon.collector._warm = timed("prepare: per-snapshot sources", daemon.collector._warm)  # type: ignore[method-assign]
+            extras = daemon.collector._extras
+            extras.warm_per_snapshot = timed("prepare: per-snapshot sources", extras.warm_per_snapshot)  # type: ignore[method-assign]
             store = daemon.store
             store._listeners = tuple(
                 (timed(f"listener {getattr(fn, '__qualname__', repr(fn))}", fn), failures)

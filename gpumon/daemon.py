@@ -41,7 +41,8 @@ from gpumon.events.kernel_follow import KernelLogFollower
 from gpumon.events.tracker import XidTracker
 from gpumon.events.xid_thread import XidEventThread
 from gpumon.exposition.burn_results import BurnResultsCollector
-from gpumon.exposition.collector import GpumonCollector, SelfStats
+from gpumon.exposition.collector import GpumonCollector
+from gpumon.exposition.own_families import SelfStats
 from gpumon.exposition.read_errors import ReadErrorsCollector
 from gpumon.exposition.simulated import SimulatedSource
 from gpumon.health.service import HealthService

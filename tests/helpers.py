@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from gpumon.exposition import gzip_parts
-from gpumon.exposition.dcgm import dcgm_fields
+from gpumon.exposition.dcgm_table import dcgm_fields
 from gpumon.exposition.openmetrics import render as render_openmetrics
 from gpumon.exposition.text import Family
 from gpumon.model.snapshot import GpuSnapshot

@@ -12,7 +12,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.collect.store import SnapshotStore
-from gpumon.exposition.dcgm import DcgmCompatCollector, clock_events_mask
+from gpumon.exposition.dcgm import DcgmCompatCollector
+from gpumon.exposition.dcgm_table import clock_events_mask
 from gpumon.exposition.openmetrics import render as render_openmetrics
 from gpumon.exposition.registry import MetricsOf
 from gpumon.exposition.text import render
@@ -286,7 +287,7 @@ def test_promtool_check_metrics_finds_nothing_but_dcgms_own_naming() -> None:
 def test_docs_map_every_dcgm_family() -> None:
     from pathlib import Path
 
-    from gpumon.exposition.dcgm import dcgm_fields
+    from gpumon.exposition.dcgm_table import dcgm_fields
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "dcgm-compat.md").read_text(encoding="utf-8")
     for spec in dcgm_fields():

@@ -13,7 +13,7 @@ import pytest
 from gpumon.backends.fake import FakeBackend
 from gpumon.collect.poller import STRICT_FIELDS_ENV, Poller, UnknownFieldError
 from gpumon.collect.store import SnapshotStore
-from gpumon.exposition.dcgm import DCGM_ORDER, dcgm_fields
+from gpumon.exposition.dcgm_table import DCGM_ORDER, dcgm_fields
 from gpumon.exposition.metrics import gpu_rows
 from gpumon.model.fields.spec import FieldSpec, Metric
 from gpumon.model.snapshot import GpuSnapshot, Tier, field_specs

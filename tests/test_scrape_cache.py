@@ -9,6 +9,7 @@ import random
 import zlib
 from collections.abc import Iterator
 
+import pytest
 import requests
 
 from gpumon.backends.fake import FakeBackend
@@ -16,9 +17,9 @@ from gpumon.collect.poller import Poller
 from gpumon.collect.store import SnapshotStore
 from gpumon.exposition import gzip_parts
 from gpumon.exposition.collector import GpumonCollector
-from gpumon.http.connections import coalesced
+from gpumon.http.exchange import coalesced
 from gpumon.http.server import MetricsServer
-from gpumon.model.families import Family
+from gpumon.model.families import Family, SealedFamilyError
 from gpumon.model.poll_intervals import PollIntervals
 from gpumon.model.snapshot import Snapshot
 from tests.test_exporter import GOLDEN, golden_collector
@@ -145,6 +146,34 @@ def test_a_changed_extra_family_is_served_at_once_and_an_unchanged_one_keeps_its
     after = rig.collector.body(gzip=True)
     assert b'gpumon_test_alerts{alertname="GpuHot"} 1.0' in gzip.decompress(b"".join(after))
     assert served(rig.collector) == rig.collector.render()
+
+
+class KeptFamily:
+    """An extra source that keeps its one family from scrape to scrape."""
+
+    def __init__(self) -> None:
+        self.family = Family("gpumon_test_kept", "gauge", "Kept.", ("n",))
+        self.family.add(["0"], 0.0)
+
+    def families(self) -> Iterator[Family]:
+        yield self.family
+
+
+def test_a_family_once_served_is_sealed_and_adding_a_sample_to_it_raises() -> None:
+    rig = Rig()
+    kept = KeptFamily()
+    rig.collector.add("kept", kept)
+    rig.poll()
+    fresh = Family("gpumon_test_fresh", "gauge", "Not served yet.")
+    fresh.add([], 1.0)  # a family not yet rendered nor kept takes samples
+    assert not kept.family.sealed
+    before = served(rig.collector)
+    assert kept.family.sealed
+    per_gpu = [family for family in rig.collector.own_families() if "gpu" in family.label_names]
+    assert per_gpu and all(family.sealed for family in per_gpu)  # kept for every scrape of the snapshot
+    with pytest.raises(SealedFamilyError, match="gpumon_test_kept"):
+        kept.family.add(["1"], 1.0)  # the kept bytes would no longer be its text
+    assert served(rig.collector) == before == rig.collector.render()
 
 
 def test_a_reload_with_new_intervals_is_served_at_once() -> None:

@@ -4,7 +4,9 @@ A scrape never touches NVML: it reads the SnapshotStore. Series of a GPU that
 vanished or is lost disappear by themselves because families are rebuilt per scrape.
 Extra sources (alerts, burn results, health, DCGM names) give their families inside each
 scrape, each timed and guarded: one that fails is logged and reported by
-``gpumon_collector_success 0``, and the scrape still answers 200 with everything else.
+``gpumon_collector_success 0``, and the scrape still answers 200 with everything else
+(``gpumon.exposition.extra_sources``). The daemon's own families before the per-GPU ones
+are ``gpumon.exposition.own_families``'s.
 
 Every source gives gpumon.model.families.Family objects (``families()``); ``render()`` and
 ``render_openmetrics()`` write them all with the fast renderers, and ``collect()`` gives the
@@ -18,14 +20,15 @@ import platform
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpumon import __version__
 from gpumon.collect.store import SnapshotStore
 from gpumon.exposition import gzip_parts
+from gpumon.exposition.extra_sources import ExtraSources
 from gpumon.exposition.gpu_families import GpuFamilies
 from gpumon.exposition.openmetrics import EOF as OPENMETRICS_EOF
+from gpumon.exposition.own_families import SelfStats, head_families
 from gpumon.exposition.rendered import OPENMETRICS, TEXT, Rendered, RenderedSnapshot, render_text
 from gpumon.exposition.text import Heads, render
 from gpumon.model.families import Family, FamilySource
@@ -36,60 +39,6 @@ if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SelfStats:
-    """Daemon figures that are not part of a snapshot."""
-
-    poll_skipped_total: int = 0
-    """Scheduled polls that did not run (one was still running, or it could not start in time)."""
-    config_last_reload_successful: bool = True
-    """Whether the last configuration reload (SIGHUP) was applied; True at start."""
-    config_last_reload_success_timestamp_seconds: float = 0.0
-    """Unix time the running configuration was loaded (start-up or the last good reload)."""
-    http_connections_open: int = 0
-    """Connections the exporter holds open now."""
-    http_connections_shed_total: int = 0
-    """Connections closed to stay under the connection limit (idle ones evicted or new ones refused)."""
-    kernel_log_xids_total: int | None = None
-    """XIDs read from the kernel log (the backfill since boot, then each as written); None while it is
-    not followed (simulated GPUs, ``kernel_log: false``, nothing readable): no sample then."""
-
-
-def _daemon_counters(stats: SelfStats) -> list[Family]:
-    """The exporter's connections and the kernel log's XIDs: gpumon_http_connections_open,
-    gpumon_http_connections_shed_total and gpumon_kernel_log_xids_total."""
-    open_now = Family("gpumon_http_connections_open", "gauge", "Connections the exporter holds open now.")
-    open_now.add([], float(stats.http_connections_open))
-    shed = Family(
-        "gpumon_http_connections_shed_total",
-        "counter",
-        "Connections the exporter closed to stay under its connection limit (idle ones evicted or new ones refused).",
-    )
-    shed.add([], float(stats.http_connections_shed_total))
-    if stats.kernel_log_xids_total is None:
-        return [open_now, shed]
-    xids = Family(
-        "gpumon_kernel_log_xids_total",
-        "counter",
-        "XIDs read from the kernel log: those since boot when gpumon started, then each as it is written.",
-    )
-    xids.add([], float(stats.kernel_log_xids_total))
-    return [open_now, shed, xids]
-
-
-def _same(a: Family, b: Family) -> bool:
-    """Whether two families render to the same text."""
-    return (
-        a.samples == b.samples
-        and a.name == b.name
-        and a.kind == b.kind
-        and a.help == b.help
-        and a.label_names == b.label_names
-        and a.plain_labels == b.plain_labels
-        and a.optional_labels == b.optional_labels
-    )
 
 
 class GpumonCollector:
@@ -118,8 +67,7 @@ class GpumonCollector:
         self._processes = processes
         self._detail = detail
         self._gpu = GpuFamilies(intervals, processes=processes, detail=detail)
-        self._extra = list(extra)
-        self._per_snapshot: set[str] = set()
+        self._extras = ExtraSources(extra)
         self._version = version
         self._python_version = python_version or platform.python_version()
         self._lock = threading.Lock()
@@ -129,8 +77,6 @@ class GpumonCollector:
         """The last snapshot ``prepare`` was called with (None: no store listener, never render ahead)."""
         self._rendering: Snapshot | None = None
         """The snapshot ``prepare`` renders ahead of the scrapes right now."""
-        self._extra_seen: dict[str, Family] = {}
-        """The extra sources' families of the last scrape, by name (their text, once rendered, is reused)."""
         self._text_heads: Heads = {}
         """The HELP and TYPE lines and templates of the head's and tail's families, made anew every scrape."""
         self._extras_rendered: tuple[Rendered, list[tuple[str, float, float]]] | None = None
@@ -148,9 +94,7 @@ class GpumonCollector:
         """Take ``source``'s families in every scrape, guarded and timed as ``name``.
         ``per_snapshot``: the source builds its families once per snapshot (and reuses them for
         later scrapes of it); ``prepare`` then asks it ahead of the scrapes when it renders ahead."""
-        self._extra.append((name, source))
-        if per_snapshot:
-            self._per_snapshot.add(name)
+        self._extras.add(name, source, per_snapshot=per_snapshot)
 
     # ------------------------------------------------------------------
     def render(self) -> bytes:
@@ -197,7 +141,7 @@ class GpumonCollector:
             extras = last[0]  # as the last scrape got them, before the polling thread's listeners ran
             timings += last[1]
         else:
-            extra = self._extra_families(timings)
+            extra = self._extras.families(timings, self._mono)
             extras = last[0] if last is not None and last[0].holds(extra) else Rendered(extra)
             self._extras_rendered = (extras, timings[1:])
         openmetrics = fmt == OPENMETRICS
@@ -226,37 +170,14 @@ class GpumonCollector:
         start = self._mono()
         out = self.own_families()
         timings = [("gpumon", 1.0, self._mono() - start)]
-        out += self._extra_families(timings)
+        out += self._extras.families(timings, self._mono)
         return out + self._meta(timings)
 
-    def _extra_families(self, timings: list[tuple[str, float, float]]) -> list[Family]:
-        """Every extra source's families, each timed and guarded (its timing appended to ``timings``)."""
-        out: list[Family] = []
-        for name, source in self._extra:
-            start = self._mono()
-            try:
-                families = list(source.families())
-                ok = 1.0
-            except Exception:
-                log.exception("collector %s failed; its metrics are left out of this scrape", name)
-                families, ok = [], 0.0
-            timings.append((name, ok, self._mono() - start))
-            out.extend(self._reused(families))
-        return out
-
-    def _reused(self, families: list[Family]) -> list[Family]:
-        """``families`` with each one not yet rendered replaced by the family of that name the
-        previous scrape gave, when it holds the same samples: its text is reused."""
-        seen = self._extra_seen
-        for i, family in enumerate(families):
-            if family.rendered is not None or family.rendered_openmetrics is not None:
-                continue  # the source keeps its families' text itself
-            before = seen.get(family.name)
-            if before is not None and _same(before, family):
-                families[i] = before
-            else:
-                seen[family.name] = family
-        return families
+    def _head_families(self, snapshot: Snapshot | None) -> list[Family]:
+        """gpumon's own families before the per-GPU ones, for ``snapshot``."""
+        return head_families(
+            snapshot, self._self_stats, self._mono, version=self._version, python_version=self._python_version
+        )
 
     def _meta(self, timings: list[tuple[str, float, float]]) -> list[Family]:
         success = Family(
@@ -285,85 +206,6 @@ class GpumonCollector:
             out += self._gpu.of(snapshot)
         return out
 
-    def _head_families(self, snapshot: Snapshot | None) -> list[Family]:
-        """gpumon's own families before the per-GPU ones, for ``snapshot``."""
-        build = Family(
-            "gpumon_build_info", "gauge", "gpumon version and Python version; always 1.", ("version", "python_version")
-        )
-        build.add([self._version, self._python_version], 1.0)
-        nvml_up = Family("gpumon_nvml_up", "gauge", "1 when NVML is loaded and answering.")
-        nvml_up.add([], 1.0 if snapshot is not None and snapshot.nvml_up else 0.0)
-        stats = self._self_stats()
-        skipped = Family(
-            "gpumon_poll_skipped_total",
-            "counter",
-            "Scheduled polls that did not run: the previous poll was still running (a slow or hung backend read), "
-            "or the poll could not start in time (the host was suspended or short of CPU).",
-        )
-        skipped.add([], float(stats.poll_skipped_total))
-        reload_ok = Family(
-            "gpumon_config_last_reload_successful",
-            "gauge",
-            "1 when the last configuration reload (SIGHUP) was applied, 0 when it was rejected and the running "
-            "configuration kept.",
-        )
-        reload_ok.add([], 1.0 if stats.config_last_reload_successful else 0.0)
-        reload_at = Family(
-            "gpumon_config_last_reload_success_timestamp_seconds",
-            "gauge",
-            "Unix time the running configuration was loaded (start-up or the last successful reload).",
-        )
-        reload_at.add([], stats.config_last_reload_success_timestamp_seconds)
-        out = [build, nvml_up, skipped, reload_ok, reload_at, *_daemon_counters(stats)]
-        if snapshot is not None:
-            out += self._self_metrics(snapshot)
-            out += self._host_metrics(snapshot)
-        return out
-
-    def _self_metrics(self, snapshot: Snapshot) -> list[Family]:
-        age = Family(
-            "gpumon_snapshot_age_seconds",
-            "gauge",
-            "Seconds since the snapshot these metrics come from was taken; grows while a poll hangs.",
-        )
-        age.add([], max(0.0, self._mono() - snapshot.monotonic_seconds))
-        taken = Family("gpumon_snapshot_timestamp_seconds", "gauge", "Unix time the served snapshot was taken.")
-        taken.add([], snapshot.timestamp_seconds)
-        duration = Family(
-            "gpumon_poll_duration_seconds",
-            "gauge",
-            "Time the last read of a tier took over all GPUs, seconds (a poll of the fast tier alone is timed whole).",
-            ("tier",),
-        )
-        errors = Family(
-            "gpumon_poll_errors_total", "counter", "Failed backend reads by tier since the daemon started.", ("tier",)
-        )
-        last = Family("gpumon_last_poll_timestamp_seconds", "gauge", "Unix time a tier was last read.", ("tier",))
-        for tier in sorted(snapshot.tiers):
-            stats = snapshot.tiers[tier]
-            duration.add([tier], stats.duration_seconds)
-            errors.add([tier], float(stats.errors_total))
-            last.add([tier], stats.last_timestamp_seconds)
-        return [age, taken, duration, errors, last]
-
-    def _host_metrics(self, snapshot: Snapshot) -> list[Family]:
-        out = []
-        host = snapshot.host
-        for name, value, doc in (
-            ("gpumon_host_cpu_utilization_ratio", host.cpu_utilization_ratio, "Host CPU busy share, 0-1 (psutil)."),
-            ("gpumon_host_memory_used_bytes", host.memory_used_bytes, "Host memory in use, bytes (psutil)."),
-            ("gpumon_host_memory_total_bytes", host.memory_total_bytes, "Host memory, bytes (psutil)."),
-        ):
-            if value is not None:
-                family = Family(name, "gauge", doc)
-                family.add([], float(value))
-                out.append(family)
-        if snapshot.nvml_up:
-            count = Family("gpumon_gpus", "gauge", "GPUs NVML reports on this host.")
-            count.add([], float(len(snapshot.gpus)))
-            out.append(count)
-        return out
-
     def prepare(self, snapshot: Snapshot) -> None:
         """Store listener: right after a slow or static read, render those tiers' families on the
         polling thread (once per read, as the first scrape after it would), so no scrape waits for
@@ -390,23 +232,12 @@ class GpumonCollector:
                     rendered.part(fmt)
                 else:
                     rendered.block(fmt)
-            for name, source in self._extra:
-                if name in self._per_snapshot:
-                    self._warm(name, source)
+            self._extras.warm_per_snapshot()
             self._keep(rendered)  # scrapes serve it from now on, its bytes made
         finally:
             with self._lock:
                 if self._rendering is snapshot:
                     self._rendering = None
-
-    @staticmethod
-    def _warm(name: str, source: FamilySource) -> None:
-        """Have a per-snapshot source build its families of the latest snapshot."""
-        try:
-            for _family in source.families():
-                pass
-        except Exception:  # the scrape that asks it next logs it and reports the failure
-            log.debug("collector %s failed ahead of a scrape", name, exc_info=True)
 
     def _kept_for_scrape(self, latest: Snapshot | None) -> tuple[RenderedSnapshot | None, bool]:
         """What a scrape serves of what is rendered: the latest snapshot, or, while the polling

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gpumon.exposition.dcgm import dcgm_fields
+from gpumon.exposition.dcgm_table import dcgm_fields
 from gpumon.model.fields.spec import Dcgm
 from gpumon.model.snapshot import GpuSnapshot, field_specs
 

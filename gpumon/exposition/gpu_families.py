@@ -250,6 +250,7 @@ class GpuFamilies:
                 plain_labels=row.plain_labels,
             )
             empty.rendered = header(empty)
+            empty.seal()
             made.append((empty, sample_template(empty)))
         self._heads = (self._intervals, made)
         self._families = [None] * len(self._rows)
@@ -321,6 +322,7 @@ class GpuFamilies:
             samples.extend(part[0])
             texts.append(part[1])
         family.rendered = "".join(texts)
+        family.seal()
         return family
 
     def _process_metrics(self, gpus: Sequence[GpuSnapshot]) -> list[Family]:

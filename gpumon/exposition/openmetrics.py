@@ -53,6 +53,7 @@ def render_text(families: Iterable[Family]) -> str:
         text = family.rendered_openmetrics
         if text is None:
             text = family.rendered_openmetrics = render_family(family, formatted)
+            family.seal()
         out.append(text)
     return "".join(out)
 

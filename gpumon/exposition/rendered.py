@@ -28,13 +28,15 @@ def render_text(families: Sequence[Family], fmt: str, heads: Heads | None = None
 
 
 class Rendered:
-    """Families (not changed any more) and their bytes per format, made on first use.
+    """Families (sealed: not changed any more) and their bytes per format, made on first use.
 
     Safe to share between threads: two threads that ask for the same bytes at once may both
     make them (the same bytes); neither waits for the other.
     """
 
     def __init__(self, families: Sequence[Family]) -> None:
+        for family in families:
+            family.seal()
         self.families = families
         self._bytes: dict[str, bytes] = {}
         self._parts: dict[str, gzip_parts.Part] = {}

@@ -151,5 +151,6 @@ def render(families: Iterable[Family], heads: Heads | None = None) -> str:
             lines = [head]
             render_samples(fam, lines, formatted, template)
             text = fam.rendered = "".join(lines)
+            fam.seal()
         out.append(text)
     return "".join(out)

@@ -19,28 +19,27 @@ waitress reads headers without threads but has no TLS; the ASGI servers bring a
 framework-sized dependency and a fixed certificate, where gpumon re-reads its web config
 and serves a renewed certificate to the next connection. asyncio's streams do the
 non-blocking TLS and buffering; ``gpumon.http.messages`` adds the HTTP/1.1 subset
-a scraper needs.
+a scraper needs. A connection's opening (TLS or not) is ``gpumon.http.opening``'s; reading
+one request and writing its response, ``gpumon.http.exchange``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import email.utils
 import errno
 import logging
-import socket
 import ssl
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpumon import __version__
+from gpumon.http.exchange import Body, ResponseWriter, read_head, read_request
 from gpumon.http.limits import HttpLimits, bind_listener, raise_open_files_limit
-from gpumon.http.messages import REASONS, TEXT_PLAIN, BadRequest, Request, parse_head, wants_close
+from gpumon.http.messages import Request, wants_close
+from gpumon.http.opening import Connection, open_streams
 from gpumon.util.repeat_log import RepeatLog
 
 if TYPE_CHECKING:  # the web config's modules are loaded only where a web config is given
@@ -49,7 +48,6 @@ if TYPE_CHECKING:  # the web config's modules are loaded only where a web config
 log = logging.getLogger("gpumon.http.server")
 """The logger name these log lines have always carried (they lived in server.py)."""
 
-_MAX_DISCARDED_BODY_BYTES = 65536
 _DISCONNECTS = (ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError, EOFError)
 _ACCEPT_RETRY_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 """accept() errors that mean this process is short of something: an idle connection is closed to make room."""
@@ -57,68 +55,6 @@ _STALLED_LOOP_SECONDS = 5.0
 """The event loop has not answered a probe for this long: the server is not answering."""
 _FAILING_ACCEPT_SECONDS = 10.0
 """Every accept() has failed for this long: the server is not answering."""
-_COALESCE_BYTES = 1 << 20
-"""Chunks of a response smaller than this go out joined with their neighbours; larger ones are
-handed to the transport as they are, not copied into a joined body first. Fewer writes are
-fewer sends, and each send lets go of the GIL, which a busy thread may then hold for up to a
-switch interval (5 ms)."""
-
-Body = bytes | Sequence[bytes]
-"""A response body: bytes, or chunks sent one after the other."""
-
-
-def coalesced(chunks: Sequence[bytes]) -> list[bytes]:
-    """``chunks`` with each run of small ones joined (the same bytes, in order; all of them joined
-    when they come to less than ``_COALESCE_BYTES``)."""
-    if sum(len(c) for c in chunks) < _COALESCE_BYTES:
-        return [b"".join(chunks)]
-    out: list[bytes] = []
-    small: list[bytes] = []
-    for chunk in chunks:
-        if len(chunk) >= _COALESCE_BYTES:
-            if small:
-                out.append(b"".join(small))
-                small = []
-            out.append(chunk)
-        elif chunk:
-            small.append(chunk)
-    if small:
-        out.append(b"".join(small))
-    return out
-
-
-class _Conn:
-    """One client connection, as the event loop tracks it."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.fd = sock.fileno()
-        """Kept: a closed socket's fileno() is -1, and the loop's selector is keyed by the number."""
-        self.transport: asyncio.BaseTransport | None = None
-        self.task: asyncio.Task[None] | None = None
-
-    def abort(self) -> None:
-        """End the connection from the event loop. One still opening (waiting for its first byte,
-        or in its TLS handshake) is ended by its own task: cancelled, it unwinds what it gave the
-        loop (readers, the handshake's transport) and only then closes the socket, so the number
-        is never reused while the loop's selector still holds it."""
-        if self.transport is not None:
-            self.transport.abort()  # type: ignore[attr-defined]
-        elif self.task is not None and not self.task.done():
-            self.task.cancel()
-        else:
-            self.sock.close()
-
-    def close(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The end of the connection's own task: nothing of it is left in the loop's selector."""
-        if self.transport is not None:
-            self.transport.abort()  # type: ignore[attr-defined]
-            return
-        if self.sock.fileno() != -1:
-            # a handshake's transport that still owns it closes it itself
-            with contextlib.suppress(RuntimeError, ValueError, OSError):
-                loop.remove_reader(self.fd)
-        self.sock.close()
 
 
 class HttpConnectionServer:
@@ -133,15 +69,15 @@ class HttpConnectionServer:
         self._web = web_config
         self._limits = limits
         self._listener = bind_listener(address, limits.backlog)
-        self._server_header = f"gpumon/{__version__}"
+        self._responses = ResponseWriter(f"gpumon/{__version__}", web_config, limits.write_timeout_seconds)
         self._repeat = RepeatLog(log)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._started = threading.Event()
         self._workers: concurrent.futures.ThreadPoolExecutor | None = None
-        self._conns: dict[int, _Conn] = {}
-        self._waiting: OrderedDict[int, _Conn] = OrderedDict()
+        self._conns: dict[int, Connection] = {}
+        self._waiting: OrderedDict[int, Connection] = OrderedDict()
         """Connections waiting for a request (no request in hand), oldest first."""
         self._max_connections = limits.max_connections
         self.shed_connections_total = 0
@@ -291,7 +227,7 @@ class HttpConnectionServer:
                 )
                 sock.close()
                 continue
-            conn = _Conn(sock)
+            conn = Connection(sock)
             self._conns[id(conn)] = conn
             self._waiting[id(conn)] = conn
             conn.task = asyncio.create_task(self._serve_connection(conn, str(addr[0])))
@@ -307,19 +243,19 @@ class HttpConnectionServer:
             conn.task.cancel()
         return True
 
-    def _set_waiting(self, conn: _Conn, waiting: bool) -> None:
+    def _set_waiting(self, conn: Connection, waiting: bool) -> None:
         if waiting:
             self._waiting[id(conn)] = conn
             self._waiting.move_to_end(id(conn))
         else:
             self._waiting.pop(id(conn), None)
 
-    async def _serve_connection(self, conn: _Conn, client: str) -> None:
+    async def _serve_connection(self, conn: Connection, client: str) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._limits.header_timeout_seconds
         try:
             async with asyncio.timeout_at(deadline):
-                streams = await self._open(conn, client)
+                streams = await open_streams(conn, client, self._web, self._limits)
             if streams is None:
                 return
             reader, writer = streams
@@ -339,67 +275,6 @@ class HttpConnectionServer:
             self._waiting.pop(id(conn), None)
             conn.close(loop)
 
-    async def _open(self, conn: _Conn, client: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        """TLS handshake (or not) and stream set-up; None when the connection is done with."""
-        loop = asyncio.get_running_loop()
-        web = self._web
-        context = web.ssl_context() if web is not None else None
-        sock = conn.sock
-        if context is not None:
-            from gpumon.http import tls  # here: a daemon without TLS does not load it
-
-            readable: asyncio.Future[None] = loop.create_future()
-
-            def wake() -> None:
-                if not readable.done():
-                    readable.set_result(None)
-
-            loop.add_reader(conn.fd, wake)
-            try:
-                await readable
-            finally:
-                loop.remove_reader(conn.fd)
-            first = sock.recv(5, socket.MSG_PEEK)
-            if not first:
-                return None
-            if first[0] != 0x16 and tls.looks_like_http(first):
-                await self._answer_plain_http(sock)
-                return None
-        reader = asyncio.StreamReader(limit=self._limits.max_header_bytes)
-        protocol = asyncio.StreamReaderProtocol(reader)
-        transport, _ = await loop.connect_accepted_socket(
-            lambda: protocol,
-            sock,
-            ssl=context,
-            ssl_handshake_timeout=self._limits.header_timeout_seconds if context is not None else None,
-        )
-        conn.transport = transport
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        if context is not None and web is not None:
-            tls_config = web.current().tls
-            if tls_config is not None and tls_config.client_allowed_sans:
-                ssl_object = writer.get_extra_info("ssl_object")
-                peer = tls.peer_sans(ssl_object.getpeercert() or {}) if ssl_object is not None else set()
-                if not peer & set(tls_config.client_allowed_sans):
-                    log.info("client %s rejected: certificate SANs %s not allowed", client, sorted(peer))
-                    transport.abort()
-                    return None
-        return reader, writer
-
-    async def _answer_plain_http(self, sock: socket.socket) -> None:
-        from gpumon.http import tls
-
-        loop = asyncio.get_running_loop()
-        await loop.sock_sendall(sock, tls.HTTP_ON_HTTPS_RESPONSE)
-        sock.shutdown(socket.SHUT_WR)
-        drained = 0
-        async with asyncio.timeout(1.0):  # read what the client sent, so closing does not reset first
-            while drained < 65536:
-                chunk = await loop.sock_recv(sock, 4096)
-                if not chunk:
-                    break
-                drained += len(chunk)
-
     async def _close(self, writer: asyncio.StreamWriter) -> None:
         writer.close()
         try:
@@ -410,7 +285,7 @@ class HttpConnectionServer:
 
     async def _one_request(
         self,
-        conn: _Conn,
+        conn: Connection,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         client: str,
@@ -418,78 +293,17 @@ class HttpConnectionServer:
     ) -> bool:
         """Read (headers by ``deadline``) and answer one request; True to keep the connection for another."""
         self._set_waiting(conn, True)
-        try:
-            async with asyncio.timeout_at(deadline):
-                head = await reader.readuntil(b"\r\n\r\n")
-        except TimeoutError:
-            log.debug("client %s sent no complete request in time; closing", client)
-            return False
-        except asyncio.LimitOverrunError:
-            await self._send(
-                writer, None, 431, {"Content-Type": TEXT_PLAIN}, b"request headers too large\n", close=True
-            )
-            return False
-        except asyncio.IncompleteReadError as exc:
-            if exc.partial.strip():
-                log.debug("client %s hung up in the middle of its request headers", client)
+        head = await read_head(reader, writer, self._responses, client, deadline)
+        if head is None:
             return False
         self._set_waiting(conn, False)
-        try:
-            request = parse_head(head, client)
-        except BadRequest as exc:
-            await self._send(writer, None, exc.status, {"Content-Type": TEXT_PLAIN}, f"{exc}\n".encode(), close=True)
+        request = await read_request(head, reader, writer, self._responses, client, self._limits.header_timeout_seconds)
+        if request is None:
             return False
         close = wants_close(request)
-        if "transfer-encoding" in request.headers:
-            await self._send(writer, request, 411, {"Content-Type": TEXT_PLAIN}, b"send a Content-Length\n", close=True)
-            return False
-        length_text = request.headers.get("content-length", "0")
-        if not length_text or length_text.strip("0123456789"):  # "²" is a digit to str.isdigit, not to int()
-            await self._send(
-                writer, request, 400, {"Content-Type": TEXT_PLAIN}, b"malformed Content-Length\n", close=True
-            )
-            return False
-        if len(length_text.lstrip("0")) > 9 or int(length_text) > _MAX_DISCARDED_BODY_BYTES:
-            await self._send(
-                writer, request, 413, {"Content-Type": TEXT_PLAIN}, b"request body too large\n", close=True
-            )
-            return False
-        if int(length_text):
-            async with asyncio.timeout(self._limits.header_timeout_seconds):
-                await reader.readexactly(int(length_text))
         status, headers, body = await self._respond(request)
-        await self._send(writer, request, status, headers, body, close=close)
+        await self._responses.send(writer, request, status, headers, body, close=close)
         return not close
-
-    async def _send(
-        self,
-        writer: asyncio.StreamWriter,
-        request: Request | None,
-        status: int,
-        headers: Mapping[str, str],
-        body: Body,
-        *,
-        close: bool,
-    ) -> None:
-        lines = [
-            f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}",
-            f"Server: {self._server_header}",
-            f"Date: {email.utils.formatdate(usegmt=True)}",
-        ]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        if self._web is not None:
-            lines += [f"{k}: {v}" for k, v in self._web.extra_headers().items()]
-        chunks = [body] if isinstance(body, bytes) else body
-        lines.append(f"Content-Length: {sum(len(c) for c in chunks)}")
-        if close:
-            lines.append("Connection: close")
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        if request is not None and request.method == "HEAD":
-            chunks = []
-        for chunk in coalesced([head, *chunks]):
-            writer.write(chunk)
-        async with asyncio.timeout(self._limits.write_timeout_seconds):
-            await writer.drain()
 
     async def _respond(self, request: Request) -> tuple[int, dict[str, str], Body]:
         """(status, headers, body) for a complete request; the subclass says what a request gets."""

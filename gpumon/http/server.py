@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Protocol
 from gpumon.collect.store import SnapshotStore
 from gpumon.exposition import openmetrics
 from gpumon.exposition.text import CONTENT_TYPE
-from gpumon.http.connections import Body, HttpConnectionServer
+from gpumon.http.connections import HttpConnectionServer
+from gpumon.http.exchange import Body
 from gpumon.http.limits import HttpLimits
 from gpumon.http.messages import TEXT_PLAIN, Request, Response, Route, accepts_gzip, wants_openmetrics
 

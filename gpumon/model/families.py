@@ -14,11 +14,17 @@ from typing import Protocol
 KINDS = ("gauge", "counter", "untyped")
 
 
+class SealedFamilyError(RuntimeError):
+    """A sample was added to a family that is rendered or kept by a cache (``Family.seal``)."""
+
+
 @dataclass
 class Family:
     """One metric family: ``samples`` hold label values in the order of ``label_names``.
 
     Names (of the family and its labels) are plain Prometheus names, ``[a-zA-Z_][a-zA-Z0-9_]*``.
+    A family is not changed once rendered: the renderers and the scrape's caches ``seal`` the
+    families they keep, and ``add`` then raises SealedFamilyError.
     """
 
     name: str
@@ -36,9 +42,10 @@ class Family:
     carry the same labels, such as ``peer_gpu`` on p2p bandwidth only)."""
     rendered: str | None = None
     """This family's text, once rendered; families of slow tiers are reused across scrapes.
-    A family is not changed once rendered."""
+    A family is not changed once rendered (it is sealed)."""
     rendered_openmetrics: str | None = None
     """The same in OpenMetrics text, once rendered (gpumon.exposition.openmetrics)."""
+    _sealed: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -47,7 +54,19 @@ class Family:
             raise ValueError(f"{self.name}: a counter's sample name ends in _total")
 
     def add(self, labels: Sequence[str], value: float) -> None:
+        """Add one sample; SealedFamilyError once the family is sealed."""
+        if self._sealed:
+            raise SealedFamilyError(f"{self.name}: a family is not changed once rendered or kept by a cache")
         self.samples.append((tuple(labels), float(value)))
+
+    def seal(self) -> None:
+        """Make the family read-only for ``add``: its text is kept, or a cache keeps it for reuse."""
+        self._sealed = True
+
+    @property
+    def sealed(self) -> bool:
+        """Whether ``seal`` was called: ``add`` raises."""
+        return self._sealed
 
     @property
     def family_name(self) -> str:

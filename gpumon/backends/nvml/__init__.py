@@ -5,8 +5,9 @@ everything else receives the module object, so tests hand in ``tests/fake_pynvml
 
 Layout (one collector per subsystem, as node_exporter does):
 
-* ``core``: ``NvmlBackend``: lifecycle, read dispatch, the error policy below, liveness,
-  error counting. ``events``: the XID event set. ``codes``: NVML return codes.
+* ``core``: ``NvmlBackend``: lifecycle, read dispatch, GPUs lost and found again.
+  ``error_policy``: the error policy below, liveness, error counting.
+  ``events``: the XID event set. ``codes``: NVML return codes.
   ``reader``: the per-GPU state, the readers' context and their shared body (``gather``).
 * one module per subsystem, each listing its readers with their tier in ``READERS``:
   ``identity``, ``utilization`` (and memory), ``temperature`` (and thresholds), ``power``
@@ -52,7 +53,8 @@ from __future__ import annotations
 
 from gpumon.backends.nvml.clocks import PERF_POLICIES
 from gpumon.backends.nvml.codes import LOST_CODES, NVML_GONE_CODES, UNSUPPORTED_CODES
-from gpumon.backends.nvml.core import LIVENESS_FAILURES_LOST, LIVENESS_READERS, NvmlBackend
+from gpumon.backends.nvml.core import NvmlBackend
+from gpumon.backends.nvml.error_policy import LIVENESS_FAILURES_LOST, LIVENESS_READERS
 from gpumon.backends.nvml.events import EVENT_XID
 from gpumon.backends.nvml.nvlink import NVLINK_ERROR_COUNTERS, NVLINK_ERROR_FIELDS
 from gpumon.backends.nvml.topology import P2P_CAPABILITIES, TOPOLOGY_LEVELS

@@ -1,8 +1,8 @@
-"""The NVML backend core: lifecycle, read dispatch, the error policy, liveness and error counting.
+"""The NVML backend core: lifecycle, read dispatch, GPUs lost and found again.
 
 The readers live in one module per subsystem (their ``READERS`` tuples are collected by
-``registry``); the XID event set lives in ``events``. See the package docstring
-for the error policy this module applies.
+``registry``); the XID event set lives in ``events``; the error policy (see the package
+docstring), liveness and error counting in ``error_policy``.
 """
 
 from __future__ import annotations
@@ -10,22 +10,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError
 from gpumon.backends.gpm import GpmSampler
 from gpumon.backends.nvml import temperature
-from gpumon.backends.nvml.codes import (
-    LOST_CODES,
-    NVML_GONE_CODES,
-    UNSUPPORTED_CODES,
-    Unsupported,
-    code_of,
-    init_message,
-    missing_in_binding,
-)
+from gpumon.backends.nvml.codes import NVML_GONE_CODES, code_of, init_message
+from gpumon.backends.nvml.error_policy import LIVENESS_READERS, ErrorPolicy
 from gpumon.backends.nvml.events import EventWatcher, quiet, try_call
 from gpumon.backends.nvml.reader import Context, GpuState, Reader, cuda_version, spaced, text
 from gpumon.backends.nvml.registry import collect_readers
@@ -33,11 +25,6 @@ from gpumon.model.snapshot import HostSnapshot, Tier
 from gpumon.model.xid import XidEvent
 
 log = logging.getLogger(__name__)
-
-LIVENESS_READERS = frozenset({"memory", "utilization"})
-"""FAST readers whose calls (nvmlDeviceGetMemoryInfo, nvmlDeviceGetUtilizationRates) every GPU answers."""
-LIVENESS_FAILURES_LOST = 3
-"""FAST reads in a row in which every liveness reader failed that make a GPU lost."""
 
 Plan = tuple[tuple[tuple[str, Reader], ...], tuple[tuple[str, Reader], ...]]
 
@@ -70,8 +57,7 @@ class NvmlBackend:
         self._lock = threading.Lock()
         self._inited = False
         self._gpus: dict[int, GpuState] = {}
-        self._errors: Counter[str] = Counter()
-        self._reader_errors: Counter[tuple[int, str]] = Counter()
+        self._policy = ErrorPolicy(pynvml, self._lock, self._mark_lost)
         self._stop = threading.Event()
         self._readers = collect_readers()
         self._ctx = self._context(GpmSampler(pynvml))
@@ -92,7 +78,7 @@ class NvmlBackend:
             self._nv,
             gpm,
             self._peers,
-            self._record_error,
+            self._policy.record_error,
             int(field),
             self._clock,
             self._spaced,
@@ -139,8 +125,7 @@ class NvmlBackend:
                     log.warning("GPU %d does not answer at start: %s", index, exc)
                     gpus[index] = GpuState(index=index, handle=None, uuid=None, confirmed=False, lost_reason=str(exc))
             self._gpus = gpus
-            self._errors = Counter()
-            self._reader_errors = Counter()
+            self._policy.reset()
             self._ctx = self._context(GpmSampler(nv))
             self._stop.clear()
             self._inited = True
@@ -214,21 +199,21 @@ class NvmlBackend:
             try:
                 reader(ctx, g, h, out)
             except Exception as exc:
-                self._reader_failed(g, tier, name, exc)
+                self._policy.reader_failed(g, tier, name, exc)
                 if name in g.unsupported:  # an unsupported reader proves nothing either way
                     skipped += 1
                 else:
                     failed += 1
                     error = error or f"{name}: {exc}"
         if failed or skipped:
-            self._count_liveness(g, len(liveness) - failed - skipped, failed, error)
+            self._policy.count_liveness(g, len(liveness) - failed - skipped, failed, error)
         elif g.liveness_failures and liveness:
             g.liveness_failures = 0
         for name, reader in others:  # _run, written out: this runs every second for every GPU
             try:
                 reader(ctx, g, h, out)
             except Exception as exc:
-                self._reader_failed(g, tier, name, exc)
+                self._policy.reader_failed(g, tier, name, exc)
         if not g.confirmed:
             with self._lock:
                 g.confirmed = True
@@ -242,11 +227,7 @@ class NvmlBackend:
         fields out of the read (its message is logged: warning the first time per GPU and
         reader, debug after); the poller adds these counts to its per-tier poll errors.
         """
-        if not self._errors:  # the usual case, every poll: no lock, no new Counter
-            return {}
-        with self._lock:
-            errors, self._errors = self._errors, Counter()
-        return dict(errors)
+        return self._policy.take()
 
     def read_errors(self) -> dict[tuple[int, str, str], int]:
         """Reader errors since init by (GPU index, UUID, reader name), cumulative (never reset).
@@ -255,7 +236,7 @@ class NvmlBackend:
         failed (UNKNOWN, TIMEOUT, ...) and how often, without marking the GPU lost.
         """
         with self._lock:
-            counts = dict(self._reader_errors)
+            counts = dict(self._policy.by_reader)
             uuids = {i: g.uuid or "" for i, g in self._gpus.items()}
         return {(index, uuids.get(index, ""), name): n for (index, name), n in counts.items()}
 
@@ -376,61 +357,4 @@ class NvmlBackend:
             try:
                 reader(ctx, g, h, out)
             except Exception as exc:
-                self._reader_failed(g, tier, name, exc)
-
-    def _count_liveness(self, g: GpuState, answered: int, failed: int, error: str) -> None:
-        """After a FAST read's liveness readers, some of which failed or are unsupported: when none
-        answered and one failed, LIVENESS_FAILURES_LOST such reads in a row (or one, while the GPU is
-        not yet confirmed after a loss) make the GPU lost; when one answered, the count starts again."""
-        if failed and not answered:
-            self._liveness_failed(g, error)
-        elif answered and g.liveness_failures:
-            g.liveness_failures = 0
-
-    def _liveness_failed(self, g: GpuState, error: str) -> None:
-        """Count a FAST read whose liveness reads all failed; raise GpuLostError at the limit."""
-        g.liveness_failures += 1
-        if g.liveness_failures >= LIVENESS_FAILURES_LOST or not g.confirmed:
-            reason = f"{error} ({g.liveness_failures} read(s) in a row without an answer to its liveness reads)"
-            self._mark_lost(g, reason)
-            raise GpuLostError(g.index, reason)
-
-    def _reader_failed(self, g: GpuState, tier: Tier, name: str, exc: Exception) -> None:
-        """Sort a reader's exception: unsupported (remember), lost / NVML gone (raise), else count it."""
-        if isinstance(exc, Unsupported):
-            self._unsupported(g, name)
-            log.debug("GPU %d: %s not supported; not asked again", g.index, name)
-            return
-        code = code_of(exc)
-        if code in LOST_CODES:
-            self._mark_lost(g, str(exc))
-            raise GpuLostError(g.index, str(exc)) from exc
-        if code in NVML_GONE_CODES:
-            raise NvmlUnavailableError(f"NVML went away: {exc}") from exc
-        if code in UNSUPPORTED_CODES:
-            self._unsupported(g, name)
-            log.debug("GPU %d: %s not supported (%s); not asked again", g.index, name, exc)
-            return
-        if missing_in_binding(exc, self._nv):
-            self._unsupported(g, name)
-            log.info("GPU %d: %s omitted: this nvidia-ml-py has no %s", g.index, name, getattr(exc, "name", "?"))
-            return
-        self._record_error(g, tier, name, exc)
-
-    @staticmethod
-    def _unsupported(g: GpuState, name: str) -> None:
-        """Remember that ``g`` lacks reader ``name``; its tier's plan is rebuilt without it."""
-        g.unsupported.add(name)
-        g.plans = {}
-
-    def _record_error(self, g: GpuState, tier: Tier, name: str, exc: Exception) -> None:
-        """Keep a reader's error for take_errors(); warn the first time per GPU and reader."""
-        message = f"GPU {g.index} {name}: {type(exc).__name__}: {exc}"
-        if name not in g.warned:
-            g.warned.add(name)
-            log.warning("%s (fields omitted; logged once, counted each time)", message)
-        else:
-            log.debug("%s", message)
-        with self._lock:
-            self._errors[tier.value] += 1
-            self._reader_errors[(g.index, name)] += 1
+                self._policy.reader_failed(g, tier, name, exc)

@@ -3,7 +3,7 @@
 A ``GpuSnapshot`` field is declared once, with ``declare(...)`` (scalar) or ``declare_mapping(...)``
 (a mapping keyed by link, domain, reason, ...): its tier, doc, NVML call, nvidia-smi field, the
 ``gpumon_*`` family it feeds (``Metric``), its dcgm-exporter twins (``Dcgm``) and the fake backend's
-default. The metric table (gpumon/exposition/metrics.py), the DCGM table (gpumon/exposition/dcgm.py),
+default. The metric table (gpumon/exposition/metrics.py), the DCGM table (gpumon/exposition/dcgm_table.py),
 the fake defaults and the field tables in docs/ are built from these declarations.
 
 This module imports nothing from gpumon's exporter or backends.
@@ -99,7 +99,7 @@ class Dcgm:
 
     The value is ``field × scale``, ``field[key] × scale`` with ``key``, whole MiB with
     ``whole_mib``, or ``value(gpu)`` for anything else (then say what it is in ``source``).
-    ``in_exporter``: the value needs NVML's constants and is computed in gpumon/exposition/dcgm.py.
+    ``in_exporter``: the value needs NVML's constants and is computed in gpumon/exposition/dcgm_table.py.
     """
 
     name: str
