@@ -104,22 +104,48 @@ def test_help_says_how_often_the_spaced_counters_refresh() -> None:
 
 
 def test_the_daemons_backend_reads_nvlink_link_state_every_few_seconds_not_every_poll(fake: FakeNvml) -> None:
-    """NVLink state per link was 80 % of NVML's CPU on 4 x H100 when read every second: the daemon reads
-    it every NVLINK_STATE_SECONDS; gpumon once, health and burn's watcher still read it every time."""
+    """NVLink state per link was 80 % of NVML's CPU on 4 x H100 when read every second and 37 % at every
+    5 s: the daemon reads it every NVLINK_STATE_SECONDS (30 s, dcgm-exporter's interval); gpumon once,
+    health and burn's watcher still read it every time."""
     from gpumon.model.fields.nvlink import NVLINK_STATE_SECONDS
 
     now = [0.0]
     daemon, one_shot = backend(fake, now, spaced=True), backend(fake, now, spaced=False)
     daemon.read(0, Tier.FAST)
     asked = fake.calls["nvmlDeviceGetNvLinkState"]
-    for _ in range(4):  # a poll every second, within the interval
+    for _ in range(int(NVLINK_STATE_SECONDS) - 1):  # a poll every second, within the interval
         now[0] += 1.0
         assert daemon.read(0, Tier.FAST)["nvlink_up"]
-    assert NVLINK_STATE_SECONDS == 5.0 and fake.calls["nvmlDeviceGetNvLinkState"] == asked
+    assert NVLINK_STATE_SECONDS == 30.0 and fake.calls["nvmlDeviceGetNvLinkState"] == asked
     now[0] += 1.0
-    daemon.read(0, Tier.FAST)  # 5 s after the first
+    daemon.read(0, Tier.FAST)  # NVLINK_STATE_SECONDS after the first
     assert fake.calls["nvmlDeviceGetNvLinkState"] > asked
     before = fake.calls["nvmlDeviceGetNvLinkState"]
     one_shot.read(0, Tier.FAST)
     one_shot.read(0, Tier.FAST)
     assert fake.calls["nvmlDeviceGetNvLinkState"] > before + 1
+
+
+def test_the_daemons_backend_reads_the_modes_every_minute_not_every_slow_read(fake: FakeNvml) -> None:
+    """Persistence, MIG, compute and ECC mode change only by an administrator's hand: the daemon asks
+    every MODES_SECONDS; its slow tier (every 10 s) keeps the last answer in between."""
+    from gpumon.model.fields.modes import MODES_SECONDS
+
+    calls = ("nvmlDeviceGetPersistenceMode", "nvmlDeviceGetMigMode", "nvmlDeviceGetComputeMode", "nvmlDeviceGetEccMode")
+    now = [0.0]
+    daemon, one_shot = backend(fake, now, spaced=True), backend(fake, now, spaced=False)
+    first = daemon.read(0, Tier.SLOW)
+    asked = {c: fake.calls[c] for c in calls}
+    assert all(asked.values())
+    for _ in range(int(MODES_SECONDS // 10) - 1):  # a slow read every 10 s, within the interval
+        now[0] += 10.0
+        again = daemon.read(0, Tier.SLOW)
+        assert again["ecc_mode_enabled"] == first["ecc_mode_enabled"]
+        assert again["persistence_mode_enabled"] == first["persistence_mode_enabled"]
+    assert MODES_SECONDS == 60.0 and {c: fake.calls[c] for c in calls} == asked
+    now[0] += 10.0
+    daemon.read(0, Tier.SLOW)  # MODES_SECONDS after the first
+    assert all(fake.calls[c] > asked[c] for c in calls)
+    before = {c: fake.calls[c] for c in calls}
+    one_shot.read(0, Tier.SLOW)
+    assert all(fake.calls[c] > before[c] for c in calls)

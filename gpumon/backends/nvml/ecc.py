@@ -8,6 +8,7 @@ from typing import Any
 from gpumon.backends.nvml.codes import Unsupported
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, gather, opt
 from gpumon.model.fields.ecc import BANK_LEVELS
+from gpumon.model.fields.modes import MODES_SECONDS
 from gpumon.model.snapshot import Tier
 
 ECC_COUNTERS = {  # (NVML_MEMORY_ERROR_TYPE_*, NVML_VOLATILE_ECC / NVML_AGGREGATE_ECC)
@@ -63,7 +64,7 @@ def read_remap_histogram(ctx: Context, g: GpuState, h: Any, out: dict[str, Any])
 
 
 READERS = (
-    ReaderSpec("ecc_mode", Tier.SLOW, read_ecc_mode),
+    ReaderSpec("ecc_mode", Tier.SLOW, read_ecc_mode, MODES_SECONDS),
     ReaderSpec("ecc_errors", Tier.SLOW, read_ecc_errors),
     ReaderSpec("remapped_rows", Tier.SLOW, read_remapped_rows),
     ReaderSpec("retired_pages", Tier.SLOW, read_retired_pages),

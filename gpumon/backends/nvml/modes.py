@@ -6,7 +6,7 @@ from typing import Any
 
 from gpumon.backends.nvml.codes import Unsupported
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_values
-from gpumon.model.fields.modes import RECOVERY_ACTIONS
+from gpumon.model.fields.modes import MODES_SECONDS, RECOVERY_ACTIONS
 from gpumon.model.snapshot import Tier
 
 FI_DEV_GET_GPU_RECOVERY_ACTION = 230
@@ -44,8 +44,8 @@ def read_recovery_action(ctx: Context, g: GpuState, h: Any, out: dict[str, Any])
 
 
 READERS = (
-    ReaderSpec("persistence_mode", Tier.SLOW, read_persistence_mode),
-    ReaderSpec("mig_mode", Tier.SLOW, read_mig_mode),
-    ReaderSpec("compute_mode", Tier.SLOW, read_compute_mode),
+    ReaderSpec("persistence_mode", Tier.SLOW, read_persistence_mode, MODES_SECONDS),
+    ReaderSpec("mig_mode", Tier.SLOW, read_mig_mode, MODES_SECONDS),
+    ReaderSpec("compute_mode", Tier.SLOW, read_compute_mode, MODES_SECONDS),
     ReaderSpec("recovery_action", Tier.SLOW, read_recovery_action),
 )

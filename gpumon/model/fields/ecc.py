@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpumon.model.fields.spec import Dcgm, Metric, Sample, Tier, declare, declare_mapping, nonzero
+from gpumon.model.fields.modes import MODES_SECONDS
 
 _REMAPPED_ROWS = "nvmlDeviceGetRemappedRows"
 _RETIRED = "nvmlDeviceGetRetiredPages(cause), …PendingStatus (pre-Ampere; NOT_SUPPORTED on Hopper)"
@@ -42,7 +43,12 @@ class EccFields:
         "ECC mode currently enabled (ecc.mode.current)",
         nvml="nvmlDeviceGetEccMode()[0]",
         smi="ecc.mode.current",
-        metric=Metric("gpumon_ecc_mode_enabled", "gauge", "1 when ECC is enabled (nvidia-smi ecc.mode.current)."),
+        metric=Metric(
+            "gpumon_ecc_mode_enabled",
+            "gauge",
+            "1 when ECC is enabled (nvidia-smi ecc.mode.current).",
+            read_every_seconds=MODES_SECONDS,
+        ),
         fake=True,
     )
     ecc_errors_total: Mapping[str, int] | None = declare_mapping(

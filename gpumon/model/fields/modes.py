@@ -17,6 +17,11 @@ _FABRIC = (
 )
 
 
+MODES_SECONDS = 60.0
+"""The daemon asks for persistence, MIG, compute and ECC mode at most this often: they change only
+when an administrator changes them (MIG and ECC then need a GPU reset), and the four calls were
+0.009 % of a core per GPU at every 10 s on 4 x H100 (docs/benchmarks.md). One-shot readers (once,
+health, burn) read them every time."""
 RECOVERY_ACTIONS = {  # nvmlDeviceGpuRecoveryAction_t (NVML_GPU_RECOVERY_ACTION_*)
     0: "none",
     1: "gpu_reset",
@@ -59,7 +64,10 @@ class ModeFields:
         nvml="nvmlDeviceGetPersistenceMode",
         smi="persistence_mode",
         metric=Metric(
-            "gpumon_persistence_mode_enabled", "gauge", "1 when persistence mode is on (nvidia-smi persistence_mode)."
+            "gpumon_persistence_mode_enabled",
+            "gauge",
+            "1 when persistence mode is on (nvidia-smi persistence_mode).",
+            read_every_seconds=MODES_SECONDS,
         ),
         fake=True,
     )
@@ -68,7 +76,12 @@ class ModeFields:
         "MIG mode current (mig.mode.current)",
         nvml="nvmlDeviceGetMigMode()[0]",
         smi="mig.mode.current",
-        metric=Metric("gpumon_mig_mode_enabled", "gauge", "1 when MIG mode is on (nvidia-smi mig.mode.current)."),
+        metric=Metric(
+            "gpumon_mig_mode_enabled",
+            "gauge",
+            "1 when MIG mode is on (nvidia-smi mig.mode.current).",
+            read_every_seconds=MODES_SECONDS,
+        ),
         fake=False,
     )
     compute_mode: str | None = declare(
@@ -83,6 +96,7 @@ class ModeFields:
             "Compute mode default|exclusive_process|prohibited as a label (nvidia-smi compute_mode).",
             labels=("mode",),
             samples=info_label,
+            read_every_seconds=MODES_SECONDS,
         ),
         fake="default",
     )

@@ -18,11 +18,13 @@ nvmlDeviceGetFieldValues call for every link and type costs about 43 ms of CPU p
 (18 links; the driver spins), 0.14 % of a core per GPU at 30 s (docs/nvml-notes.md). They are
 cumulative: a longer interval makes an increase show later, it loses none; a fatal NVLink error
 comes at once as XID 74, a link down within NVLINK_STATE_SECONDS in gpumon_nvlink_links_up."""
-NVLINK_STATE_SECONDS = 5.0
-"""The daemon asks for each link's state at most this often: nvmlDeviceGetNvLinkState per link was 80 %
-of the NVML calls' CPU on 4 x H100 at every second (0.16 % of a core per GPU of a 0.21 % floor, 18
-links; docs/benchmarks.md), for a state that changes when a link fails. One-shot readers (burn's
-watcher, once, health) still read it every time."""
+NVLINK_STATE_SECONDS = 30.0
+"""The daemon asks for each link's state at most this often (dcgm-exporter's default interval for
+every field): nvmlDeviceGetNvLinkState costs about 0.33 ms of CPU per link on an H100, so 18 links
+were 80 % of the NVML calls' CPU at every second and still 37 % at every 5 s (0.029 % of a core per
+GPU of a 0.078 % floor, 4 x H100; docs/benchmarks.md), for a state that changes when a link fails.
+A fatal NVLink error comes at once as XID 74. One-shot readers (burn's watcher, once, health) still
+read it every time."""
 
 
 def _error_samples(errors: Mapping[str, Mapping[str, int]]) -> Iterable[Sample]:
