@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpumon.model.fields.spec import Dcgm, Metric, Sample, Tier, declare, declare_mapping, nonzero
 from gpumon.model.fields.modes import MODES_SECONDS
+from gpumon.model.fields.spec import Dcgm, Metric, Sample, Tier, declare, declare_mapping, nonzero
 
 _REMAPPED_ROWS = "nvmlDeviceGetRemappedRows"
 _RETIRED = "nvmlDeviceGetRetiredPages(cause), …PendingStatus (pre-Ampere; NOT_SUPPORTED on Hopper)"
