@@ -116,3 +116,55 @@ def test_the_import_contracts_hold() -> None:
     )
     report = result.stdout[result.stdout.find("Contracts") :]  # after import-linter's banner
     assert result.returncode == 0, "lint-imports: an import breaks a contract of pyproject.toml\n" + report
+
+
+def _tree_names() -> dict[str, set[str]]:
+    """docs/architecture.md's folder tree: each package (relative to gpumon/, "" for the root) -> the
+    file and folder names its lines give (a line may name several, "a.py, b.py"; "a.py … c.py" names a
+    run of one-per-subsystem modules and counts as naming its package's other modules)."""
+    import re
+
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = text[text.index("## The folder tree") :]
+    block = block[block.index("```") + 3 :]
+    block = block[: block.index("```")]
+    names: dict[str, set[str]] = {}
+    stack: list[str] = []
+    for line in block.splitlines()[1:]:  # the first line is gpumon/ itself
+        m = re.match(r"^( +)(\S.*?)(?:\s{2,}|$)", line)
+        if not m or len(m.group(1)) >= 20 or not re.match(r"[\w.]+/?[,…]?", m.group(2)):
+            continue  # not a name line: a description carried on to the next line
+        depth = len(m.group(1)) // 2 - 1
+        if depth < 0:
+            continue
+        stack = stack[:depth]
+        package = "/".join(stack)
+        entries = re.findall(r"[\w.]+/?|…", m.group(2))
+        names.setdefault(package, set()).update(entries)
+        if len(entries) == 1 and entries[0].endswith("/"):
+            stack.append(entries[0].rstrip("/"))
+    return names
+
+
+def test_the_architecture_docs_tree_is_the_tree() -> None:
+    """Every module and package under gpumon/ has its line in docs/architecture.md's folder tree,
+    and every name there exists: the tree a newcomer reads is the tree."""
+    documented = _tree_names()
+    missing, stale = [], []
+    for path in sorted(PACKAGE.rglob("*")):
+        if "__pycache__" in path.parts or path.name == "__init__.py" or path.name == "py.typed":
+            continue
+        if path.suffix not in (".py", ".yaml") and not path.is_dir():
+            continue
+        if path.parent.name == "scenarios":
+            continue  # one YAML file per named scenario, listed by `gpumon scenarios`
+        package = str(path.parent.relative_to(PACKAGE)).replace(".", "")
+        names = documented.get(package, set())
+        if path.name not in names and f"{path.name}/" not in names and "…" not in names:
+            missing.append(f"gpumon/{path.relative_to(PACKAGE)}")
+    for package, names in documented.items():
+        for name in names - {"…"}:
+            if not (PACKAGE / package / name.rstrip("/")).exists():
+                stale.append(f"gpumon/{package}/{name}".replace("//", "/"))
+    assert not missing, "not in docs/architecture.md's folder tree:\n" + "\n".join(missing)
+    assert not stale, "named in docs/architecture.md's folder tree but gone:\n" + "\n".join(stale)
