@@ -20,9 +20,10 @@ cumulative: a longer interval makes an increase show later, it loses none; a fat
 comes at once as XID 74, a link down within NVLINK_STATE_SECONDS in gpumon_nvlink_links_up."""
 NVLINK_STATE_SECONDS = 30.0
 """The daemon asks for each link's state at most this often (dcgm-exporter's default interval for
-every field): nvmlDeviceGetNvLinkState costs about 0.33 ms of CPU per link on an H100, so 18 links
-were 80 % of the NVML calls' CPU at every second and still 37 % at every 5 s (0.029 % of a core per
-GPU of a 0.078 % floor, 4 x H100; docs/benchmarks.md), for a state that changes when a link fails.
+every field): at the daemon's cadence 18 x nvmlDeviceGetNvLinkState cost about 1.8 ms of CPU on an
+H100 (0.05 ms in a tight loop; one field-values call for the 18 costs more), so they were 80 % of the
+NVML calls' CPU at every second and still 37 % at every 5 s (0.029 % of a core per GPU of a 0.078 %
+floor, 4 x H100; docs/benchmarks.md), for a state that changes when a link fails.
 A fatal NVLink error comes at once as XID 74. One-shot readers (burn's watcher, once, health) still
 read it every time."""
 
