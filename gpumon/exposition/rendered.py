@@ -14,7 +14,7 @@ from gpumon.exposition import gzip_parts, openmetrics
 from gpumon.exposition.text import Heads, render
 from gpumon.model.families import Family
 from gpumon.model.snapshot import Snapshot
-from gpumon.util.same import same_objects
+from gpumon.util.reuse import same_objects
 
 TEXT = "text"
 """Prometheus text format 0.0.4."""
