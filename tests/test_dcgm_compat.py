@@ -17,6 +17,7 @@ from gpumon.exposition.dcgm_table import clock_events_mask
 from gpumon.exposition.openmetrics import render as render_openmetrics
 from gpumon.exposition.registry import MetricsOf
 from gpumon.exposition.text import render
+from gpumon.model.families import SealedFamilyError
 from gpumon.model.snapshot import GpuSnapshot, HostSnapshot, Snapshot
 from gpumon.model.xid_catalog import XidCatalog
 
@@ -292,3 +293,17 @@ def test_docs_map_every_dcgm_family() -> None:
     doc = (Path(__file__).resolve().parent.parent / "docs" / "dcgm-compat.md").read_text(encoding="utf-8")
     for spec in dcgm_fields():
         assert f"| `{spec.name}` | {spec.kind} |" in doc, spec.name
+
+
+def test_every_scrape_of_a_snapshot_gets_its_families_built_once_and_sealed() -> None:
+    """The families of one snapshot are built once and handed to every scrape of it: sealed, so
+    nothing can add a sample to what a later scrape serves again."""
+    collector = _collector(XidCatalog.load())
+    first = collector.families()
+    assert first and all(family.sealed for family in first)
+    again = collector.families()
+    assert len(again) == len(first) and all(a is b for a, b in zip(again, first, strict=True))
+    with pytest.raises(SealedFamilyError):
+        first[0].add(first[0].samples[0][0], 1.0)
+    collector.set_catalog(XidCatalog.load())  # another catalog: the XID family's meanings are built again
+    assert collector.families()[0] is not first[0]

@@ -221,7 +221,7 @@ class GpumonCollector:
         with self._lock:
             self._prepared = snapshot
             newest = self._newest
-            if newest is None or not newest.served or newest.options != options or newest.snapshot is snapshot:
+            if newest is None or not newest.served or newest.options != options or newest.of(snapshot):
                 return
             wanted = set(newest.served)
             self._rendering = snapshot
@@ -250,7 +250,7 @@ class GpumonCollector:
         with self._lock:
             newest = self._newest
             if newest is not None and newest.options == options:
-                if newest.snapshot is latest:
+                if newest.of(latest):
                     return newest, False
                 coming = self._prepared is not None and self._prepared is not latest  # prepare(latest) will render
                 if (
@@ -266,7 +266,7 @@ class GpumonCollector:
         families = self._gpu.of(snapshot)
         with self._lock:
             newest = self._newest
-            if newest is not None and newest.snapshot is snapshot and newest.families is families:
+            if newest is not None and newest.of(snapshot) and newest.holds(families):
                 return newest
         return self._keep(RenderedSnapshot(snapshot, (self._intervals, self._processes, self._detail), families))
 
@@ -275,7 +275,7 @@ class GpumonCollector:
         (returned then)."""
         with self._lock:
             newest = self._newest
-            if newest is not None and newest.snapshot is rendered.snapshot and newest.options == rendered.options:
+            if newest is not None and newest.of(rendered.snapshot) and newest.options == rendered.options:
                 return newest
             if newest is None or newest.snapshot.monotonic_seconds <= rendered.snapshot.monotonic_seconds:
                 self._newest = rendered

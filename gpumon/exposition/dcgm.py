@@ -35,6 +35,7 @@ from gpumon.exposition.text import needs_escaping
 from gpumon.model.families import Family
 from gpumon.model.snapshot import GpuSnapshot, Snapshot
 from gpumon.model.xid_catalog import XidCatalog
+from gpumon.util.reuse import ReuseSealed
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,8 @@ class DcgmCompatCollector:
         self._label_fields = [LABEL_FIELDS[name] for name in labels if name in LABEL_FIELDS]
         self._hpc_job = HPC_JOB in labels
         self._fields = served_fields(sets)
-        self._cache: tuple[Snapshot, XidCatalog | None, list[Family]] | None = None
+        self._of_snapshot: ReuseSealed[Family] = ReuseSealed()
+        """The families of the last snapshot built, with the catalog they were built with."""
 
     def set_catalog(self, catalog: XidCatalog) -> None:
         """Use ``catalog`` for ``err_msg`` from the next scrape on (a reload changed ``xid_catalog``)."""
@@ -140,12 +142,7 @@ class DcgmCompatCollector:
         if snapshot is None:
             return []
         catalog = self._catalog
-        cached = self._cache
-        if cached is not None and cached[0] is snapshot and cached[1] is catalog:
-            return cached[2]
-        families = self._build(snapshot, catalog)
-        self._cache = (snapshot, catalog, families)
-        return families
+        return self._of_snapshot.get(lambda: self._build(snapshot, catalog), same=(snapshot, catalog))
 
     def _build(self, snapshot: Snapshot, catalog: XidCatalog | None) -> list[Family]:
         gpus = [(gpu, self._label_values(gpu, snapshot)) for gpu in snapshot.gpus if gpu.up]

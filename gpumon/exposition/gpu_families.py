@@ -20,6 +20,7 @@ from gpumon.exposition.text import header, render, sample_lines, sample_template
 from gpumon.model.families import Family
 from gpumon.model.poll_intervals import PollIntervals
 from gpumon.model.snapshot import GpuSnapshot, Snapshot, Tier
+from gpumon.util.reuse import Reuse, ReuseSealed
 
 GPU_LABELS = ("gpu", "uuid")
 INFO_LABELS = (
@@ -117,7 +118,8 @@ class GpuFamilies:
         self._group_keys: dict[Tier, float] = {}
         """Per kept group: the tier's last read (its stats' timestamp) its families were last made for;
         cleared when the served GPUs or the intervals change."""
-        self._gpu_cache: tuple[Snapshot, tuple[PollIntervals, bool], list[Family]] | None = None
+        self._of_snapshot: ReuseSealed[Family] = ReuseSealed()
+        """The families of the last snapshot built, with the intervals and process opt-in they were built with."""
         self._fresh_families: dict[str, Family] = {}
         """The families of the last snapshot rendered that are made whole (info, up, processes), by
         name: one whose samples did not change is reused."""
@@ -126,7 +128,7 @@ class GpuFamilies:
         of the GPU are equal to those they were made from."""
         self._gpu_set: tuple[tuple[int, str, bool], ...] = ()
         """The GPUs (index, UUID, up) ``_by_gpu`` and ``_families`` were last made for."""
-        self._heads: tuple[PollIntervals, list[tuple[Family, Callable[..., str]]]] | None = None
+        self._heads: Reuse[list[tuple[Family, Callable[..., str]]]] = Reuse()
         """The intervals the rows' HELP texts were written for; per row, its family without samples
         (``rendered``: its HELP and TYPE lines) and its sample template."""
 
@@ -152,14 +154,12 @@ class GpuFamilies:
         """The per-GPU families of ``snapshot``, rendered once: every scrape of one snapshot
         (concurrent ones, or several scrapers) reuses the text, and a GPU's part of a family whose
         values did not move since the last poll keeps its text."""
-        cached = self._gpu_cache
-        if cached is not None and cached[0] is snapshot and cached[1] == (self._intervals, self._processes):
-            return cached[2]
-        with self._build_lock:
-            cached = self._gpu_cache
-            if cached is not None and cached[0] is snapshot and cached[1] == (self._intervals, self._processes):
-                return cached[2]  # built by another thread meanwhile
-            return self._new_gpu_metrics(snapshot)
+        options = (self._intervals, self._processes)
+        kept = self._of_snapshot.kept(same=(snapshot,), equal=options)
+        if kept is not None:
+            return kept
+        with self._build_lock:  # built by another thread meanwhile: ``get`` finds it kept
+            return self._of_snapshot.get(lambda: self._new_gpu_metrics(snapshot), same=(snapshot,), equal=options)
 
     def _new_gpu_metrics(self, snapshot: Snapshot) -> list[Family]:
         previous = self._fresh_families
@@ -174,7 +174,6 @@ class GpuFamilies:
                     family.rendered = render([family])
                 fresh[family.name] = families[i]
         self._fresh_families = fresh
-        self._gpu_cache = (snapshot, (self._intervals, self._processes), families)
         return families
 
     def _build_gpu_metrics(self, snapshot: Snapshot) -> list[Family]:
@@ -237,9 +236,11 @@ class GpuFamilies:
         """Per row, its family without samples, its HELP saying how often it refreshes (``rendered``:
         its HELP and TYPE lines), and its sample template; made once per set of intervals (every
         family is then made again, with the new HELP)."""
-        heads = self._heads
-        if heads is not None and heads[0] == self._intervals:
-            return heads[1]
+        return self._heads.get(self._made_heads, equal=(self._intervals,))
+
+    def _made_heads(self) -> list[tuple[Family, Callable[..., str]]]:
+        """Per row, its family without samples and its sample template, for the intervals now;
+        every row's family is to be made again."""
         made = []
         for row in self._rows:
             empty = Family(
@@ -252,7 +253,6 @@ class GpuFamilies:
             empty.rendered = header(empty)
             empty.seal()
             made.append((empty, sample_template(empty)))
-        self._heads = (self._intervals, made)
         self._families = [None] * len(self._rows)
         self._group_keys = {}
         return made
@@ -292,7 +292,7 @@ class GpuFamilies:
             for position in group.positions:
                 row_values = values_of[position](values)
                 was = made_from[position]
-                if was is row_values or was == row_values:
+                if was is row_values or was == row_values:  # (``is`` first: measured faster, the hot loop)
                     continue
                 row = rows[position]
                 index, uuid = str(gpu.index), gpu.uuid

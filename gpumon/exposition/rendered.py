@@ -14,7 +14,7 @@ from gpumon.exposition import gzip_parts, openmetrics
 from gpumon.exposition.text import Heads, render
 from gpumon.model.families import Family
 from gpumon.model.snapshot import Snapshot
-from gpumon.util.same import same_objects
+from gpumon.util.reuse import same_objects
 
 TEXT = "text"
 """Prometheus text format 0.0.4."""
@@ -74,3 +74,8 @@ class RenderedSnapshot(Rendered):
         self.options = options
         self.served: set[tuple[str, bool]] = set()
         """(format, gzip) of each scrape that served this snapshot; empty: no scrape served it."""
+
+    def of(self, snapshot: Snapshot) -> bool:
+        """Whether these are the families of this very snapshot (a snapshot is frozen: each poll
+        publishes a new one, so the very object means the very content)."""
+        return self.snapshot is snapshot

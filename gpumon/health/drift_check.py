@@ -10,6 +10,7 @@ from gpumon.health.drift import drift, drift_inputs
 from gpumon.health.inventory import Inventory, pci_gpus
 from gpumon.model.findings import Finding
 from gpumon.model.snapshot import Snapshot
+from gpumon.util.reuse import Reuse
 
 PCI_RESCAN_SECONDS = 30.0
 
@@ -23,8 +24,9 @@ class DriftCheck:
         self._sysfs = sysfs
         self._monotonic = monotonic
         self._pci_cache: tuple[float, list[str]] | None = None
-        self._drift_cache: tuple[tuple[object, ...], list[Finding]] | None = None
-        """(baseline, PCI scan, expected count, ``drift_inputs`` of the snapshot) and the drift they give."""
+        self._drift: Reuse[list[Finding]] = Reuse()
+        """The drift of the very baseline and PCI scan, the expected count and the ``drift_inputs`` of a
+        snapshot (equal values)."""
 
     def pci_gpus(self) -> list[str] | None:
         """NVIDIA GPUs on the PCI bus, re-read from sysfs at most every PCI_RESCAN_SECONDS (scrapes are frequent)."""
@@ -40,16 +42,8 @@ class DriftCheck:
         what drift reads of the snapshot changed (a new snapshot comes every poll, yet its identity, links
         and PCIe widths rarely change)."""
         pci = self.pci_gpus()
-        key = (baseline, pci, expected_gpu_count, drift_inputs(snapshot))
-        cached = self._drift_cache
-        if (
-            cached is not None
-            and cached[0][0] is key[0]
-            and cached[0][1] is key[1]
-            and cached[0][2] == key[2]
-            and cached[0][3] == key[3]
-        ):
-            return cached[1]
-        found = drift(baseline, snapshot, pci, expected_gpu_count)
-        self._drift_cache = (key, found)
-        return found
+        return self._drift.get(
+            lambda: drift(baseline, snapshot, pci, expected_gpu_count),
+            same=(baseline, pci),
+            equal=(expected_gpu_count, drift_inputs(snapshot)),
+        )

@@ -11,7 +11,7 @@ from gpumon.health.stragglers import Deviation
 from gpumon.health.trends import Increase
 from gpumon.model.families import Family
 from gpumon.model.findings import HealthReport
-from gpumon.util.same import same_objects
+from gpumon.util.reuse import ReuseSealed
 
 if TYPE_CHECKING:
     from gpumon.health.service import HealthService
@@ -25,20 +25,21 @@ class HealthCollector:
 
     def __init__(self, service: HealthService) -> None:
         self._service = service
-        self._built: tuple[HealthReport, list[Family]] | None = None
-        self._signals_built: tuple[list[Deviation], list[Increase], list[Family]] | None = None
-        """The deviations and increases the signal families were last built of, and those families."""
+        self._of_report: ReuseSealed[Family] = ReuseSealed()
+        """The families of the last report (``current_report`` hands out the very report while nothing changed)."""
+        self._of_signals: ReuseSealed[Family] = ReuseSealed()
+        """The families of the very deviations and increases the engines last gave (they keep their
+        results while nothing changed), and how many deviations there were."""
 
     def families(self) -> Iterator[Family]:
         report = self._service.current_report()
-        if self._built is None or self._built[0] is not report:
-            self._built = (report, list(self._report_families(report)))
-        yield from self._built[1]
+        yield from self._of_report.get(lambda: list(self._report_families(report)), same=(report,))
         deviations, increases = self._service.signals()
-        built = self._signals_built
-        if built is None or not (same_objects(built[0], deviations) and same_objects(built[1], increases)):
-            built = self._signals_built = (deviations, increases, list(self._signal_families(deviations, increases)))
-        yield from built[2]  # the engines keep their results while nothing changed: so are these families
+        yield from self._of_signals.get(
+            lambda: list(self._signal_families(deviations, increases)),
+            same=(*deviations, *increases),
+            equal=(len(deviations),),
+        )
 
     @staticmethod
     def _report_families(report: HealthReport) -> Iterator[Family]:

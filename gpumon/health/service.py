@@ -43,6 +43,7 @@ from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
 from gpumon.model.xid_catalog import XidCatalog
 from gpumon.util.file_stamp import file_stamp as stat_key
+from gpumon.util.reuse import Reuse
 from gpumon.util.state.files import (
     STATE_FILE_MODE,
     DamagedFile,
@@ -120,9 +121,10 @@ class HealthService:
         """Read once: it changes only at a reboot, which also restarts this process."""
         self._generation = 0
         """Bumped by every input (snapshot, XID, accepted inventory): a cached report is then stale."""
-        self._report_cache: tuple[tuple[object, ...], float, HealthReport] | None = None
-        self._burn_read: tuple[object, list[Clear], list[Finding]] | None = None
-        """The burn results file's stat key and the clears when it was last read, and its findings."""
+        self._report: Reuse[tuple[float, HealthReport]] = Reuse()
+        """The last report and when it was made (``monotonic``), with what it read (``current_report``)."""
+        self._burn_read: Reuse[list[Finding]] = Reuse()
+        """The last burn's findings, of the very clears and the results file's stat key."""
 
     def _new_lifecycle(self) -> XidLifecycle:
         """The XID lifecycle as the file has it now."""
@@ -284,27 +286,20 @@ class HealthService:
         than REPORT_REUSE_SECONDS old (so what only time changes, such as an XID leaving its
         window, is late by at most that). Scrapes ask for it every few seconds, the poll's
         snapshot changes once an interval."""
-        key = self._report_key()
+        snapshot, key = self._report_key()
         now = self._monotonic()
-        cached = self._report_cache
-        if (
-            cached is not None
-            and now - cached[1] < REPORT_REUSE_SECONDS
-            and len(cached[0]) == len(key)
-            and all(a is b or a == b for a, b in zip(cached[0], key, strict=True))
-        ):
-            return cached[2]
-        report = self.report()
-        self._report_cache = (key, now, report)  # the key read before: an input arriving meanwhile is not lost
-        return report
+        kept = self._report.kept(same=(snapshot,), equal=key)
+        if kept is not None and now - kept[0] < REPORT_REUSE_SECONDS:
+            return kept[1]
+        self._report.forget()  # the key read before: an input arriving meanwhile is not lost
+        return self._report.get(lambda: (now, self.report()), same=(snapshot,), equal=key)[1]
 
-    def _report_key(self) -> tuple[object, ...]:
-        """What report() reads besides the clock: compared by identity (the snapshot, the burn
-        marker) or by value (the generation, the files' stat keys)."""
+    def _report_key(self) -> tuple[Snapshot | None, tuple[object, ...]]:
+        """What report() reads besides the clock: the snapshot (the very object), and what is
+        compared by value (the generation, the files' stat keys, the burn marker)."""
         with self._lock:
             snapshot, generation = self._snapshot, self._generation
-        return (
-            snapshot,
+        return snapshot, (
             generation,
             *(stat_key(p) for p in self._clears_watch.paths),
             stat_key(self._inventory_path),
@@ -368,11 +363,9 @@ class HealthService:
 
     def _burn_findings(self, clears: list[Clear]) -> list[Finding]:
         """The last burn's findings, worked out again only when its results file or the clears changed."""
-        key = stat_key(self._burn_results_path)
-        kept = self._burn_read
-        if kept is None or kept[0] != key or kept[1] is not clears:
-            kept = self._burn_read = (key, clears, burn_findings(self.state_dir, clears))
-        return kept[2]
+        return self._burn_read.get(
+            lambda: burn_findings(self.state_dir, clears), same=(clears,), equal=(stat_key(self._burn_results_path),)
+        )
 
     def _inventory_mtime(self) -> float | None:
         try:

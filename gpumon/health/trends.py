@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from gpumon.health.wording import duration
 from gpumon.model.findings import WARNING, Finding
 from gpumon.model.snapshot import GpuSnapshot, Snapshot
-from gpumon.util.same import same_objects
+from gpumon.util.reuse import same_objects
 
 
 @dataclass(frozen=True)
