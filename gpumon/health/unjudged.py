@@ -17,14 +17,20 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 from gpumon.model.families import Family
+from gpumon.util.boundedfile import read_up_to
 from gpumon.util.state.files import append_line, health_dir
 
 HOOKS = ("prolog", "epilog")
 FILE_NAME = "unjudged.jsonl"
+
+
+READ_BYTES = 1 << 20
+"""The most a scrape reads of the file (about 5,000 lines); what is left is read by the next scrapes."""
 
 
 def unjudged_path(state_dir: str | Path) -> Path:
@@ -48,17 +54,29 @@ class UnjudgedCollector:
         self._last: dict[str, float] = {}
 
     def _read_new(self) -> None:
+        """Up to READ_BYTES of what was appended since the last scrape, from a regular file only
+        (opened without following a FIFO's wait; a device or FIFO linked in its place is not read)."""
         try:
-            with self.path.open("rb") as fh:
-                stat = os.fstat(fh.fileno())
-                if stat.st_ino != self._inode or stat.st_size < self._offset:
-                    self._inode, self._offset = stat.st_ino, 0
-                    self._counts, self._last = dict.fromkeys(HOOKS, 0), {}
-                fh.seek(self._offset)
-                data = fh.read()
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             return
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return
+            if st.st_ino != self._inode or st.st_size < self._offset:
+                self._inode, self._offset = st.st_ino, 0
+                self._counts, self._last = dict.fromkeys(HOOKS, 0), {}
+            os.lseek(fd, self._offset, os.SEEK_SET)
+            data = read_up_to(fd, READ_BYTES)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
         complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next scrape
+        if not complete and len(data) > READ_BYTES:  # no line ends within the read: not ours, skipped
+            self._offset += len(data)
+            return
         self._offset += len(complete)
         for line in complete.splitlines():
             try:
