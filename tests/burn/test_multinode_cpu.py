@@ -163,3 +163,38 @@ def test_a_node_killed_mid_run_is_named_within_the_heartbeat_timeout_and_survivo
     assert len(report["faults"]) == 1, report["faults"]  # node 0's own GPU is not blamed
     (gpu,) = report["gpus"]
     assert (gpu["node"], gpu["gpu"]) == (0, 0) and gpu["matmul"]["tflops"] > 0  # kept, not "—"
+
+
+def test_nodes_that_would_burn_different_numbers_of_gpus_are_refused_with_exit_2(tmp_path):
+    """Ranks are numbered node by node with the same GPU count on each (rank = node x GPUs + local): a
+    node with 1 GPU and another with 2 would share or skip ranks. Both agents say it and exit 2, before
+    any load."""
+    port = free_port()
+
+    def cmd(rank: int, state: Path) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "gpumon.burn",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(rank),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+            "--device",
+            "cpu",
+            "--gpus",
+            "0" if rank == 0 else "0,1",
+            "--duration",
+            "1",
+            "--state-dir",
+            str(state),
+        ]
+
+    results = _two_nodes(cmd, tmp_path, _env(), timeout=120)
+    for code, out, err in results:
+        assert code == 2, out + err
+        assert "every node must burn the same number of GPUs (got [1, 2])" in out + err

@@ -61,7 +61,9 @@ def test_a_scrape_reads_a_bounded_part_of_the_file_and_never_a_device_put_in_its
     counted = []
     for _ in range(4):
         text = render(collector.families())
-        counted.append(next(v for v in text.splitlines() if v.startswith('gpumon_health_unjudged_total{hook="prolog"}')))
+        counted.append(
+            next(v for v in text.splitlines() if v.startswith('gpumon_health_unjudged_total{hook="prolog"}'))
+        )
     assert counted[0] != counted[-1], "the first scrape read only a bounded part"
     assert counted[-1] == f'gpumon_health_unjudged_total{{hook="prolog"}} {float(lines)}'
     path.unlink()

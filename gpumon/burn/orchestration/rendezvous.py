@@ -58,10 +58,10 @@ def meet(agents: Any, opts: BurnOptions, refuse: str | None) -> dict[int, str]:
     refusals = [f"node {h['node']}: {h['refuse']}" for h in hellos if h["refuse"]]
     if refusals:
         raise CannotRunError("; ".join(refusals))
+    counts = {h["gpus"] for h in hellos}
+    if len(counts) > 1:  # ranks are node x GPUs + local: unequal nodes would share or skip ranks (and hang)
+        raise BurnUsageError([f"every node must burn the same number of GPUs (got {sorted(counts)})"])
     names = {int(h["node"]): h.get("name") for h in hellos}
     if all(names.values()) and len(set(names.values())) == len(names):
         return {node: str(name) for node, name in names.items()}
     return {}
-    counts = {h["gpus"] for h in hellos}
-    if len(counts) > 1:
-        raise BurnUsageError([f"every node must burn the same number of GPUs (got {sorted(counts)})"])
