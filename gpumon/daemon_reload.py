@@ -157,16 +157,17 @@ class ConfigReload:
             # first, as it is all or nothing: what could fail is built before anything changes
             parts.alerts.reload(plan.alerting)
         except Exception as exc:
-            self.last_successful = False
+            # the log line first: whoever sees gpumon_config_last_reload_successful change finds it
             log.error(
                 "reload rejected, keeping the running configuration (%s): %s",
                 parts.config.source or "defaults",
                 one_line_reason(exc),
             )
             log.debug("reload failure", exc_info=True)
+            self.last_successful = False
             return False
         apply_reload(parts, plan)
-        self.last_successful = True
-        self.last_success_at_seconds = self._wall()
         log.info("configuration reloaded from %s", plan.config.source or "defaults")
+        self.last_success_at_seconds = self._wall()
+        self.last_successful = True
         return True
