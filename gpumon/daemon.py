@@ -127,6 +127,7 @@ class Daemon:
         self._build_server(config, monotonic)
         self.poll_job = PollJob(self.poller.poll, config.interval_seconds, monotonic=monotonic)
         self.events = XidEventThread(backend, self.tracker.record, ready=lambda: self.poller.nvml_up)
+        self.store.subscribe(lambda snapshot: self.events.nvml_up() if snapshot.nvml_up else None)
         self.kernel_log: KernelLogFollower | None = None
 
     def _build_acquisition(

@@ -35,18 +35,26 @@ class XidEventThread:
         self._ready = ready
         self._wait = wait_seconds
         self._stop = threading.Event()
+        self._up = threading.Event()
+        """Set by nvml_up() (or a stop): a wait for NVML to come up ends at once."""
         self._thread = threading.Thread(target=self._run, name="gpumon-xid", daemon=True)
         self.errors_total = 0
 
     def start(self) -> None:
         self._thread.start()
 
+    def nvml_up(self) -> None:
+        """NVML answers (the daemon calls it for each snapshot that says so): a thread waiting for
+        NVML to come up starts waiting for events now, not at the end of its wait."""
+        self._up.set()
+
     def request_stop(self) -> None:
         """Ask the thread to end after its current wait (at most ``wait_seconds``)."""
         self._stop.set()
+        self._up.set()
 
     def stop(self, timeout: float = 1.0) -> None:
-        self._stop.set()
+        self.request_stop()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
@@ -54,7 +62,9 @@ class XidEventThread:
         failures = 0
         while not self._stop.is_set():
             if not self._ready():
-                self._stop.wait(self._wait)
+                self._up.clear()
+                if not self._ready() and not self._stop.is_set():  # asked again: a set in between is kept
+                    self._up.wait(self._wait)
                 continue
             try:
                 events = self._backend.wait_events(self._wait)
