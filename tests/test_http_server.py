@@ -281,3 +281,29 @@ def test_a_connection_closed_before_its_transport_started_is_not_an_error(caplog
         server.stop()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "Traceback" not in caplog.text
+
+
+def test_connections_evicted_before_the_server_looked_at_them_are_closed_at_once() -> None:
+    """A flood that is already queued when the server accepts: connections evicted to make room,
+    before their own task ever ran, are closed then, not whenever the garbage collector runs."""
+    import gc
+
+    server = MetricsServer(
+        ("127.0.0.1", 0),
+        RenderedBytes(lambda: b"x 1.0\n"),
+        SnapshotStore(),
+        stale_after_seconds=5,
+        limits=HttpLimits(max_connections=16),
+    )
+    queued = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(40)]  # before start
+    gc.disable()  # what is closed must be closed by the server, not found later by the collector
+    try:
+        server.start()
+        wait_for(lambda: server.shed_connections_total >= 24, 10, what="the flood accepted and shed")
+        closed = [_closed_by_server(sock, within_seconds=5) for sock in queued[:24]]
+        assert all(closed), f"{closed.count(False)} of the 24 oldest connections were left open"
+    finally:
+        gc.enable()
+        for sock in queued:
+            sock.close()
+        server.stop()

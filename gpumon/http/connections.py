@@ -251,6 +251,7 @@ class HttpConnectionServer:
             self._waiting.pop(id(conn), None)
 
     async def _serve_connection(self, conn: Connection, client: str) -> None:
+        conn.started = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._limits.header_timeout_seconds
         try:

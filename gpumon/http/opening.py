@@ -31,16 +31,22 @@ class Connection:
         """Kept: a closed socket's fileno() is -1, and the loop's selector is keyed by the number."""
         self.transport: asyncio.BaseTransport | None = None
         self.task: asyncio.Task[None] | None = None
+        self.started = False
+        """Whether its task has begun (``_serve_connection`` sets it): before that the loop holds
+        nothing of the socket, and a task cancelled before it begins never runs its cleanup."""
 
     def abort(self) -> None:
         """End the connection from the event loop. One still opening (waiting for its first byte,
         or in its TLS handshake) is ended by its own task: cancelled, it unwinds what it gave the
         loop (readers, the handshake's transport) and only then closes the socket, so the number
-        is never reused while the loop's selector still holds it."""
+        is never reused while the loop's selector still holds it. One whose task has not begun
+        (a queued flood accepted in one go) is closed here: its task, cancelled, never will."""
         if self.transport is not None:
             self.transport.abort()  # type: ignore[attr-defined]
         elif self.task is not None and not self.task.done():
             self.task.cancel()
+            if not self.started:
+                self.sock.close()
         else:
             self.sock.close()
 
