@@ -81,13 +81,17 @@ def test_a_healthy_busy_pair_never_shows_a_straggler(
     )
 
 
-PCIE_REPLAYS = """
+_REPLAYS = [40, 40, 43, 46, 49, 52, 55, 58, 61, 64, 5, 8]
+PCIE_REPLAYS = f"""
 count: 2
 gpus:
-  - {}
+  - {{}}
   - values:
-      pcie_replays_total: [40, 40, 43, 46, 49, 52, 55, 58, 61, 64, 5, 8]
+      pcie_replays_total: {[v for v in _REPLAYS for _ in range(3)]}
 """
+"""Each value held for three polls: the slow tier is read every 0.5 s like the fast one, and a poll
+a little early under load finds it not yet due, so a value held for one poll could be missed (and
+the increase after the reset come out lower): the test failed 2 of 4 runs beside two busy cores."""
 
 
 def test_pcie_replays_rising_warn_through_the_daemon_and_a_reset_is_no_negative_rate(
