@@ -82,6 +82,7 @@ class StateFiles:
 
     def write_marker(self, pid: int, gpus: list[int], uuids: list[str], started_at: float) -> None:
         data = {"pid": pid, "gpus": gpus, "uuids": uuids, "started_at": started_at}
+        self._marker_written = True  # first: a stop (Ctrl-C, SIGTERM) while it is written still removes it
         self._marker_written = self._try("the running marker", lambda: write_json_atomic(self.marker_path, data))
 
     def remove_marker(self) -> None:

@@ -87,11 +87,11 @@ def run_burn(
     topology, pcie = _topology(info, opts.local_gpus), _pcie(info, opts.local_gpus)
     link = group_link(topology, pcie, list(opts.local_gpus))
     specs = _worker_specs(opts, backend, info, store, injection, thresholds, link)
-    if launch.writes_node_state:
-        node_gpus = list(opts.gpus)
-        uuids = [info[g]["uuid"] if g in info else backend.uuid(g) for g in node_gpus]
-        state.write_marker(os.getpid(), node_gpus, uuids, started_at)
-    try:
+    try:  # the marker is written inside: a stop that comes as it is written still removes it
+        if launch.writes_node_state:
+            node_gpus = list(opts.gpus)
+            uuids = [info[g]["uuid"] if g in info else backend.uuid(g) for g in node_gpus]
+            state.write_marker(os.getpid(), node_gpus, uuids, started_at)
         watcher.start()
         agent = _run_agent(specs, opts, agents, node_names, worker_server, watcher, console)
         watcher.stop()
