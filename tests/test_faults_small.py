@@ -30,9 +30,10 @@ def test_sighup_while_the_daemon_starts_is_a_reload_not_its_end(
     start_daemon: Callable[..., DaemonProcess],
 ) -> None:
     daemon = start_daemon("--backend", "fake", "--fake-gpus", "1", wait=False)
-    # Python has set up its own SIGINT handler: the interpreter is up and gpumon's code starts now
-    wait_for(lambda: _caught_signals(daemon.proc.pid) & (1 << (signal.SIGINT - 1)), timeout=20, interval=0.005)
-    time.sleep(0.05)
+    # from the moment gpumon's first line takes SIGHUP (before it, any process dies of one), then on
+    # through every import and the whole start-up; waiting a fixed 50 ms after Python's own SIGINT
+    # handler was not enough on a loaded machine (the imports before gpumon's first line took longer)
+    wait_for(lambda: _caught_signals(daemon.proc.pid) & (1 << (signal.SIGHUP - 1)), timeout=20, interval=0.002)
     sent = 0
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and daemon.proc.poll() is None:
