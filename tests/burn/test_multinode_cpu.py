@@ -48,6 +48,30 @@ def _two_nodes(cmd_for_node, tmp_path: Path, env: dict[str, str], timeout: float
     return out
 
 
+def _nnodes_burn(rank: int, port: int, state: Path, gpus: str, *options: str) -> list[str]:
+    """One node of a two-node CPU burn started with the --nnodes flags (no torchrun), on loopback."""
+    return [
+        sys.executable,
+        "-m",
+        "gpumon.burn",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        str(rank),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "--device",
+        "cpu",
+        "--gpus",
+        gpus,
+        *options,
+        "--state-dir",
+        str(state),
+    ]
+
+
 def test_torchrun_two_nodes_one_merged_report(tmp_path):
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
     if not Path(torchrun).exists():
@@ -104,33 +128,8 @@ def test_a_node_killed_mid_run_is_named_within_the_heartbeat_timeout_and_survivo
 
     def cmd(rank: int) -> list[str]:
         state = tmp_path / f"node{rank}"
-        return [
-            sys.executable,
-            "-m",
-            "gpumon.burn",
-            "--nnodes",
-            "2",
-            "--node-rank",
-            str(rank),
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            str(port),
-            "--device",
-            "cpu",
-            "--gpus",
-            "0",
-            "--tests",
-            "matmul,allreduce",
-            "--duration",
-            "60",
-            "--heartbeat-timeout",
-            "5",
-            "--state-dir",
-            str(state),
-            "--json",
-            str(state / "report.json"),
-        ]
+        options = ("--tests", "matmul,allreduce", "--duration", "60", "--heartbeat-timeout", "5")
+        return [*_nnodes_burn(rank, port, state, "0", *options), "--json", str(state / "report.json")]
 
     node0 = subprocess.Popen(cmd(0), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), bufsize=1)
     node1 = subprocess.Popen(
@@ -172,27 +171,7 @@ def test_nodes_that_would_burn_different_numbers_of_gpus_are_refused_with_exit_2
     port = free_port()
 
     def cmd(rank: int, state: Path) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "gpumon.burn",
-            "--nnodes",
-            "2",
-            "--node-rank",
-            str(rank),
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            str(port),
-            "--device",
-            "cpu",
-            "--gpus",
-            "0" if rank == 0 else "0,1",
-            "--duration",
-            "1",
-            "--state-dir",
-            str(state),
-        ]
+        return _nnodes_burn(rank, port, state, "0" if rank == 0 else "0,1", "--duration", "1")
 
     results = _two_nodes(cmd, tmp_path, _env(), timeout=120)
     for code, out, err in results:
