@@ -22,7 +22,7 @@ Measured in one run on this host, one after the other over windows of ``--second
 
 Printed: % of one core of each, per GPU, the ratio daemon / floor (goal <= 1.25), the floor by
 reader group (where NVML's cost goes on this host), the series per GPU (budget <= 60 on an 8-GPU
-NVLink host) and the daemon's RSS and scrape latency. Nothing is asserted. It imports what the
+NVLink host), RSS and scrape latency of each daemon measured. Nothing is asserted. It imports what the
 daemon imports (psutil, pynvml, gpumon's own modules) and nothing else; ``--backend fake`` also
 uses tests/fake_pynvml.py for the floor.
 """
@@ -192,6 +192,19 @@ def measure_daemon(args: argparse.Namespace, tree: Path | None = None) -> dict[s
     return result
 
 
+def footprint(d: dict[str, Any], count: int) -> str:
+    """Series (per GPU), the scrapes' latency and the largest RSS of one measured daemon."""
+    gpus = d["gpus"] or count
+    lat = d["latencies"]
+    scrapes = (
+        f"scrapes (OpenMetrics, gzip) {len(lat)}, p50 {statistics.median(lat) * 1e3:.2f} ms, "
+        f"p99 {pct(lat, 0.99) * 1e3:.2f} ms; "
+        if lat
+        else ""
+    )
+    return f"series {d['series']} ({d['series'] / gpus:.1f} per GPU); {scrapes}RSS max {d['rss'] / 2**20:.1f} MiB"
+
+
 def _value(text: str, name: str) -> float | None:
     for line in text.splitlines():
         if line.startswith(name + " "):
@@ -270,6 +283,7 @@ def main() -> int:
         label = f"gpumon run of {args.before} (before)"
         print(f"{label[:51]:<52}{before_pct:>14.3f}{before_pct / count:>11.3f}")
         print(f"ratio before / floor: {before_pct / floor_pct if floor_pct > 0 else float('inf'):.2f}")
+        print(f"before: {footprint(before, count)}")
     print(f"{'gpumon run (every thread, scrapes included)':<52}{daemon_pct:>14.3f}{daemon_pct / count:>11.3f}")
     ratio = daemon_pct / floor_pct if floor_pct > 0 else float("inf")
     print(f"ratio gpumon run / floor: {ratio:.2f} (goal <= 1.25)")
@@ -277,14 +291,7 @@ def main() -> int:
     print("floor by reader group (CPU in the window; what NVML costs on this host):")
     for name, cpu in sorted(f["by_reader"].items(), key=lambda kv: -kv[1]):
         print(f"  {name:<22}{cpu * 1e3:>10.2f} ms  {100 * cpu / args.seconds / count:>8.4f} % per GPU")
-    gpus = d["gpus"] or count
-    print(f"series: {d['series']} ({d['series'] / gpus:.1f} per GPU; budget <= 60 on an 8-GPU NVLink host)")
-    lat = d["latencies"]
-    if lat:
-        print(
-            f"scrapes (OpenMetrics, gzip): {len(lat)}, p50 {statistics.median(lat) * 1e3:.2f} ms, "
-            f"p99 {pct(lat, 0.99) * 1e3:.2f} ms; daemon RSS max {d['rss'] / 2**20:.1f} MiB"
-        )
+    print(f"gpumon run: {footprint(d, count)} (series budget <= 60 per GPU on an 8-GPU NVLink host)")
     goal = 0.5 if args.scrape_interval >= 15 else 1.0
     print(f"target at 8 GPUs: <= {goal} % of one core (<= {goal / 8:.4f} % per GPU)")
     return 0

@@ -37,4 +37,5 @@ def test_the_benchmark_prints_the_daemon_against_the_floor_on_simulated_gpus() -
     assert done.returncode == 0, done.stderr
     for line in ("floor: bare pynvml, same calls, same cadence", "gpumon run", "ratio gpumon run / floor: "):
         assert line in done.stdout, done.stdout
-    assert "per GPU; budget <= 60" in done.stdout
+    footprint = next(line for line in done.stdout.splitlines() if line.startswith("gpumon run: series "))
+    assert "per GPU" in footprint and "RSS max" in footprint, footprint
