@@ -183,7 +183,7 @@ def test_per_process_series_are_opt_in() -> None:
 def test_help_text_says_how_often_values_refresh() -> None:
     text = golden_exposition()
     assert "# HELP gpumon_power_watts Power draw, watts (nvidia-smi power.draw). Refreshed every 1s." in text
-    assert "Refreshed every 10s." in text.split("# HELP gpumon_pcie_replays_total", 1)[1].splitlines()[0]
+    assert "Refreshed every 10s." in text.split("# HELP gpumon_ecc_errors_total", 1)[1].splitlines()[0]
     # a counter read less often than its tier says so (tests/test_nvml_spacing.py)
     assert "Refreshed every 60s." in text.split("# HELP gpumon_energy_joules_total", 1)[1].splitlines()[0]
 

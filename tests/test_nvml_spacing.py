@@ -13,6 +13,8 @@ from gpumon.collect.store import SnapshotStore
 from gpumon.exposition.collector import GpumonCollector
 from gpumon.model.fields.clocks import VIOLATIONS_SECONDS
 from gpumon.model.fields.gpm import GPM_SECONDS
+from gpumon.model.fields.modes import FABRIC_SECONDS
+from gpumon.model.fields.pcie import PCIE_SECONDS
 from gpumon.model.fields.power import ENERGY_SECONDS
 from gpumon.model.fields.topology import P2P_TOPOLOGY_SECONDS
 from gpumon.model.poll_intervals import PollIntervals
@@ -32,9 +34,9 @@ def test_pcie_throughput_is_the_rate_of_the_byte_counters_with_no_call_that_samp
     now = [0.0]
     b = backend(fake, now, spaced=True)
     assert "pcie_throughput_bytes_per_second" not in b.read(0, Tier.SLOW)  # no rate from one reading
-    fake.gpus[0].pcie_bytes[TX] += 10_000_000_000
-    fake.gpus[0].pcie_bytes[RX] += 20_000_000_000
-    now[0] = 10.0
+    fake.gpus[0].pcie_bytes[TX] += 30_000_000_000
+    fake.gpus[0].pcie_bytes[RX] += 60_000_000_000
+    now[0] = PCIE_SECONDS
     assert b.read(0, Tier.SLOW)["pcie_throughput_bytes_per_second"] == {"tx": 1e9, "rx": 2e9}
     assert fake.calls["nvmlDeviceGetPcieThroughput"] == 0
 
@@ -145,6 +147,37 @@ def test_the_daemons_backend_reads_the_modes_every_minute_not_every_slow_read(fa
     assert MODES_SECONDS == 60.0 and {c: fake.calls[c] for c in calls} == asked
     now[0] += 10.0
     daemon.read(0, Tier.SLOW)  # MODES_SECONDS after the first
+    assert all(fake.calls[c] > asked[c] for c in calls)
+    before = {c: fake.calls[c] for c in calls}
+    one_shot.read(0, Tier.SLOW)
+    assert all(fake.calls[c] > before[c] for c in calls)
+
+
+def test_the_daemons_backend_reads_pcie_link_replays_bytes_and_fabric_every_30_s_not_every_slow_read(
+    fake: FakeNvml,
+) -> None:
+    """Each of these calls cost 0.1-0.6 ms of CPU per GPU on 4 x H100, more than the whole fast tier
+    together at every 10 s: the daemon asks every 30 s (dcgm-exporter's interval); a replay or a byte
+    moved meanwhile shows at the next read (the counters are cumulative), and one-shot readers ask
+    every time."""
+    calls = (
+        "nvmlDeviceGetCurrPcieLinkGeneration",
+        "nvmlDeviceGetCurrPcieLinkWidth",
+        "nvmlDeviceGetPcieReplayCounter",
+        "nvmlDeviceGetGpuFabricInfo",
+    )
+    now = [0.0]
+    daemon, one_shot = backend(fake, now, spaced=True), backend(fake, now, spaced=False)
+    first = daemon.read(0, Tier.SLOW)
+    asked = {c: fake.calls[c] for c in calls}
+    assert all(asked.values()) and "fabric_state" in first
+    fake.gpus[0].pcie_replays += 3
+    for _ in range(2):  # slow reads at 10 s and 20 s
+        now[0] += 10.0
+        assert daemon.read(0, Tier.SLOW)["pcie_replays_total"] == first["pcie_replays_total"]
+    assert PCIE_SECONDS == FABRIC_SECONDS == 30.0 and {c: fake.calls[c] for c in calls} == asked
+    now[0] += 10.0
+    assert daemon.read(0, Tier.SLOW)["pcie_replays_total"] == first["pcie_replays_total"] + 3  # at 30 s
     assert all(fake.calls[c] > asked[c] for c in calls)
     before = {c: fake.calls[c] for c in calls}
     one_shot.read(0, Tier.SLOW)

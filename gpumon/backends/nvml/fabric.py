@@ -7,6 +7,7 @@ from typing import Any
 
 from gpumon.backends.nvml.codes import NVML_SUCCESS, Unsupported
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec
+from gpumon.model.fields.modes import FABRIC_SECONDS
 from gpumon.model.snapshot import Tier
 
 FABRIC_STATES = {1: "not_started", 2: "in_progress", 3: "completed"}  # NVML_GPU_FABRIC_STATE_*; 0 = not supported
@@ -39,4 +40,4 @@ def read_fabric(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
     out["fabric_status_ok"] = int(info.status) == NVML_SUCCESS
 
 
-READERS = (ReaderSpec("fabric", Tier.SLOW, read_fabric),)
+READERS = (ReaderSpec("fabric", Tier.SLOW, read_fabric, FABRIC_SECONDS),)

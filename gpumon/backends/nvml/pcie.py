@@ -6,6 +6,7 @@ from typing import Any
 
 from gpumon.backends.nvml.codes import Unsupported
 from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, field_values, gather
+from gpumon.model.fields.pcie import PCIE_SECONDS
 from gpumon.model.snapshot import Tier
 
 PCIE_UTIL = {"tx": 0, "rx": 1}  # NVML_PCIE_UTIL_TX_BYTES / _RX_BYTES
@@ -74,11 +75,12 @@ def read_pcie_throughput(ctx: Context, g: GpuState, h: Any, out: dict[str, Any])
     out["pcie_throughput_bytes_per_second"] = gather(g, calls, lambda kb: float(kb) * 1024.0)
 
 
-# PCIe link state (~14 µs a call on H200) measured too costly for every second: SLOW tier.
+# PCIe link state (~14 µs a call on H200 in a tight loop, 0.1-0.6 ms a call on H100 at the daemon's
+# cadence) measured too costly for every second, and for every slow read: at most every PCIE_SECONDS.
 READERS = (
-    ReaderSpec("pcie_link", Tier.SLOW, read_pcie_link),
-    ReaderSpec("pcie_replays", Tier.SLOW, read_pcie_replays),
-    ReaderSpec("pcie_bytes", Tier.SLOW, read_pcie_bytes),
-    ReaderSpec("pcie_throughput", Tier.SLOW, read_pcie_throughput),
+    ReaderSpec("pcie_link", Tier.SLOW, read_pcie_link, PCIE_SECONDS),
+    ReaderSpec("pcie_replays", Tier.SLOW, read_pcie_replays, PCIE_SECONDS),
+    ReaderSpec("pcie_bytes", Tier.SLOW, read_pcie_bytes, PCIE_SECONDS),
+    ReaderSpec("pcie_throughput", Tier.SLOW, read_pcie_throughput, PCIE_SECONDS),
     ReaderSpec("pcie_max", Tier.STATIC, read_pcie_max),
 )

@@ -7,6 +7,13 @@ from dataclasses import dataclass
 
 from gpumon.model.fields.spec import Dcgm, Metric, MetricPart, Tier, declare, declare_mapping
 
+PCIE_SECONDS = 30.0
+"""The daemon (``gpumon run``) reads the PCIe link's generation and width, the replay counter and
+the byte counters at most this often (dcgm-exporter's interval for every field): each call costs
+0.1-0.6 ms of CPU per GPU on an H100, 0.012 % of a core per GPU together at every 10 s on
+4 x H100 (docs/benchmarks.md). The counters are cumulative, none is lost; the throughput is their
+rate over the interval. One-shot readers (once, health, burn) read them every time."""
+
 
 @dataclass(frozen=True)
 class PcieFields:
@@ -21,6 +28,7 @@ class PcieFields:
             "PCIe link generation, state current|max (nvidia-smi pcie.link.gen.current / .max).",
             labels=("state",),
             label="current",
+            read_every_seconds=PCIE_SECONDS,
         ),
         dcgm=Dcgm("DCGM_FI_DEV_PCIE_LINK_GEN", "gauge", "PCIe link generation."),
         fake=5,
@@ -44,6 +52,7 @@ class PcieFields:
             "PCIe link width in lanes, state current|max (nvidia-smi pcie.link.width.current / .max).",
             labels=("state",),
             label="current",
+            read_every_seconds=PCIE_SECONDS,
         ),
         dcgm=Dcgm("DCGM_FI_DEV_PCIE_LINK_WIDTH", "gauge", "PCIe link width (lanes)."),
         fake=16,
@@ -65,6 +74,7 @@ class PcieFields:
             "gpumon_pcie_replays_total",
             "counter",
             "PCIe replays since the driver was loaded (nvidia-smi -q Replays Since Reset).",
+            read_every_seconds=PCIE_SECONDS,
         ),
         dcgm=Dcgm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "untyped", "Total number of PCIe retries."),
         fake=0,
@@ -80,22 +90,24 @@ class PcieFields:
             "Bytes moved over PCIe since the driver was loaded, by direction tx|rx"
             " (NVML field values PCIE_COUNT_TX/RX_BYTES).",
             labels=("direction",),
+            read_every_seconds=PCIE_SECONDS,
         ),
         fake={"tx": 123_456_789_012, "rx": 98_765_432_109},
     )
     pcie_throughput_bytes_per_second: Mapping[str, float] | None = declare_mapping(
         Tier.SLOW,
-        "PCIe throughput by direction tx|rx since the last slow read, bytes/s (nvidia-smi dmon -s t)",
-        nvml="the rate of pcie_bytes_total between slow reads (no call); nvmlDeviceGetPcieThroughput"
+        "PCIe throughput by direction tx|rx since the last read of the byte counters, bytes/s (nvidia-smi dmon -s t)",
+        nvml="the rate of pcie_bytes_total between its reads (no call); nvmlDeviceGetPcieThroughput"
         " (a ~20 ms sample, the call blocks ~21-42 ms) where the driver lacks the byte counters",
         conversion="Δbytes / Δs; KB/s × 1024",
         smi="dmon -s t",
         metric=Metric(
             "gpumon_pcie_throughput_bytes_per_second",
             "gauge",
-            "PCIe throughput by direction tx|rx since the last slow read, bytes per second (the rate of"
-            " gpumon_pcie_bytes_total).",
+            "PCIe throughput by direction tx|rx since the last read of the byte counters, bytes per second"
+            " (the rate of gpumon_pcie_bytes_total).",
             labels=("direction",),
+            read_every_seconds=PCIE_SECONDS,
             detail="profiling",
         ),
         dcgm=(
