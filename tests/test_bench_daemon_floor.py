@@ -22,7 +22,8 @@ def test_the_floor_makes_each_reader_group_as_often_as_the_daemon_does() -> None
     runs = Counter(name for t in range(600) for _gpu, name in plan.poll(float(t)))
     per_gpu = {name: n / 8 for name, n in runs.items()}
     assert per_gpu["utilization"] == 600  # fast: every poll
-    assert 59 <= per_gpu["pcie_replays"] <= 60  # slow: every 10 s
+    assert 59 <= per_gpu["ecc_errors"] <= 60  # slow: every 10 s
+    assert 19 <= per_gpu["pcie_replays"] <= 20 and 19 <= per_gpu["fabric"] <= 20  # every 30 s
     assert 9 <= per_gpu["energy"] <= 10  # every 60 s
     assert 19 <= per_gpu["gpm"] <= 20 and 19 <= per_gpu["violations"] <= 20  # every 30 s
     assert per_gpu["nvlink_errors"] == 2  # every 300 s
