@@ -29,7 +29,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from daemon_proc import bytecode_note
+from daemon_proc import bytecode_note, process_cpu_seconds
 
 from gpumon.backends.factory import make_backend
 from gpumon.collect.poller import Poller
@@ -184,15 +184,15 @@ def daemon_cost(backend_spec: str, fake_gpus: int, seconds: float) -> None:
             body = session.get(url + "/metrics").content
             latencies.append(time.perf_counter() - t0)
             size = len(body)
-        cpu0 = ps.cpu_times()
+        cpu0 = process_cpu_seconds(proc.pid)
         t0 = time.monotonic()
         rss = []
         while time.monotonic() - t0 < seconds:
             time.sleep(1)
             rss.append(ps.memory_info().rss)
-        cpu1 = ps.cpu_times()
+        cpu1 = process_cpu_seconds(proc.pid)
         elapsed = time.monotonic() - t0
-        cpu_share = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / elapsed
+        cpu_share = (cpu1 - cpu0) / elapsed
         print(f"## daemon at 1 s interval, backend {backend_spec}")
         print(
             f"/metrics scrape over HTTP ({size / 1024:.0f} KiB): p50 {statistics.median(latencies) * 1e3:.2f} ms, "

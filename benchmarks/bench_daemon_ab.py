@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,14 +26,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from daemon_proc import daemon
+from daemon_proc import daemon, process_cpu_seconds
 
 HERE = Path(__file__).resolve().parent.parent
-
-
-def cpu_seconds(proc: subprocess.Popen[str]) -> float:
-    times = psutil.Process(proc.pid).cpu_times()
-    return float(times.user + times.system)
 
 
 def main() -> int:
@@ -51,7 +45,7 @@ def main() -> int:
         procs, ports = zip(*(stack.enter_context(daemon(gpus, tree=tree)) for tree in trees), strict=True)
         time.sleep(3.0)  # past start-up: the first static and slow reads
         conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=30) for port in ports]
-        before = [cpu_seconds(proc) for proc in procs]
+        before = [process_cpu_seconds(proc.pid) for proc in procs]
         began = time.monotonic()
         rounds = 0
         while time.monotonic() - began < seconds:
@@ -61,7 +55,7 @@ def main() -> int:
             rounds += 1
             time.sleep(max(0.0, began + rounds - time.monotonic()))
         elapsed = time.monotonic() - began
-        shares = [100.0 * (cpu_seconds(proc) - b) / elapsed for proc, b in zip(procs, before, strict=True)]
+        shares = [100.0 * (process_cpu_seconds(proc.pid) - b) / elapsed for proc, b in zip(procs, before, strict=True)]
         rss = [psutil.Process(proc.pid).memory_info().rss / 2**20 for proc in procs]
     print(f"## two daemons started together, {gpus} simulated GPUs, one scrape a second each, {elapsed:.0f} s")
     print(f"{'checkout':<50}{'% of a core':>12}{'RSS MiB':>9}")

@@ -29,7 +29,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from daemon_proc import daemon
+from daemon_proc import daemon, process_cpu_seconds
 
 
 def measure(gpus: int, seconds: float, profile_to: Path | None, scrape_every: float = 1.0) -> tuple[float, float, int]:
@@ -39,7 +39,7 @@ def measure(gpus: int, seconds: float, profile_to: Path | None, scrape_every: fl
         ps = psutil.Process(proc.pid)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         time.sleep(3)  # past start-up (static tier, first slow read, imports)
-        cpu0, t0 = ps.cpu_times(), time.monotonic()
+        cpu0, t0 = process_cpu_seconds(proc.pid), time.monotonic()
         rss, threads = 0, 0
         next_at = t0
         while (now := time.monotonic()) - t0 < seconds:
@@ -50,9 +50,9 @@ def measure(gpus: int, seconds: float, profile_to: Path | None, scrape_every: fl
             conn.getresponse().read()
             rss = max(rss, ps.memory_info().rss)
             threads = max(threads, ps.num_threads())
-        cpu1, elapsed = ps.cpu_times(), time.monotonic() - t0
+        cpu1, elapsed = process_cpu_seconds(proc.pid), time.monotonic() - t0
         conn.close()
-    share = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / elapsed
+    share = (cpu1 - cpu0) / elapsed
     return share, rss, threads
 
 

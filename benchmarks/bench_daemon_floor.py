@@ -30,10 +30,8 @@ uses tests/fake_pynvml.py for the floor.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.client
 import math
-import os
 import statistics
 import sys
 import threading
@@ -47,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_nvml_calls import Call, recorded_groups, replay
-from daemon_proc import VARIANTS, daemon, get, pct
+from daemon_proc import VARIANTS, daemon, get, pct, process_cpu_seconds
 
 from gpumon.backends.base import NvmlUnavailableError
 from gpumon.backends.nvml import NvmlBackend
@@ -136,24 +134,6 @@ def nvml_module(backend: str, fake_gpus: int) -> Any:
     return pynvml
 
 
-def process_cpu_seconds(ps: psutil.Process) -> float:
-    """CPU time of every thread of the process, seconds: the sum of /proc/PID/task/*/schedstat's
-    run time (nanoseconds) where the kernel has it, else user + system (10 ms clock ticks: a 30 s
-    window of a 0.3 % daemon is only 9 ticks, too coarse to compare two builds)."""
-    total_ns = 0
-    try:
-        for tid in os.listdir(f"/proc/{ps.pid}/task"):
-            with (
-                contextlib.suppress(FileNotFoundError, ProcessLookupError),
-                open(f"/proc/{ps.pid}/task/{tid}/schedstat") as f,
-            ):
-                total_ns += int(f.read().split()[0])
-    except OSError:
-        times = ps.cpu_times()
-        return float(times.user + times.system)
-    return total_ns / 1e9
-
-
 def measure_daemon(args: argparse.Namespace, tree: Path | None = None) -> dict[str, Any]:
     """The daemon's CPU over the window, and where its first poll was (seconds before the window);
     ``tree``: another gpumon checkout to run (default this one)."""
@@ -166,7 +146,7 @@ def measure_daemon(args: argparse.Namespace, tree: Path | None = None) -> dict[s
         gpus = int(_value(text, "gpumon_gpus") or 0)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         latencies, rss = [], []
-        cpu0, wall0, now0 = process_cpu_seconds(ps), time.monotonic(), time.time()
+        cpu0, wall0, now0 = process_cpu_seconds(ps.pid), time.monotonic(), time.time()
         next_scrape = wall0
         while time.monotonic() - wall0 < args.seconds:
             if time.monotonic() >= next_scrape:
@@ -176,7 +156,7 @@ def measure_daemon(args: argparse.Namespace, tree: Path | None = None) -> dict[s
                 next_scrape += args.scrape_interval
             rss.append(ps.memory_info().rss)
             time.sleep(min(0.5, max(0.0, next_scrape - time.monotonic())))
-        cpu1, wall1 = process_cpu_seconds(ps), time.monotonic()
+        cpu1, wall1 = process_cpu_seconds(ps.pid), time.monotonic()
         conn.close()
         scraped = get(port, "/metrics")[1].decode()
         series = [line for line in scraped.splitlines() if line and not line.startswith("#")]

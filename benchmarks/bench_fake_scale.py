@@ -26,12 +26,10 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from daemon_proc import VARIANTS, daemon, pct
+from daemon_proc import VARIANTS, daemon, pct, process_cpu_seconds
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpumon.backends.fake import FakeBackend
@@ -99,8 +97,7 @@ def in_process(gpus: int, rounds: int, compat: list[str]) -> float:
 def over_http(gpus: int, scrapes: int, pause: float, ref: float, compat: list[str]) -> None:
     args = ["--compat", ",".join(compat)] if compat else []
     with daemon(gpus, args=args) as (proc, port):
-        process = psutil.Process(proc.pid)
-        cpu_start, wall_start = process.cpu_times(), time.monotonic()
+        cpu_start, wall_start = process_cpu_seconds(proc.pid), time.monotonic()
         conns = {name: http.client.HTTPConnection("127.0.0.1", port, timeout=30) for name in VARIANTS}
         times: dict[str, list[float]] = {name: [] for name in VARIANTS}
         sizes: dict[str, int] = {}
@@ -119,8 +116,8 @@ def over_http(gpus: int, scrapes: int, pause: float, ref: float, compat: list[st
                     times[name].append(elapsed)
                 sizes[name] = len(body)
                 time.sleep(pause)
-        cpu_end, wall = process.cpu_times(), time.monotonic() - wall_start
-    cpu = (cpu_end.user + cpu_end.system - cpu_start.user - cpu_start.system) / wall
+        cpu_end, wall = process_cpu_seconds(proc.pid), time.monotonic() - wall_start
+    cpu = (cpu_end - cpu_start) / wall
     print(f"## over HTTP: gpumon run --backend fake --fake-gpus {gpus} {' '.join(args)}, {scrapes} scrapes per variant")
     print(f"{'variant':<20}{'KiB':>8}{'p50 ms':>9}{'p99 ms':>9}{'p50/ref':>9}{'p99/ref':>9}")
     worst = 0.0
