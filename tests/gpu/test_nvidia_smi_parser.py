@@ -47,3 +47,24 @@ def test_whatever_nvidia_smi_prints_reads_back_the_same(errors, name):
 def test_any_text_gives_a_result_never_an_exception(text):
     parsed = parse_nvlink_errors(text)
     assert all(isinstance(n, int) and n >= 0 for links in parsed.values() for c in links.values() for n in c.values())
+
+
+def test_nvidia_smi_clock_event_masks_give_each_gpus_hardware_slowdowns():
+    from tests.gpu.nvidia_smi_clocks import active_slowdowns
+
+    sample = "0, 0x0000000000000020\n1, 0x0000000000000004\n2, 0x00000000000000C8\n3, [N/A]\n"
+    assert active_slowdowns(sample) == {
+        0: {"sw_thermal_slowdown"},
+        1: set(),  # a power cap slows every busy GPU alike: not a hardware slowdown
+        2: {"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"},
+    }
+
+
+@given(st.dictionaries(st.integers(0, 63), st.integers(0, 2**64 - 1), max_size=8))
+def test_every_mask_nvidia_smi_can_print_is_read_back(masks: dict[int, int]):
+    from tests.gpu.nvidia_smi_clocks import HARDWARE_SLOWDOWNS, active_slowdowns
+
+    text = "".join(f"{gpu}, 0x{mask:016X}\n" for gpu, mask in masks.items())
+    assert active_slowdowns(text) == {
+        gpu: {name for name, bit in HARDWARE_SLOWDOWNS.items() if mask & bit} for gpu, mask in masks.items()
+    }
