@@ -26,6 +26,7 @@ from gpumon import __version__
 from gpumon.collect.store import SnapshotStore
 from gpumon.exposition import gzip_parts
 from gpumon.exposition.extra_sources import ExtraSources
+from gpumon.exposition.family_reuse import FamilyReuse
 from gpumon.exposition.gpu_families import GpuFamilies
 from gpumon.exposition.openmetrics import EOF as OPENMETRICS_EOF
 from gpumon.exposition.own_families import SelfStats, head_families
@@ -68,6 +69,8 @@ class GpumonCollector:
         self._detail = detail
         self._gpu = GpuFamilies(intervals, processes=processes, detail=detail)
         self._extras = ExtraSources(extra)
+        self._last_head = FamilyReuse()
+        """gpumon's own families of the last scrape: most hold the same samples every scrape."""
         self._version = version
         self._python_version = python_version or platform.python_version()
         self._lock = threading.Lock()
@@ -135,7 +138,7 @@ class GpumonCollector:
             return None  # (the extra families' bytes in another format or encoding are a few milliseconds)
         if rendered is None and latest is not None:
             rendered = self._rendered(latest)
-        head = self._head_families(None if rendered is None else rendered.snapshot)
+        head = self._last_head.reuse(self._head_families(None if rendered is None else rendered.snapshot))
         timings = [("gpumon", 1.0, self._mono() - start)]
         if previous and last is not None:
             extras = last[0]  # as the last scrape got them, before the polling thread's listeners ran

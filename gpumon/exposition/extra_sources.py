@@ -11,23 +11,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from gpumon.exposition.family_reuse import FamilyReuse
 from gpumon.model.families import Family, FamilySource
 
 log = logging.getLogger("gpumon.exposition.collector")
 """The logger name these log lines have always carried (they lived in collector.py)."""
-
-
-def _same(a: Family, b: Family) -> bool:
-    """Whether two families render to the same text."""
-    return (
-        a.samples == b.samples
-        and a.name == b.name
-        and a.kind == b.kind
-        and a.help == b.help
-        and a.label_names == b.label_names
-        and a.plain_labels == b.plain_labels
-        and a.optional_labels == b.optional_labels
-    )
 
 
 class ExtraSources:
@@ -36,8 +24,8 @@ class ExtraSources:
     def __init__(self, sources: Sequence[tuple[str, FamilySource]]) -> None:
         self._sources = list(sources)
         self._per_snapshot: set[str] = set()
-        self._seen: dict[str, Family] = {}
-        """The extra sources' families of the last scrape, by name (their text, once rendered, is reused)."""
+        self._last = FamilyReuse()
+        """The extra sources' families of the last scrape (their text, once rendered, is reused)."""
 
     def add(self, name: str, source: FamilySource, *, per_snapshot: bool) -> None:
         """Ask ``source`` in every scrape as ``name``; ``per_snapshot``: it builds its families once
@@ -59,23 +47,8 @@ class ExtraSources:
                 log.exception("collector %s failed; its metrics are left out of this scrape", name)
                 families, ok = [], 0.0
             timings.append((name, ok, monotonic() - start))
-            out.extend(self._reused(families))
+            out.extend(self._last.reuse(families))
         return out
-
-    def _reused(self, families: list[Family]) -> list[Family]:
-        """``families`` with each one not yet rendered replaced by the family of that name the
-        previous scrape gave, when it holds the same samples: its text is reused."""
-        seen = self._seen
-        for i, family in enumerate(families):
-            if family.rendered is not None or family.rendered_openmetrics is not None:
-                continue  # the source keeps its families' text itself
-            before = seen.get(family.name)
-            if before is not None and _same(before, family):
-                families[i] = before
-            else:
-                family.seal()  # kept for the next scrape
-                seen[family.name] = family
-        return families
 
     def warm_per_snapshot(self) -> None:
         """Have each per-snapshot source build its families of the latest snapshot."""
