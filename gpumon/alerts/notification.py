@@ -85,6 +85,25 @@ class Notification:
         )
 
 
+def from_spool(raw_items: Iterable[Any], now: float) -> tuple[list[Notification], int, int]:
+    """The notifications a spool's entries hold: (notifications, clamped, dropped). An entry whose
+    start or end is not a time (NaN, Infinity, 1e20) gets ``now`` (Unix seconds) in its place
+    (clamped); one that is not a notification at all is dropped."""
+    out: list[Notification] = []
+    clamped = dropped = 0
+    for raw in raw_items:
+        try:
+            n = Notification.from_json(raw)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+            dropped += 1
+            continue
+        if n.time_problem() is not None:
+            n = n.with_times_clamped(now)
+            clamped += 1
+        out.append(n)
+    return out, clamped, dropped
+
+
 def rfc3339(seconds: float) -> str:
     """Unix seconds -> ``2026-11-22T14:26:51.123Z``."""
     return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpumon.alerts.config import ReceiverHttp, RetryConfig
 from gpumon.alerts.http_post import SendResult, new_session, post_json, safe_url
-from gpumon.alerts.notification import Notification, alertmanager_body, webhook_body
+from gpumon.alerts.notification import Notification, alertmanager_body, from_spool, webhook_body
 from gpumon.alerts.sender_health import ReceiverStats, SenderHealth, describe, judge_health, sender_json
 
 if TYPE_CHECKING:
@@ -151,17 +151,9 @@ class Receiver:
         """Queue what the spool held (before start): (clamped, dropped). An entry whose start or
         end is not a time (NaN, Infinity, 1e20) is queued with ``now`` (Unix seconds) in its place;
         one that is not a notification at all is dropped. The caller logs the counts."""
-        clamped = dropped = 0
+        notifications, clamped, dropped = from_spool(items, now)
         with self._cond:
-            for raw in items:
-                try:
-                    n = Notification.from_json(raw)
-                except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
-                    dropped += 1
-                    continue
-                if n.time_problem() is not None:
-                    n = n.with_times_clamped(now)
-                    clamped += 1
+            for n in notifications:
                 self._seq += 1
                 self._items[n.fingerprint] = _Item(self._seq, n)
             self._cond.notify_all()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumon.alerts.engine import AlertEngine
-from gpumon.alerts.notification import Notification
+from gpumon.alerts.notification import Notification, from_spool
 from gpumon.alerts.notify import Receiver
 
 
@@ -77,15 +77,7 @@ def _restore_engine(engine_state: dict[str, Any], engine: AlertEngine, path: Pat
 
 def _restore_delivered(raw_delivered: Any, delivered: dict[str, Notification], now: float) -> tuple[int, int]:
     """The announced set put back into ``delivered``: (clamped, dropped) notifications."""
-    clamped = dropped = 0
-    for raw in raw_delivered if isinstance(raw_delivered, list) else []:
-        try:
-            n = Notification.from_json(raw)
-        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
-            dropped += 1
-            continue
-        if n.time_problem() is not None:
-            n = n.with_times_clamped(now)
-            clamped += 1
+    notifications, clamped, dropped = from_spool(raw_delivered if isinstance(raw_delivered, list) else [], now)
+    for n in notifications:
         delivered[n.fingerprint] = n
     return clamped, dropped
