@@ -68,3 +68,10 @@ def test_every_mask_nvidia_smi_can_print_is_read_back(masks: dict[int, int]):
     assert active_slowdowns(text) == {
         gpu: {name for name, bit in HARDWARE_SLOWDOWNS.items() if mask & bit} for gpu, mask in masks.items()
     }
+
+
+def test_every_hardware_slowdown_the_gpu_tests_watch_has_words_in_gpumons_findings():
+    from gpumon.health.stragglers import REASONS
+    from tests.gpu.nvidia_smi_clocks import HARDWARE_SLOWDOWNS
+
+    assert set(HARDWARE_SLOWDOWNS) <= set(REASONS)

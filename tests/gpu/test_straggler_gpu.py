@@ -39,6 +39,7 @@ from typing import Any
 
 import pytest
 
+from gpumon.health.stragglers import REASONS
 from tests.gpu.conftest import smi
 from tests.gpu.nvidia_smi_clocks import active_slowdowns
 from tests.helpers import DaemonProcess, free_port
@@ -138,15 +139,6 @@ def _stragglers(daemon: DaemonProcess) -> list[dict[str, Any]]:
     return [f for f in findings if f["kind"] == "straggler"]
 
 
-SLOWDOWN_WORDS = {
-    "sw_thermal_slowdown": "software thermal slowdown",
-    "hw_thermal_slowdown": "thermal slowdown",
-    "hw_slowdown": "hardware slowdown",
-    "hw_power_brake_slowdown": "power brake",
-}
-"""How a straggler finding names each hardware slowdown."""
-
-
 class SlowdownWitness:
     """The hardware slowdowns nvidia-smi showed active on each GPU during the test (asked by ``look``)."""
 
@@ -161,7 +153,7 @@ class SlowdownWitness:
     def confirms(self, finding: dict[str, Any]) -> bool:
         """Whether ``finding`` names a hardware slowdown nvidia-smi showed on its GPU."""
         seen = self.seen.get(finding["gpu"], set())
-        return any(SLOWDOWN_WORDS[reason] in finding["reason"] for reason in seen)
+        return any(REASONS[reason] in finding["reason"] for reason in seen)  # the words a finding uses
 
 
 def test_a_process_stealing_gpu_1s_time_makes_gpu_1_the_straggler_and_only_then(
