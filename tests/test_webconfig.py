@@ -513,6 +513,8 @@ def test_broken_web_config_re_read_on_change_keeps_the_previous_one_with_one_log
                 return False
 
         wait_for(served, 20, 0.2, "gpumon with basic auth")
+        # the start-up's last line (the first snapshot's inventory) can come after the first scrape
+        wait_for(lambda: "inventory baseline" in gpumon.log(), 20, 0.1, "gpumon's start-up lines")
         before = gpumon.log()
         web_config.write_bytes(broken.encode("latin-1"))
         statuses = []
