@@ -105,7 +105,8 @@ def _add_once(sub: argparse._SubParsersAction[CommandParser]) -> None:
         "once",
         "poll once and print a table (or JSON), then exit",
         "The table fits 80 columns; --wide (or a terminal of 150 columns or more) adds Bus-Id, clocks, "
-        "P-state, ECC and NVLink. Simulated GPUs are marked.",
+        "P-state, ECC and NVLink, in parts one under the other where the terminal is narrower. "
+        "Simulated GPUs are marked.",
     )
     _add_common(once)
     add_json_option(once, "the snapshot")
