@@ -196,15 +196,16 @@ def cmd_once(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"gpumon: bad scenario:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
-    from gpumon.backends.play import play, tick_note, tick_to_show
+    from gpumon.backends.play import PlayClock, play, tick_note, tick_to_show
     from gpumon.collect.processes import enrich
 
     tick = tick_to_show(backend, args.tick)
     if tick is None and args.tick is not None:
         print("gpumon: --tick plays a scenario: it needs --backend fake:NAME or fake:PATH", file=sys.stderr)
         return EXIT_USAGE
-    poller = Poller(backend, SnapshotStore(), enrich_processes=enrich)
-    snapshot = play(poller.poll, tick)
+    clock = PlayClock()
+    poller = Poller(backend, SnapshotStore(), monotonic=clock, enrich_processes=enrich)
+    snapshot = play(poller.poll, tick, clock)
     backend.shutdown()
     if not snapshot.nvml_up:
         print(f"gpumon: NVML unavailable: {snapshot.nvml_error}", file=sys.stderr)
