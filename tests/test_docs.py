@@ -151,3 +151,10 @@ def test_the_readme_says_what_make_test_may_skip_and_why() -> None:
         assert any(t.lower() in section for t in topics), f"{where}: README does not explain the skip {reason!r}"
         for variable in re.findall(r"\$([A-Z][A-Z0-9_]+)", reason):  # a skip a variable lifts: the table names it
             assert variable.lower() in section, f"{where}: README's skip table does not name ${variable} ({reason!r})"
+
+
+def test_no_doc_installs_gpumon_from_the_package_index_it_is_not_on() -> None:
+    """gpumon-exporter is not on PyPI: an install line names the checkout ('.' or '.[burn]') instead."""
+    for path in [REPO / "README.md", *DOCS]:
+        found = re.findall(r"pip install[^`\n]*gpumon-exporter", path.read_text())
+        assert not found, f"{path.name}: {found}"
