@@ -33,6 +33,9 @@ def tick_to_show(backend: Any, tick: int | None) -> int | None:
     return min(int(last()), MAX_DEFAULT_TICK) if tick is None else tick
 
 
+NVML_RETRIES = 6
+"""The NVML retries a one-shot command plays: those the daemon makes in its first minute (1, 2, 4, ... 32 s
+apart). A scenario whose NVML stays away longer is shown without NVML, as the daemon shows it then."""
 RETRY_STEP_SECONDS = 3600.0
 """How far a PlayClock moves after a poll without NVML: past any backoff of the poller's NVML retry."""
 
@@ -54,10 +57,10 @@ class PlayClock:
 def play(poll: Callable[[], Snapshot], tick: int | None, clock: PlayClock | None = None) -> Snapshot:
     """Poll until the reads of tick ``tick`` have been made (``tick + 1`` polls; None: one poll). A
     scenario without NVML at first (``clock`` given: the poller's) is polled until it has its GPUs
-    (at most MAX_DEFAULT_TICK polls), and its tick 0 is the first poll that reads them."""
+    (at most NVML_RETRIES more polls), and its tick 0 is the first poll that reads them."""
     snapshot = poll()
     retries = 0
-    while clock is not None and tick is not None and not snapshot.nvml_up and retries < MAX_DEFAULT_TICK:
+    while clock is not None and tick is not None and not snapshot.nvml_up and retries < NVML_RETRIES:
         clock.step()
         snapshot = poll()
         retries += 1

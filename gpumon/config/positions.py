@@ -19,6 +19,8 @@ _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _PATH = r"[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*|\[\d+\])*"
 _UNKNOWN_KEY = re.compile(rf"^(?:({_PATH})(?:\([^)]*\))?: )?unknown key '?([^'\s(]+)'?")
 _SETTING = re.compile(rf"^({_PATH})")
+_ITEM_SETTING = re.compile(rf"^({_PATH})(?:\([^)]*\))?: ([A-Za-z_][\w-]*)\b")
+"""``alerting.rules[1](GpuCold): threshold must be ...``: a setting inside a list item or section."""
 
 
 def node_positions(text: str) -> dict[str, tuple[Node, Node]]:
@@ -80,6 +82,8 @@ def with_positions(problems: list[str], where: str, text: str) -> list[str]:
         if unknown is not None:
             parent = unknown.group(1) or ""
             at = _position(found, f"{parent}.{unknown.group(2)}" if parent else unknown.group(2), key=True)
+        elif (inner := _ITEM_SETTING.match(rest)) is not None and f"{inner.group(1)}.{inner.group(2)}" in found:
+            at = _position(found, f"{inner.group(1)}.{inner.group(2)}", key=False)  # the bad value, not the item
         elif setting is not None:
             at = _position(found, setting.group(1), key=False)
         out.append(prefix + at + rest if at else problem)
