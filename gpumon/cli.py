@@ -20,6 +20,7 @@ from gpumon.commands.support import usable_state_dir as _usable_state_dir
 from gpumon.config.file import DEFAULT_PORT, Config
 from gpumon.early_hangup import hold_hangups
 from gpumon.util.jsonout import add_json_option, emit_json, to_stdout
+from gpumon.util.locale_output import tolerate_unencodable
 from gpumon.util.pipes import reader_gone
 
 if TYPE_CHECKING:
@@ -286,6 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; a closed stdout (its reader went away) ends it quietly with 141
     (gpumon.util.pipes)."""
     hold_hangups(sys.argv[1:] if argv is None else argv)  # gpumon run: a SIGHUP while it starts is kept
+    tolerate_unencodable()  # a process name the locale cannot encode never fails the output
     try:
         try:
             code = _main(argv)

@@ -109,7 +109,7 @@ def print_table(console: Console, data: dict[str, Any], now: float | None = None
     from rich.table import Table
     from rich.text import Text
 
-    from gpumon.commands.table import shown
+    from gpumon.util.outside_text import shown
 
     now = time.time() if now is None else now
     alerts = data.get("alerts") or []
@@ -141,7 +141,7 @@ def _alert_cells(alert: dict[str, Any], now: float) -> tuple[Text, ...]:
     """One alert's cells: state, severity, name with the summary under it, where, since."""
     from rich.text import Text
 
-    from gpumon.commands.table import shown
+    from gpumon.util.outside_text import shown
 
     labels = alert.get("labels") or {}
     extra = [f"{k} {labels[k]}" for k in ("link", "xid") if k in labels]

@@ -16,7 +16,6 @@ or ``[bold]``), and with control characters (an ANSI escape sequence, a bidi ove
 from __future__ import annotations
 
 import sys
-import unicodedata
 
 from rich import box
 from rich.console import Console
@@ -24,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpumon.model.snapshot import GpuSnapshot, ProcessSnapshot, Snapshot
+from gpumon.util.outside_text import shown
 
 GIB = 1024**3
 NARROW_COLUMNS = 80
@@ -31,25 +31,6 @@ NARROW_COLUMNS = 80
 WIDE_COLUMNS = 150
 """A terminal this wide (or wider) gets the wide table without asking."""
 SIMULATED_NOTE = "simulated GPUs (--backend fake): not real hardware"
-
-
-def shown(value: object, missing: str = "?") -> Text:
-    """``value`` (from outside: a process name, a user, a GPU name) as plain text for the terminal:
-    no markup, and every control or format character (C0, C1, DEL, bidi overrides) as an escape."""
-    if value is None or value == "":
-        return Text(missing)
-    text = str(value)
-    return Text("".join(_escape(c) if unicodedata.category(c) in _HIDDEN else c for c in text))
-
-
-_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-"""Unicode categories never written raw: controls, format characters, surrogates, private use,
-unassigned, line and paragraph separators."""
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def _fmt(value: float | None, fmt: str, missing: str = "n/a") -> str:
