@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from gpumon import __version__
 from gpumon.commands.parser import CommandParser, UsageError, add_command, named_command
 from gpumon.commands.support import add_common_options as _add_common
-from gpumon.commands.support import add_tick_option, checked_config, load_or_report
+from gpumon.commands.support import add_tick_option, checked_config, load_or_report, problem_line
 from gpumon.commands.support import config_flags as _flags
 from gpumon.commands.support import usable_state_dir as _usable_state_dir
 from gpumon.config.file import DEFAULT_PORT, Config
@@ -170,7 +170,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except web_config_errors as exc:
         print(f"gpumon: web config {config.web_config_file}: {len(exc.problems)} problem(s):", file=sys.stderr)
         for problem in exc.problems:
-            print(f"  - {problem}", file=sys.stderr)
+            print(problem_line(problem), file=sys.stderr)
         return EXIT_USAGE
     except StateDirBusy as exc:  # two daemons on one state directory: a configuration problem
         print(f"gpumon: {exc}", file=sys.stderr)
@@ -251,7 +251,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     if not isinstance(config, Config):
         print(f"{args.file}: {len(config)} problem(s):", file=sys.stderr)
         for problem in config:
-            print(f"  - {problem}", file=sys.stderr)
+            print(problem_line(problem), file=sys.stderr)
         return EXIT_USAGE
     print(f"{args.file}: OK (listen {config.listen}, backend {config.backend}, every {config.interval_seconds:g}s)")
     return EXIT_OK

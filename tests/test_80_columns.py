@@ -188,3 +188,12 @@ def test_alerts_that_cannot_reach_the_daemon_say_so_in_80_columns() -> None:
 @pytest.mark.parametrize("args", [("scenarios",), ("assets", "list")])
 def test_lists_in_80_columns(args: tuple[str, ...]) -> None:
     assert_fits(in_terminal(*args))
+
+
+# ---- problem lists ----------------------------------------------------------------------------------------------
+def test_check_config_problems_wrap_between_words_in_80_columns(tmp_path: Path) -> None:
+    config = tmp_path / "gpumon.yaml"
+    config.write_text("health:\n  slurm:\n    enable: true\n  stragglers:\n    windows_seconds: 5\n")
+    screen = in_terminal("check-config", str(config))
+    assert_fits(screen)
+    assert_whole(screen, "unknown key 'enable'", "did you mean 'enabled'?", "prolog_timeout_seconds,")

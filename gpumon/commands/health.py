@@ -35,6 +35,7 @@ from gpumon.commands.support import (
     add_tick_option,
     checked_config,
     config_flags,
+    problem_line,
     terminal_columns,
     usable_state_dir,
     wrapped,
@@ -186,7 +187,7 @@ def _judge_setup(args: argparse.Namespace) -> tuple[Config, Path]:
     if not isinstance(config, Config):
         print(f"gpumon: {len(config)} problem(s) in the configuration:", file=sys.stderr)
         for problem in config:
-            print(f"  - {problem}", file=sys.stderr)
+            print(problem_line(problem), file=sys.stderr)
         more = f" (and {len(config) - 1} more)" if len(config) > 1 else ""
         raise CannotJudge(f"configuration: {config[0]}{more}")
     _logging(args)

@@ -82,7 +82,7 @@ def load_or_report(args: argparse.Namespace) -> Config | None:
         return config
     print(f"gpumon: {len(config)} problem(s) in the configuration:", file=sys.stderr)
     for problem in config:
-        print(f"  - {problem}", file=sys.stderr)
+        print(problem_line(problem), file=sys.stderr)
     return None
 
 
@@ -122,3 +122,9 @@ def wrapped(first: str, text: str, indent: int, columns: int | None) -> str:
     lines = textwrap.wrap(kept, max(20, columns - indent), break_long_words=False, break_on_hyphens=False) or [""]
     lines = [line.replace("\u00a0", " ") for line in lines]
     return "\n".join([first + lines[0], *(" " * indent + line for line in lines[1:])])
+
+
+def problem_line(problem: str) -> str:
+    """One problem of a list on stderr: ``  - `` and the problem, wrapped between words under itself in a
+    terminal (whole in a pipe or a log)."""
+    return wrapped("  - ", problem, 4, terminal_columns(sys.stderr))
