@@ -41,7 +41,7 @@ class Screen:
         return set(self.text.split())
 
 
-def in_terminal(*args: str, env: dict[str, str] | None = None) -> Screen:
+def in_terminal(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> Screen:
     """Run ``gpumon ARGS`` in a fresh tmux server with one 80-column window; wait until it exits."""
     socket = f"gpumon-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmux = ["tmux", "-L", socket, "-f", "/dev/null"]
@@ -49,7 +49,8 @@ def in_terminal(*args: str, env: dict[str, str] | None = None) -> Screen:
     environment.update({"PYTHONPATH": str(REPO), "TERM": "xterm-256color", **(env or {})})
     command = " ".join(f"'{a}'" for a in (sys.executable, "-m", "gpumon", *args))
     subprocess.run(
-        [*tmux, "new-session", "-d", "-x", str(COLUMNS), "-y", "300", f"{command}; echo {DONE}; sleep 600"],
+        [*tmux, "new-session", "-d", "-x", str(COLUMNS), "-y", "300", "-c", str(cwd or REPO),
+         f"{command}; echo {DONE}; sleep 600"],
         check=True, env=environment, timeout=30,
     )  # fmt: skip
     try:
@@ -194,6 +195,6 @@ def test_lists_in_80_columns(args: tuple[str, ...]) -> None:
 def test_check_config_problems_wrap_between_words_in_80_columns(tmp_path: Path) -> None:
     config = tmp_path / "gpumon.yaml"
     config.write_text("health:\n  slurm:\n    enable: true\n  stragglers:\n    windows_seconds: 5\n")
-    screen = in_terminal("check-config", str(config))
+    screen = in_terminal("check-config", config.name, cwd=tmp_path)  # a path of its own is longer than a line
     assert_fits(screen)
     assert_whole(screen, "unknown key 'enable'", "did you mean 'enabled'?", "prolog_timeout_seconds,")
