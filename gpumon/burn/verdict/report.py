@@ -92,7 +92,7 @@ def render(report: dict[str, Any], console: Console, tests: tuple[str, ...]) -> 
             power = peak = SIMULATED_CELL
         table.add_row(
             shown(f"{g['node']}:{g['gpu']}") if multi else str(g["gpu"]),
-            shown(g.get("model")),  # the driver's words: text, never markup (issue 42, item 14)
+            shown(g.get("model")),  # the driver's words: text, never markup
             *[_mark(g["tests"].get(t), (g.get("notes") or {}).get(t)) for t in tests],
             _fmt(
                 (g.get("matmul") or {}).get("tflops"), 1, 1 if ((g.get("matmul") or {}).get("tflops") or 0) >= 10 else 3
