@@ -108,3 +108,27 @@ def test_the_fake_backends_log_agrees_with_its_nvml_up(start_daemon: Callable[..
     assert "gpumon_nvml_up 1.0" in daemon.metrics()
     [line] = [line for line in daemon.log().splitlines() if "simulated GPU(s)" in line]
     assert "simulated NVML" in line and "no NVML in use" not in line, line
+
+
+BUILTIN = """\
+alerting:
+  builtin:
+    GpuMemoryHigh:
+      threshold: abc
+    GpuMemHigh: false
+health:
+  xid_escalation:
+    48: {count: 0, window_seconds: 86400, action: replace}
+"""
+
+
+def test_a_built_in_override_and_an_escalation_are_pointed_at_their_own_line(tmp_path: Path) -> None:
+    path = tmp_path / "gpumon.yaml"
+    path.write_text(BUILTIN)
+    lines = problems_of(run_cli("check-config", str(path)).stderr)
+    [threshold] = [p for p in lines if "abc" in p]
+    assert "line 4," in threshold, threshold
+    [misspelt] = [p for p in lines if "GpuMemHigh" in p]
+    assert "line 5," in misspelt and "did you mean 'GpuMemoryHigh'" in misspelt, misspelt
+    [count] = [p for p in lines if "count" in p]
+    assert "line 8, column 17" in count, count

@@ -11,7 +11,9 @@ import difflib
 import re
 from collections.abc import Collection
 
-_UNKNOWN = re.compile(r"unknown (key|variable) (?:exporter\.)?'?([^'\s(]+)'?(?: \((?:known: )?([^)]*)\))?")
+_UNKNOWN = re.compile(
+    r"(?:unknown (key|variable)|no built-in rule named) (?:exporter\.)?'?([^'\s(]+)'?(?: \((?:known: )?([^)]*)\))?"
+)
 _IN_RULE = re.compile(r"alerting\.(?:rules\[\d+\]|builtin\.)")
 
 
