@@ -44,8 +44,9 @@ def health_dir(state_dir: str | Path, simulated: str | None = None) -> Path:
 
 def simulated_spec(backend: str) -> str | None:
     """What ``health_dir``'s ``simulated`` is for a run on backend spec ``backend``: the spec itself for
-    simulated GPUs (``fake``, ``fake:NAME``, ``fake:PATH``), whose state is kept apart; None for real ones."""
-    return backend if backend.startswith("fake") else None
+    simulated GPUs (``fake``, ``fake:NAME``, ``fake:PATH``) or a replayed host's (``replay:FILE``), whose state is
+    kept apart; None for real ones."""
+    return backend if backend.startswith(("fake", "replay:")) else None
 
 
 def simulated_name(spec: str) -> str:
