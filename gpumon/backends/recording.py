@@ -57,6 +57,9 @@ HEADER_KEYS = (
     "python",
 )
 
+VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+"""c_nvmlValue_t's member by NVML_VALUE_TYPE_* (as gpumon.backends.nvml.reader reads it)."""
+
 Runs = list[list[Any]]
 """[[count, answer], ...]: the answers of one call in order, each repeated ``count`` times."""
 
@@ -177,7 +180,7 @@ def encode(value: Any, handle_index: Any) -> Any:
     if isinstance(value, list | tuple | ctypes.Array):
         return [encode(v, handle_index) for v in value]
     if isinstance(value, ctypes.Structure | ctypes.Union):
-        return {"struct": {f[0]: encode(_member(value, f[0]), handle_index) for f in value._fields_}}
+        return {"struct": _fields(value, handle_index)}
     if isinstance(value, SimpleNamespace):
         return {"struct": {k: encode(v, handle_index) for k, v in vars(value).items()}}
     if isinstance(value, ctypes._Pointer | ctypes.c_void_p):  # type: ignore[attr-defined]
@@ -185,11 +188,25 @@ def encode(value: Any, handle_index: Any) -> Any:
     return {"opaque": type(value).__name__}
 
 
-def _member(value: Any, name: str) -> Any:
-    member = getattr(value, name)
-    if isinstance(member, ctypes._Pointer) and not member:  # type: ignore[attr-defined]
-        return None
-    return member
+def _fields(value: Any, handle_index: Any) -> dict[str, Any]:
+    """A structure's fields, encoded. A field value (c_nvmlFieldValue_t) keeps only the member of its
+    ``value`` union that its ``valueType`` names, and not its ``timestamp`` and ``latencyUsec`` (gpumon
+    reads neither; they would make every answer differ, and the file large)."""
+    names = [f[0] for f in value._fields_]
+    field_value = "valueType" in names and "value" in names and "fieldId" in names
+    out: dict[str, Any] = {}
+    for name in names:
+        if field_value and name in ("timestamp", "latencyUsec"):
+            continue
+        member = getattr(value, name)
+        if isinstance(member, ctypes._Pointer) and not member:  # type: ignore[attr-defined]
+            member = None
+        elif field_value and name == "value" and isinstance(member, ctypes.Union):
+            kept = VALUE_MEMBERS.get(int(value.valueType), "ullVal")
+            out[name] = {"struct": {kept: encode(getattr(member, kept), handle_index)}}
+            continue
+        out[name] = encode(member, handle_index)
+    return out
 
 
 def decode(value: Any, handle: Any) -> Any:
