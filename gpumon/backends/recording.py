@@ -55,6 +55,7 @@ HEADER_KEYS = (
     "label",
     "redacted",
     "python",
+    "edited",
 )
 
 VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
@@ -181,11 +182,17 @@ def encode(value: Any, handle_index: Any) -> Any:
         return [encode(v, handle_index) for v in value]
     if isinstance(value, ctypes.Structure | ctypes.Union):
         return {"struct": _fields(value, handle_index)}
-    if isinstance(value, SimpleNamespace):
-        return {"struct": {k: encode(v, handle_index) for k, v in vars(value).items()}}
+    if isinstance(value, SimpleNamespace) or _plain_object(value):
+        # nvidia-ml-py hands some answers (running processes) over as an nvmlFriendlyObject: its attributes
+        return {"struct": {k: encode(v, handle_index) for k, v in vars(value).items() if not k.startswith("_")}}
     if isinstance(value, ctypes._Pointer | ctypes.c_void_p):  # type: ignore[attr-defined]
         return {"opaque": type(value).__name__}
     return {"opaque": type(value).__name__}
+
+
+def _plain_object(value: Any) -> bool:
+    """An object that is only its attributes (nvidia-ml-py's nvmlFriendlyObject), not a class or function."""
+    return hasattr(value, "__dict__") and not callable(value) and not isinstance(value, type)
 
 
 def _fields(value: Any, handle_index: Any) -> dict[str, Any]:
