@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,8 +240,8 @@ class ReplayBackend(NvmlBackend):
     name = "replay"
     simulated = True
 
-    def __init__(self, nv: ReplayNvml, *, spaced: bool = False) -> None:
-        super().__init__(nv, spaced=spaced)
+    def __init__(self, nv: ReplayNvml, *, spaced: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(nv, spaced=spaced, clock=clock)
         self.replay = nv
 
     def shutdown(self) -> None:
@@ -248,7 +249,10 @@ class ReplayBackend(NvmlBackend):
         super().shutdown()
 
 
-def replay_backend(path: str | Path, *, spaced: bool = False) -> ReplayBackend:
+def replay_backend(
+    path: str | Path, *, spaced: bool = False, clock: Callable[[], float] = time.monotonic
+) -> ReplayBackend:
     """The backend of ``--backend replay:PATH`` (a recording, or a ``gpumon bundle`` archive). Raises
-    RecordingError (a ScenarioError) naming every problem of the file."""
-    return ReplayBackend(ReplayNvml(load(path)), spaced=spaced)
+    RecordingError (a ScenarioError) naming every problem of the file. ``clock``: seconds, for the
+    rates the readers work out (PCIe throughput) and the spaced readers (tests freeze it)."""
+    return ReplayBackend(ReplayNvml(load(path)), spaced=spaced, clock=clock)

@@ -15,6 +15,7 @@ record() {  # phase label
     $py -m gpumon record --polls "${POLLS:-10}" --interval-seconds 1 --label "$2" --redact \
         -o "$out/$name-$1.json" --snapshot-json "$cmp/$1-recorded.json"
     nvidia-smi -q -x >"$cmp/nvidia-smi-$1-after.xml"
+    $py tests/gpu/nvidia_smi_facts.py "$cmp/nvidia-smi-$1.xml" "$cmp/nvidia-smi-$1-after.xml" >"$out/$name-$1.nvidia-smi.json"
     $py -m gpumon once --backend "replay:$out/$name-$1.json" --json "$cmp/$1-replayed.json" >/dev/null
     $py -m gpumon once --json "$cmp/$1-live.json" >/dev/null
     $py tests/gpu/once_diff.py "$cmp/$1-recorded.json" "$cmp/$1-replayed.json" >"$cmp/$1-diff.txt"
