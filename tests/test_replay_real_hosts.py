@@ -139,6 +139,8 @@ def _moving_facts_agree(gpu: dict[str, Any], smi: dict[str, Any]) -> None:
     assert within(gpu["memory_used_bytes"], smi["memory_used_mib"], 64 * MIB, scale=MIB)
     assert within(gpu["clocks_hertz"]["memory"], smi["memory_clock_mhz"], 1e6, scale=1e6)
     assert 100e6 <= gpu["clocks_hertz"]["sm"] <= smi["max_sm_clock_mhz"] * 1e6
+    # nvidia-smi -q "SW Power Capping" counter, µs; NVML's violation time, ns; gpumon's, s
+    assert within(gpu["throttle_seconds_total"]["power"], smi["sw_power_cap_us"], 0.5, scale=1e-6)
 
 
 @pytest.mark.parametrize("recording", recordings(), ids=ids)

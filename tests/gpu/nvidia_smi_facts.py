@@ -43,15 +43,17 @@ MOVING = {
     "memory_used_mib": "fb_memory_usage/used",
     "sm_clock_mhz": "clocks/sm_clock",
     "memory_clock_mhz": "clocks/mem_clock",
+    "sw_power_cap_us": "clocks_event_reasons_counters/clocks_event_reasons_counters_sw_power_cap",
+    "hw_thermal_slowdown_us": "clocks_event_reasons_counters/clocks_event_reasons_counters_hw_therm_slowdown",
 }
 
 
 def value(text: str | None) -> Any:
-    """``"143771 MiB"`` -> 143771, ``"700.00 W"`` -> 700.0, ``"16x"`` -> 16, other text as it is."""
+    """``"143771 MiB"`` -> 143771, ``"700.00 W"`` -> 700.0, ``"15420040 us"`` -> 15420040, ``"16x"`` -> 16, other text as it is."""
     if text is None:
         return None
     text = text.strip()
-    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)\s*(?:MiB|W|MHz|C|%|x|bank\(s\))?", text)
+    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)\s*(?:MiB|W|MHz|C|%|x|us|bank\(s\))?", text)
     if m is None:
         return text
     number = m.group(1)
