@@ -152,6 +152,7 @@ def loads(text: str, where: str = "recording") -> Recording:
         ]
     if problems:
         raise RecordingError(problems)
+    assert isinstance(attributes, dict) and isinstance(calls, dict)  # checked above
     header = {k: raw[k] for k in HEADER_KEYS if k in raw}
     return Recording(header=header, attributes=dict(attributes), calls=dict(calls))
 
@@ -185,9 +186,7 @@ def encode(value: Any, handle_index: Any) -> Any:
     if isinstance(value, SimpleNamespace) or _plain_object(value):
         # nvidia-ml-py hands some answers (running processes) over as an nvmlFriendlyObject: its attributes
         return {"struct": {k: encode(v, handle_index) for k, v in vars(value).items() if not k.startswith("_")}}
-    if isinstance(value, ctypes._Pointer | ctypes.c_void_p):  # type: ignore[attr-defined]
-        return {"opaque": type(value).__name__}
-    return {"opaque": type(value).__name__}
+    return {"opaque": type(value).__name__}  # a pointer, an event set: a token the caller passes back
 
 
 def _plain_object(value: Any) -> bool:
@@ -206,7 +205,7 @@ def _fields(value: Any, handle_index: Any) -> dict[str, Any]:
         if field_value and name in ("timestamp", "latencyUsec"):
             continue
         member = getattr(value, name)
-        if isinstance(member, ctypes._Pointer) and not member:  # type: ignore[attr-defined]
+        if isinstance(member, ctypes._Pointer) and not member:
             member = None
         elif field_value and name == "value" and isinstance(member, ctypes.Union):
             kept = VALUE_MEMBERS.get(int(value.valueType), "ullVal")
