@@ -115,3 +115,15 @@ def test_a_bundle_is_written_without_nvml_and_says_why(tmp_path: Path) -> None:
 )
 def test_scrub_removes_what_could_be_a_secret(value: object, expected: object) -> None:
     assert bundle.scrub(value) == expected
+
+
+def test_gpumon_bundle_on_a_host_without_nvml_still_writes_the_archive(tmp_path: Path) -> None:
+    out = tmp_path / "b.tar.gz"
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys, gpumon.cli; sys.modules['pynvml'] = None; sys.exit(gpumon.cli.main())",
+         "bundle", "-o", str(out), "--state-dir", str(tmp_path), "--config", str(tmp_path / "none.yaml")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert str(out) in result.stdout and "no recording" in result.stdout
+    assert set(members(out)) == {"facts.json"}

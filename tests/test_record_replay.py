@@ -225,3 +225,22 @@ def test_answers_are_played_back_in_the_order_they_were_recorded(calls: list[tup
     replay = ReplayNvml(loads(recording.dumps()))
     for key, answer in calls:
         assert replay.answer(key) == answer
+
+
+def test_gpumon_record_without_nvml_writes_nothing_and_exits_1(tmp_path: Path) -> None:
+    out = tmp_path / "rec.json"
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys, gpumon.cli; sys.modules['pynvml'] = None; sys.exit(gpumon.cli.main())",
+         "record", "-o", str(out), "--polls", "2"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1 and "NVML unavailable" in result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("polls", ["0", "x", "10001"])
+def test_gpumon_record_refuses_a_number_of_polls_it_cannot_make(polls: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "gpumon", "record", "--polls", polls], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2 and "--polls" in result.stderr

@@ -1,5 +1,5 @@
-"""The dashboards' queries on a replayed real host: ``gpumon run --backend replay:`` of the recorded H200
-under load, scraped by a real Prometheus, with per-process series and both DCGM compat sets.
+"""The dashboards' queries on replayed real hosts: ``gpumon run --backend replay:`` of each recording
+(tests/data/recordings), scraped by a real Prometheus, with per-process series and both DCGM compat sets.
 
 Every panel query of gpumon's dashboards must run, and return data unless it asks for a family this
 host does not have (a one-GPU host has no NVLink peers; no burn ran there); dcgm-exporter's dashboard
@@ -19,26 +19,27 @@ import requests
 
 from tests.helpers import DaemonProcess, wait_for
 from tests.prometheus_helpers import PrometheusServer, SharedPrometheus, needs_prometheus
-from tests.replayed import RECORDINGS, nvidia_smi_facts
+from tests.replayed import nvidia_smi_facts, recordings
 from tests.test_dashboards import queries, served_families, substitute
 from tests.test_dcgm_dashboard_queries import PANELS as DCGM_PANELS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, needs_prometheus]
-
-RECORDING = RECORDINGS / "h200-1gpu-load.json"
-
 
 @dataclass
 class Stack:
     prometheus: PrometheusServer
     exposition: str
     instance: str
+    recording: Path
 
 
-@pytest.fixture(scope="module")
-def stack(shared_prometheus: SharedPrometheus, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+@pytest.fixture(scope="module", params=recordings(), ids=[p.stem for p in recordings()])
+def stack(
+    shared_prometheus: SharedPrometheus, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Stack]:
+    recording: Path = request.param
     tmp: Path = tmp_path_factory.mktemp("replay-dashboards")
-    args = ["--backend", f"replay:{RECORDING}", "--processes", "--compat", "dcgm,dcgm-4.9"]
+    args = ["--backend", f"replay:{recording}", "--processes", "--compat", "dcgm,dcgm-4.9"]
     gpumon = DaemonProcess(args, tmp)
     try:
         gpumon.wait_ready()
@@ -49,7 +50,7 @@ def stack(shared_prometheus: SharedPrometheus, tmp_path_factory: pytest.TempPath
             lambda: shared_prometheus.query(f'count_over_time(gpumon_gpu_up{{instance="{instance}"}}[1m]) >= 4'),
             60, 0.5, "4 scrapes of the replayed host",
         )  # fmt: skip
-        yield Stack(shared_prometheus, gpumon.metrics(), instance)
+        yield Stack(shared_prometheus, gpumon.metrics(), instance, recording)
     finally:
         gpumon.stop()
 
@@ -76,8 +77,8 @@ def test_every_dashboard_query_runs_and_shows_what_the_host_has(stack: Stack) ->
     assert with_data >= len(queries()) // 2, f"only {with_data} of {len(queries())} panel queries show the host"
 
 
-def test_dcgm_exporters_dashboard_shows_the_recorded_h200(stack: Stack) -> None:
-    smi = nvidia_smi_facts(RECORDING)["gpus"][0]
+def test_dcgm_exporters_dashboard_shows_the_recorded_host(stack: Stack) -> None:
+    smi = nvidia_smi_facts(stack.recording)["gpus"][0]
     values = {}
     for title, expr, _ in DCGM_PANELS:
         if "PROF_" in expr:  # GPM needs two samples GPM_SECONDS apart: the golden compat bodies have them
@@ -90,5 +91,6 @@ def test_dcgm_exporters_dashboard_shows_the_recorded_h200(stack: Stack) -> None:
     low, high = smi["power_draw_average_watts"]
     assert 0.7 * low <= values["GPU Power Usage"] <= 1.3 * high
     assert values["GPU SM Clocks"] <= smi["max_sm_clock_mhz"] * 1e6
-    assert values["GPU Utilization"] >= 80.0
+    low, high = smi["utilization_gpu_percent"]
+    assert low - 20 <= values["GPU Utilization"] <= high + 20
     assert abs(values["GPU Framebuffer Mem Used"] - smi["memory_used_mib"][0]) <= 64

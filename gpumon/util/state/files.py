@@ -56,7 +56,8 @@ def simulated_name(spec: str) -> str:
     if "/" in spec or len(name) > 64:
         digest = f"{zlib.crc32(spec.encode('utf-8', errors='replace')):08x}"  # zlib: the daemon has it loaded
         base = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(spec.split(":", 1)[-1]).name).strip(".-")[:40]
-        name = f"fake-{base}-{digest}" if base else f"fake-{digest}"
+        kind = "replay" if spec.startswith("replay:") else "fake"
+        name = f"{kind}-{base}-{digest}" if base else f"{kind}-{digest}"
     return name
 
 
