@@ -244,3 +244,41 @@ def test_gpumon_record_refuses_a_number_of_polls_it_cannot_make(polls: str) -> N
         [sys.executable, "-m", "gpumon", "record", "--polls", polls], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2 and "--polls" in result.stderr
+
+
+def test_a_question_the_recording_never_saw_leaves_its_field_out() -> None:
+    """A newer gpumon asking something an older recording lacks: that field is absent, the rest is read."""
+    recording, reads, _ = recorded(busy_pair(), polls=1)
+    del recording.calls["nvmlDeviceGetPowerUsage(gpu0)"]
+    backend = replayed(recording)
+    (read,) = read_all(backend, 1)
+    assert "power_watts" not in read[(0, "fast")] and read[(1, "fast")]["power_watts"] == 75.5
+    assert read[(0, "fast")]["temperature_celsius"] == reads[0][(0, "fast")]["temperature_celsius"]
+    assert backend.replay.unanswered == {"nvmlDeviceGetPowerUsage(gpu0)"}
+
+
+ANSWERS = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["struct", "error", "x"]), inner, max_size=2),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.dictionaries(st.text(min_size=1, max_size=12), st.lists(ANSWERS, min_size=1, max_size=5), min_size=1, max_size=6))
+def test_a_recording_survives_its_own_text(calls: dict[str, list[Any]]) -> None:
+    recording = Recording(header={"label": "x"}, attributes={"nvmlInit": "function"})
+    for key, answers in calls.items():
+        for answer in answers:
+            recording.add(key, answer)
+    again = loads(recording.dumps())
+    assert (again.calls, again.attributes, again.header) == (recording.calls, recording.attributes, recording.header)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.text(max_size=200) | st.builds(lambda body: '{"format": "gpumon-nvml-recording", ' + body, st.text(max_size=80)))
+def test_any_text_is_a_recording_or_refused_with_reasons(text: str) -> None:
+    try:
+        loads(text, "t.json")
+    except RecordingError as exc:
+        assert exc.problems and all(p.startswith("recording t.json") for p in exc.problems)
