@@ -259,13 +259,17 @@ def test_a_question_the_recording_never_saw_leaves_its_field_out() -> None:
 
 ANSWERS = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["struct", "error", "x"]), inner, max_size=2),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["struct", "error", "x"]), inner, max_size=2)
+    ),
     max_leaves=12,
 )
 
 
 @settings(max_examples=examples(300), deadline=None)
-@given(st.dictionaries(st.text(min_size=1, max_size=12), st.lists(ANSWERS, min_size=1, max_size=5), min_size=1, max_size=6))
+@given(
+    st.dictionaries(st.text(min_size=1, max_size=12), st.lists(ANSWERS, min_size=1, max_size=5), min_size=1, max_size=6)
+)
 def test_a_recording_survives_its_own_text(calls: dict[str, list[Any]]) -> None:
     recording = Recording(header={"label": "x"}, attributes={"nvmlInit": "function"})
     for key, answers in calls.items():
@@ -276,7 +280,9 @@ def test_a_recording_survives_its_own_text(calls: dict[str, list[Any]]) -> None:
 
 
 @settings(max_examples=examples(300), deadline=None)
-@given(st.text(max_size=200) | st.builds(lambda body: '{"format": "gpumon-nvml-recording", ' + body, st.text(max_size=80)))
+@given(
+    st.text(max_size=200) | st.builds(lambda body: '{"format": "gpumon-nvml-recording", ' + body, st.text(max_size=80))
+)
 def test_any_text_is_a_recording_or_refused_with_reasons(text: str) -> None:
     try:
         loads(text, "t.json")

@@ -25,6 +25,7 @@ from tests.test_dcgm_dashboard_queries import PANELS as DCGM_PANELS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, needs_prometheus]
 
+
 @dataclass
 class Stack:
     prometheus: PrometheusServer
