@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from gpumon import process_memory
 from gpumon.alerts.service import AlertService
 from gpumon.backends.base import GpuBackend
+from gpumon.backends.factory import simulated_spec
 from gpumon.collect.energy import OwnerEnergy, subscribed
 from gpumon.collect.poller import Poller
 from gpumon.collect.processes import ProcessEnricher
@@ -53,7 +54,7 @@ from gpumon.http.snapshot_api import snapshot_response
 from gpumon.model.xid import XidEvent
 from gpumon.model.xid_catalog import XidCatalog
 from gpumon.systemd_notify import SystemdNotifier
-from gpumon.util.state.files import close_to_others, health_dir, simulated_spec
+from gpumon.util.state.files import close_to_others, health_dir
 from gpumon.util.state.lock import DaemonLock
 
 if TYPE_CHECKING:
