@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+SUCCESS, DURATION = "gpumon_collector_success", "gpumon_collector_duration_seconds"
+"""The families that report each source of a scrape (after every other)."""
+
 
 class GpumonCollector:
     """Builds every gpumon_* family from the store on each scrape."""
@@ -68,7 +71,6 @@ class GpumonCollector:
         self._processes = processes
         self._detail = detail
         self._gpu = GpuFamilies(intervals, processes=processes, detail=detail)
-        self._extras = ExtraSources(extra)
         self._last_head = FamilyReuse()
         """gpumon's own families of the last scrape: most hold the same samples every scrape."""
         self._version = version
@@ -82,6 +84,7 @@ class GpumonCollector:
         """The snapshot ``prepare`` renders ahead of the scrapes right now."""
         self._text_heads: Heads = {}
         """The HELP and TYPE lines and templates of the head's and tail's families, made anew every scrape."""
+        self._extras = ExtraSources(extra)
         self._extras_rendered: tuple[Rendered, list[tuple[str, float, float]]] | None = None
         """The extra sources' families of the last scrape and their bytes, and the sources' timings."""
 
@@ -144,7 +147,7 @@ class GpumonCollector:
             extras = last[0]  # as the last scrape got them, before the polling thread's listeners ran
             timings += last[1]
         else:
-            extra = self._extras.families(timings, self._mono)
+            extra = self._extras.families(timings, self._mono, self._served_by_gpumon(head))
             extras = last[0] if last is not None and last[0].holds(extra) else Rendered(extra)
             self._extras_rendered = (extras, timings[1:])
         openmetrics = fmt == OPENMETRICS
@@ -173,8 +176,13 @@ class GpumonCollector:
         start = self._mono()
         out = self.own_families()
         timings = [("gpumon", 1.0, self._mono() - start)]
-        out += self._extras.families(timings, self._mono)
+        out += self._extras.families(timings, self._mono, self._served_by_gpumon(out))
         return out + self._meta(timings)
+
+    def _served_by_gpumon(self, own: list[Family]) -> set[str]:
+        """The names of the families gpumon serves itself in a scrape whose own families are
+        ``own``: the head, every per-GPU family these options can serve, the sources' report."""
+        return {f.family_name for f in own} | self._gpu.names | {SUCCESS, DURATION}
 
     def _head_families(self, snapshot: Snapshot | None) -> list[Family]:
         """gpumon's own families before the per-GPU ones, for ``snapshot``."""
@@ -184,13 +192,13 @@ class GpumonCollector:
 
     def _meta(self, timings: list[tuple[str, float, float]]) -> list[Family]:
         success = Family(
-            "gpumon_collector_success",
+            SUCCESS,
             "gauge",
             "1 when the named collector ran without error in this scrape.",
             ("collector",),
         )
         duration = Family(
-            "gpumon_collector_duration_seconds",
+            DURATION,
             "gauge",
             "Time the named collector took in this scrape, seconds.",
             ("collector",),
