@@ -20,7 +20,7 @@ import platform
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpumon import __version__
 from gpumon.collect.store import SnapshotStore
@@ -35,6 +35,7 @@ from gpumon.exposition.text import Heads, render
 from gpumon.model.families import Family, FamilySource
 from gpumon.model.poll_intervals import PollIntervals
 from gpumon.model.snapshot import Snapshot, Tier
+from gpumon.util.budget import Budgeted
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -96,11 +97,21 @@ class GpumonCollector:
         if detail is not None:
             self._detail = detail  # a snapshot rendered with other opt-ins is rendered again
 
-    def add(self, name: str, source: FamilySource, *, per_snapshot: bool = False) -> None:
+    def add(
+        self,
+        name: str,
+        source: FamilySource,
+        *,
+        per_snapshot: bool = False,
+        budget_seconds: float | None = None,
+        also: Sequence[Budgeted[..., Any]] = (),
+    ) -> None:
         """Take ``source``'s families in every scrape, guarded and timed as ``name``.
         ``per_snapshot``: the source builds its families once per snapshot (and reuses them for
-        later scrapes of it); ``prepare`` then asks it ahead of the scrapes when it renders ahead."""
-        self._extras.add(name, source, per_snapshot=per_snapshot)
+        later scrapes of it); ``prepare`` then asks it ahead of the scrapes when it renders ahead.
+        ``budget_seconds``: the longest a scrape (or ``prepare``) waits for it; ``also``: calls made
+        elsewhere under its name that fail it when they overran (gpumon.exposition.extra_sources)."""
+        self._extras.add(name, source, per_snapshot=per_snapshot, budget_seconds=budget_seconds, also=also)
 
     # ------------------------------------------------------------------
     def render(self) -> bytes:
