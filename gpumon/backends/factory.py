@@ -7,6 +7,13 @@ from pathlib import Path
 from gpumon.backends.base import GpuBackend
 
 
+def simulated_spec(spec: str) -> str | None:
+    """The spec itself for simulated GPUs (``fake``, ``fake:NAME``, ``fake:PATH``) and a replayed host's
+    (``replay:FILE``), whose health state is kept apart from the node's (``gpumon.util.state.files.health_dir``'s
+    ``apart``); None for real ones."""
+    return spec if spec.startswith(("fake", "replay:")) else None
+
+
 def make_backend(spec: str, fake_gpus: int = 2, *, daemon: bool = False) -> GpuBackend:
     """Build the backend a user asked for. The fake one is only ever used when named.
 
