@@ -176,3 +176,13 @@ def _gpumon(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_recordings_live_where_the_docs_say() -> None:
     assert RECORDINGS.is_dir() and (RECORDINGS / "README.md").exists()
+
+
+@pytest.mark.parametrize("recording", recordings(), ids=ids)
+def test_every_per_gpu_series_of_a_real_host_names_its_gpu_and_no_value_is_nan(recording: Path) -> None:
+    text = expositions(recording)["metrics.txt"]
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    assert samples and not [s.name for s in samples if s.value != s.value]
+    per_gpu = [s for s in samples if "gpu" in s.labels]
+    assert per_gpu and all(s.labels.get("uuid", "").startswith("GPU-") for s in per_gpu)
+    assert {s.labels["gpu"] for s in per_gpu} == {str(g["index"]) for g in snapshot_json(recording)["gpus"]}
