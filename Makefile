@@ -100,6 +100,7 @@ check: test
 
 golden: setup
 	$(PY) -c "from tests.test_exporter import golden_exposition, GOLDEN; GOLDEN.write_text(golden_exposition())"
+	$(PY) -c "from tests.replayed import write_goldens; write_goldens()"
 
 # The field tables of docs/nvml-notes.md and docs/dcgm-compat.md, from the declarations in gpumon/model/fields/
 # (tests/test_fields.py fails when the checked-in pages differ).

@@ -45,6 +45,8 @@ MODULE_COMMANDS = {
         "gpumon.commands.health",
         "node health verdict (OK, WARNING, CRITICAL, UNKNOWN) with the action to take",
     ),
+    "record": ("gpumon.commands.record", "record what NVML answers on this host, for --backend replay:FILE"),
+    "bundle": ("gpumon.commands.bundle", "collect a bug-report archive (recording, config, health, burn, versions)"),
 }
 """Commands whose module (with a ``configure(parser)``) is imported only to parse that command:
 name -> (module, the line ``gpumon --help`` shows)."""

@@ -16,7 +16,6 @@ any reason keeps the running configuration, is logged in one line and shows in
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import socket
 import threading
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING
 from gpumon import process_memory
 from gpumon.alerts.service import AlertService
 from gpumon.backends.base import GpuBackend
-from gpumon.collect.energy import OwnerEnergy, subscribed
+from gpumon.backends.factory import simulated_spec
 from gpumon.collect.poller import Poller
 from gpumon.collect.processes import ProcessEnricher
 from gpumon.collect.scheduling import PollJob
@@ -36,28 +35,24 @@ from gpumon.collect.store import SnapshotStore
 from gpumon.config.daemon_settings import default_alerting, intervals_of
 from gpumon.config.file import Config
 from gpumon.daemon_reload import ConfigReload
+from gpumon.daemon_sources import add_sources, host_figures_reader
 from gpumon.early_hangup import received_early
 from gpumon.events.kernel_follow import KernelLogFollower
 from gpumon.events.tracker import XidTracker
 from gpumon.events.xid_thread import XidEventThread
-from gpumon.exposition.burn_results import BurnResultsCollector
 from gpumon.exposition.collector import GpumonCollector
 from gpumon.exposition.own_families import SelfStats
-from gpumon.exposition.read_errors import ReadErrorsCollector
-from gpumon.exposition.simulated import SimulatedSource
 from gpumon.health.service import HealthService
-from gpumon.health.unjudged import UnjudgedCollector
 from gpumon.http.messages import json_response
 from gpumon.http.server import MetricsServer
 from gpumon.http.snapshot_api import snapshot_response
 from gpumon.model.xid import XidEvent
 from gpumon.model.xid_catalog import XidCatalog
 from gpumon.systemd_notify import SystemdNotifier
-from gpumon.util.state.files import close_to_others, health_dir, simulated_spec
+from gpumon.util.state.files import close_to_others, health_dir
 from gpumon.util.state.lock import DaemonLock
 
 if TYPE_CHECKING:
-    from gpumon.exposition.dcgm import DcgmCompatCollector
     from gpumon.http.webconfig_watcher import WebConfigWatcher
 
 log = logging.getLogger("gpumon")
@@ -138,6 +133,7 @@ class Daemon:
         self.tracker = XidTracker(live_since_seconds=wall_clock())
         self.store = SnapshotStore()
         self.store.subscribe(self.tracker.set_gpus_from_snapshot)
+        self.host_figures = host_figures_reader(config.exporter.sources.host_figures)  # None: turned off
         self.poller = Poller(
             backend,
             self.store,
@@ -146,6 +142,7 @@ class Daemon:
             wall_clock=wall_clock,
             enrich_processes=ProcessEnricher().enrich,
             xid_counts=self.tracker.for_gpu,
+            host_figures=dict if self.host_figures is None else self.host_figures,  # dict: none
         )
 
     def _build_alerts_and_health(
@@ -189,29 +186,16 @@ class Daemon:
             detail=frozenset(config.exporter.detail),
         )
         self.store.subscribe(self.collector.prepare)
-        self.collector.add("alerts", self.alerts.collector())
-        self.collector.add("burn", BurnResultsCollector(config.state_dir))
-        self.collector.add("unjudged", UnjudgedCollector(config.state_dir))  # prologs that let a job through
-        self.collector.add(
-            "owner_energy", subscribed(OwnerEnergy(config.state_dir), self.store)
-        )  # gpumon/collect/energy.py
-        self.collector.add("simulated", SimulatedSource(backend.simulated))
-        if backend.per_reader_errors:  # per GPU and reader: a field's error, not a lost GPU
-            self.collector.add("read_errors", ReadErrorsCollector(backend.read_errors))
-        self.collector.add("health", self.health.collector(), per_snapshot=True)
-        self.dcgm: DcgmCompatCollector | None = None
-        if config.exporter.compat:  # its module is loaded only with --compat dcgm / dcgm-4.9
-            from gpumon.exposition.dcgm import DcgmCompatCollector, node_name
-
-            self.dcgm = DcgmCompatCollector(
-                self.store,
-                node_name(os.environ),
-                self.catalog,
-                sets=config.exporter.compat,
-                hostname_label=config.exporter.compat_hostname_label,
-                labels=config.exporter.compat_labels,
-            )
-            self.collector.add("dcgm", self.dcgm, per_snapshot=True)
+        self.dcgm = add_sources(
+            self.collector,
+            config,
+            backend,
+            self.store,
+            self.catalog,
+            alerts=self.alerts.collector(),
+            health=self.health.collector(),
+            host_figures=self.host_figures,
+        )
 
     def _build_server(self, config: Config, monotonic: Callable[[], float]) -> None:
         """The HTTP server (with the web config where one is given) and its routes besides /metrics."""

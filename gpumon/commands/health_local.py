@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 from gpumon.backends.base import GpuBackend
+from gpumon.backends.factory import simulated_spec
 from gpumon.config.file import Config
 from gpumon.health.config import HealthConfig
 from gpumon.health.service import HealthService
 from gpumon.model.findings import CRITICAL, Finding, HealthReport
 from gpumon.model.snapshot import Snapshot
-from gpumon.util.state.files import simulated_spec
 
 log = logging.getLogger("gpumon")
 

@@ -23,7 +23,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend",
         help="nvml (real GPUs, the default), fake (simulated GPUs), fake:NAME (a named scenario: gpumon scenarios), "
-        "fake:PATH (a scenario file)",
+        "fake:PATH (a scenario file), replay:FILE (a recording or bundle of a real host: gpumon record, gpumon bundle)",
     )
     parser.add_argument("--fake-gpus", type=int, dest="fake_gpus", help="number of simulated GPUs for --backend fake")
     parser.add_argument(

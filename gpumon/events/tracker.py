@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from gpumon.events.kernel_log import normalize_bus_id
+from gpumon.model.bus_id import normalize_bus_id
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
 

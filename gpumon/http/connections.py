@@ -45,8 +45,7 @@ from gpumon.util.repeat_log import RepeatLog
 if TYPE_CHECKING:  # the web config's modules are loaded only where a web config is given
     from gpumon.http.webconfig_watcher import WebConfigWatcher
 
-log = logging.getLogger("gpumon.http.server")
-"""The logger name these log lines have always carried (they lived in server.py)."""
+log = logging.getLogger(__name__)
 
 _DISCONNECTS = (ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError, EOFError)
 _ACCEPT_RETRY_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)

@@ -21,8 +21,7 @@ from gpumon.http.messages import REASONS, TEXT_PLAIN, BadRequest, Request, parse
 if TYPE_CHECKING:  # the web config's modules are loaded only where a web config is given
     from gpumon.http.webconfig_watcher import WebConfigWatcher
 
-log = logging.getLogger("gpumon.http.server")
-"""The logger name these log lines have always carried (they lived in server.py)."""
+log = logging.getLogger(__name__)
 
 _MAX_DISCARDED_BODY_BYTES = 65536
 _COALESCE_BYTES = 1 << 20
