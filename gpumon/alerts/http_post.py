@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from gpumon.alerts.config import ReceiverHttp
+from gpumon.util.net_words import connection_words
 
 if TYPE_CHECKING:  # requests is loaded where an alert is first sent, not with the daemon (~5 MiB, 110 modules)
     import requests
@@ -85,7 +86,7 @@ def post_json(
     except requests.exceptions.SSLError as exc:
         return SendResult("retry", f"TLS failed: {_tls_reason(exc)}")
     except requests.ConnectionError as exc:
-        return SendResult("retry", f"connection failed: {_short(exc)}")
+        return SendResult("retry", connection_words(exc))
     except (requests.RequestException, OSError) as exc:  # OSError: an unreadable CA or client key file
         return SendResult("retry", f"request failed: {_short(exc)}")
     code = response.status_code

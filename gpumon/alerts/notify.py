@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpumon.alerts.config import ReceiverHttp, RetryConfig
+from gpumon.alerts.delivery_words import failure_line, receiver_words, recovery_line
 from gpumon.alerts.http_post import SendResult, new_session, post_json, safe_url
 from gpumon.alerts.notification import Notification, alertmanager_body, from_spool, webhook_body
 from gpumon.alerts.sender_health import ReceiverStats, SenderHealth, describe, judge_health, sender_json
@@ -95,6 +96,9 @@ class Receiver:
         self._last_enqueued: dict[str, float] = {}
         self._seq = 0
         self._attempt = 0
+        self._failing_since_monotonic = 0.0
+        """When the failed attempts in a row began (for the recovery's line)."""
+        self._last_detail = ""
         self._next_attempt_monotonic = 0.0
         self._planned_retry_monotonic = 0.0
         """When the retry after the last failed delivery attempt is due (an internal error plans none)."""
@@ -321,32 +325,33 @@ class Receiver:
             self.stats.last_attempt_at = self._clock()
             if result.outcome == "retry":
                 self._attempt += 1
+                if self._attempt == 1:
+                    self._failing_since_monotonic = self._progress_monotonic
                 delay = self._backoff(self._attempt)
                 if result.retry_after_seconds is not None:
                     delay = max(delay, min(result.retry_after_seconds, MAX_RETRY_AFTER_SECONDS))
                 self._next_attempt_monotonic = time.monotonic() + delay
                 self._planned_retry_monotonic = self._next_attempt_monotonic
                 self.stats.outcomes["failed"] += n
-                if self.stats.last_error != result.detail or self._attempt == 1:
-                    log.warning(
-                        "alert delivery to %s failed (%s); %d alert(s) kept, retry in %.1f s",
-                        self.name,
-                        result.detail,
-                        len(self._items),
-                        delay,
-                    )
-                self.stats.last_error = result.detail
+                line = failure_line(self.kind, self.name, result.detail, self._attempt, delay)
+                if self._last_detail != result.detail or self._attempt == 1:
+                    log.warning("alert delivery failed: %s; %d alert(s) kept", line, len(self._items))
+                self._last_detail = result.detail
+                self.stats.last_error = line
                 return
-            self._attempt = 0
+            failed_tries, self._attempt, self._last_detail = self._attempt, 0, ""
             self._next_attempt_monotonic = 0.0
             if result.outcome == "dropped":
                 self.stats.outcomes["dropped"] += n
-                self.stats.last_error = result.detail
+                self.stats.last_error = f"{receiver_words(self.kind, self.name)} refused them: {result.detail}"
                 log.error("%s refused %d alert(s) (%s); they are dropped, not retried", self.name, n, result.detail)
             else:
                 self.stats.outcomes["sent"] += n
                 self.stats.last_success_at = self.stats.last_attempt_at
                 self.stats.last_error = ""
+                if failed_tries:
+                    failing = self._progress_monotonic - self._failing_since_monotonic
+                    log.info("alert delivery: %s", recovery_line(self.kind, self.name, failing, failed_tries))
             for item in batch:
                 current = self._items.get(item.notification.fingerprint)
                 if current is not None and current.seq == item.seq:

@@ -248,9 +248,9 @@ class Poller:
             self._init_backoff = min(self._init_backoff * 2, 60.0)
             return
         if self._nvml_error is not None:
-            log.warning("NVML is back: %d GPU(s)", len(gpus))
+            log.info("NVML is back: %d GPU(s)", len(gpus))  # its going was the ERROR; coming back is good news
         elif self._backend.simulated:
-            log.info("fake backend: %d simulated GPU(s), no NVML in use", len(gpus))
+            log.info("fake backend: %d simulated GPU(s) behind a simulated NVML (no NVIDIA driver in use)", len(gpus))
         else:
             log.info("NVML initialised: %d GPU(s), driver %s", len(gpus), self._host.driver_version)
         self._nvml_up = True

@@ -30,7 +30,16 @@ from gpumon.commands.health_admin import cmd_accept_inventory, cmd_clear
 from gpumon.commands.health_daemon import DAEMON_TIMEOUT_SECONDS, DaemonSilent, ask_daemon, daemon_url, health_url
 from gpumon.commands.health_local import BackendProblem, CannotJudge, local_report
 from gpumon.commands.health_slurm import burn_outcome, epilog_burn, let_through
-from gpumon.commands.support import add_common_options, add_tick_option, checked_config, config_flags, usable_state_dir
+from gpumon.commands.support import (
+    add_common_options,
+    add_tick_option,
+    checked_config,
+    config_flags,
+    problem_line,
+    terminal_columns,
+    usable_state_dir,
+    wrapped,
+)
 from gpumon.config.file import DEFAULT_STATE_DIR, Config
 from gpumon.health.config import HealthConfig
 from gpumon.health.service import STATUS_VALUES
@@ -178,7 +187,7 @@ def _judge_setup(args: argparse.Namespace) -> tuple[Config, Path]:
     if not isinstance(config, Config):
         print(f"gpumon: {len(config)} problem(s) in the configuration:", file=sys.stderr)
         for problem in config:
-            print(f"  - {problem}", file=sys.stderr)
+            print(problem_line(problem), file=sys.stderr)
         more = f" (and {len(config) - 1} more)" if len(config) > 1 else ""
         raise CannotJudge(f"configuration: {config[0]}{more}")
     _logging(args)
@@ -237,18 +246,20 @@ def npd_line(report: HealthReport) -> str:
     return line
 
 
-def print_report(report: HealthReport) -> None:
+def print_report(report: HealthReport, columns: int | None = None) -> None:
+    """The verdict, one row per GPU and node finding; in a terminal of ``columns`` the reasons wrap
+    between words under their own column (None: lines whole, as a pipe gets them)."""
     where = "from the daemon" if report.source == "daemon" else "polled here"
-    print(f"gpumon health: {report.status} - {report.reason()} ({where})")
+    print(wrapped("", f"gpumon health: {report.status} - {report.reason()} ({where})", 2, columns))
     if report.gpus:
         print(f"{'GPU':<4} {'STATUS':<9} {'ACTION':<17} REASON")
         for g in report.gpus:
-            print(f"{g.index:<4} {g.status:<9} {g.action:<17} {g.reason}")
+            print(wrapped(f"{g.index:<4} {g.status:<9} {g.action:<17} ", g.reason, 33, columns))
     host = [f for f in report.findings if f.gpu is None]
     if host:
         print("node:")
         for f in host:
-            print(f"  {f.severity:<9} {f.action:<17} {f.summary}")
+            print(wrapped(f"  {f.severity:<9} {f.action:<17} ", f.summary, 30, columns))
     if report.action != "none":
         print(f"recommended: {ACTION_WORDS[report.action]}" if report.action in ACTION_WORDS else report.action)
 
@@ -276,7 +287,8 @@ def cmd_health(args: argparse.Namespace) -> int:
         given = getattr(args, "tick", None)
         when = "its last scripted event" if given is None else f"tick {given} (--tick)"
         played = f", played to {when}" if config.backend != "fake" else ", not real hardware"
-        print(f"gpumon health: simulated GPUs ({config.backend}){played}", file=sys.stderr)
+        simulated = f"gpumon health: simulated GPUs ({config.backend}){played}"
+        print(wrapped("", simulated, 2, terminal_columns(sys.stderr)), file=sys.stderr)
     json_failed = False
     if args.json is not None:
         data = report.to_json()
@@ -288,7 +300,7 @@ def cmd_health(args: argparse.Namespace) -> int:
             print(f"gpumon: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
             json_failed = True
     if not to_stdout(args.json):
-        print_report(report)
+        print_report(report, terminal_columns(sys.stdout))
         if decision is not None:
             print(f"slurm: {decision.step}: {decision.message}")
     if mode in HOOKS and report.status == UNKNOWN:

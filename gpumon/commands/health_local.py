@@ -89,13 +89,14 @@ def local_report(
 def poll_within(backend: GpuBackend, timeout_seconds: float, tick: int | None = None) -> Snapshot | None:
     """One poll (a scenario: played to ``tick``), or None when it does not finish in time (the stuck
     thread is left behind, a daemon thread)."""
-    from gpumon.backends.play import play
+    from gpumon.backends.play import PlayClock, play
     from gpumon.collect.poller import Poller
     from gpumon.collect.store import SnapshotStore
 
     result: list[Snapshot] = []
+    clock = PlayClock()  # a scenario without NVML at first is played until its GPUs appear
     thread = threading.Thread(
-        target=lambda: result.append(play(Poller(backend, SnapshotStore()).poll, tick)),
+        target=lambda: result.append(play(Poller(backend, SnapshotStore(), monotonic=clock).poll, tick, clock)),
         name="gpumon-health-poll",
         daemon=True,
     )

@@ -23,7 +23,8 @@ def let_through(hook: str, reason: str, state_dir: Path | None, env: Mapping[str
     from gpumon.health.unjudged import record_unjudged
 
     job = env.get("SLURM_JOB_ID", "")
-    line = f"gpumon health: UNKNOWN - {reason}; {hook} lets job {job or '?'} through"
+    through = f"lets job {job} through" if job else "would let the job through (no SLURM_JOB_ID: not run by slurmd)"
+    line = f"gpumon health: UNKNOWN - {reason}; {hook} {through}"
     print(line, file=sys.stderr)
     _syslog(line)
     if state_dir is not None:

@@ -6,6 +6,7 @@ gpumon.config.exporter_detail, ``sources`` in gpumon.config.exporter_sources); `
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,3 +71,27 @@ def set_exporter(values: dict[str, Any], key: str, value: Any) -> None:
     section = values.get("exporter")
     if section is None or isinstance(section, dict):
         values["exporter"] = {**(section or {}), key: value}
+
+
+def set_exporter_checked(
+    values: dict[str, Any], settings: Mapping[str, Any], where: str, names: Mapping[str, str], problems: list[str]
+) -> None:
+    """Exporter settings from the environment or the command line (``where``) over the file's section.
+    A problem they bring is theirs: said as ``where: --compat: unknown mode ...`` (``names``: key ->
+    how the user gave it), not as the file's, and they are then left out."""
+    before: list[str] = []
+    parse_exporter(values.get("exporter"), before, "")
+    trial = dict(values)
+    for key, value in settings.items():
+        set_exporter(trial, key, value)
+    after: list[str] = []
+    parse_exporter(trial.get("exporter"), after, "")
+    brought = [p for p in after if p not in before]
+    if not brought:
+        values["exporter"] = trial.get("exporter")
+        return
+    for problem in brought:
+        text = problem.removeprefix(": ")
+        for key in sorted(names, key=len, reverse=True):
+            text = text.replace(f"exporter.{key}", names[key])
+        problems.append(f"{where}: {text}")

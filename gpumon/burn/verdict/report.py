@@ -11,6 +11,7 @@ from rich.table import Table
 
 from gpumon.burn.verdict.errors import EXIT_CANNOT_RUN, EXIT_FAULT, EXIT_PASSED
 from gpumon.burn.verdict.judgement import Judgement
+from gpumon.util.outside_text import shown
 
 SCHEMA_VERSION = 1
 
@@ -90,8 +91,8 @@ def render(report: dict[str, Any], console: Console, tests: tuple[str, ...]) -> 
         if tel.get("simulated"):  # the fake backend's figures: not shown as if measured
             power = peak = SIMULATED_CELL
         table.add_row(
-            f"{g['node']}:{g['gpu']}" if multi else str(g["gpu"]),
-            str(g.get("model") or "?"),
+            shown(f"{g['node']}:{g['gpu']}") if multi else str(g["gpu"]),
+            shown(g.get("model")),  # the driver's words: text, never markup
             *[_mark(g["tests"].get(t), (g.get("notes") or {}).get(t)) for t in tests],
             _fmt(
                 (g.get("matmul") or {}).get("tflops"), 1, 1 if ((g.get("matmul") or {}).get("tflops") or 0) >= 10 else 3
