@@ -45,6 +45,7 @@ from gpumon.exposition.collector import GpumonCollector
 from gpumon.exposition.own_families import SelfStats
 from gpumon.exposition.read_errors import ReadErrorsCollector
 from gpumon.exposition.simulated import SimulatedSource
+from gpumon.health.poll_watch import PollProgress, PollWatch
 from gpumon.health.service import HealthService
 from gpumon.health.unjudged import UnjudgedCollector
 from gpumon.http.messages import json_response
@@ -172,6 +173,10 @@ class Daemon:
             monotonic=monotonic,
             # simulated GPUs keep their state apart from the node's, one folder per scenario
             simulated=simulated_spec(config.backend) or False,
+            # a read that does not return within stale_after_seconds is its GPU's fault (as /ready fails then)
+            poll_watch=PollWatch(
+                lambda: PollProgress(*self.poller.progress()), lambda: self.config.stale_after, monotonic
+            ),
         )
         self.store.subscribe(self.health.on_snapshot)
         # with its GPU known, also when the kernel log is read before the first poll maps the bus ids

@@ -35,6 +35,7 @@ from gpumon.health.inventory import (
     inventory_of,
     missing_from_nvml,
 )
+from gpumon.health.poll_watch import PollWatch
 from gpumon.health.stragglers import Deviation, StragglerDetector
 from gpumon.health.trends import Increase, TrendTracker
 from gpumon.health.xid_lifecycle import XidLifecycle, XidPolicy
@@ -74,9 +75,12 @@ class HealthService:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         simulated: bool | str = False,
+        poll_watch: PollWatch | None = None,
     ) -> None:
         """``simulated``: the GPUs are a simulated backend's (its spec, e.g. ``fake:xid-storm``; True: ``fake``),
-        so the host's PCI bus is not theirs and their state goes to a folder of its own (``health_dir``)."""
+        so the host's PCI bus is not theirs and their state goes to a folder of its own (``health_dir``).
+        ``poll_watch``: the daemon's poll, whose read that hangs is a finding (gpumon.health.poll_watch)."""
+        self._poll_watch = poll_watch
         self.state_dir = Path(state_dir)
         spec = "fake" if simulated is True else (simulated or None)
         self.folder = health_dir(self.state_dir, spec)
@@ -267,7 +271,8 @@ class HealthService:
             clears = self._clears_watch.clears()
             self.lifecycle.apply_clears(clears)
             snapshot = self._snapshot
-            findings = [*extra, *self.lifecycle.findings(now)]  # first: an XID names a fault best
+            hung = self._poll_watch.findings(snapshot) if self._poll_watch is not None else []
+            findings = [*extra, *hung, *self.lifecycle.findings(now)]  # first: an XID names a fault best
             findings += snapshot_findings(snapshot) if snapshot is not None or not extra else []
             findings += self._burn_findings(clears)
             findings += self._clears_watch.findings() + self._set_aside
