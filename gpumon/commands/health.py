@@ -140,15 +140,15 @@ def cannot_judge(
     report = unknown_report(reason)
     if mode in HOOKS:
         return let_through(mode, report.reason(), state_dir, env)
-    if mode == "npd":
-        print(npd_line(report))
-        print(f"gpumon health: UNKNOWN - {report.reason()}", file=sys.stderr)  # whole: NPD logs a plugin's stderr
-        return NPD_EXIT[UNKNOWN]
-    if json_to is not None:
+    if json_to is not None and not (mode == "npd" and to_stdout(json_to)):
         try:
             emit_json(report.to_json(), json_to)
         except OSError as exc:
             print(f"gpumon: cannot write {json_to}: {exc.strerror or exc}", file=sys.stderr)
+    if mode == "npd":
+        print(npd_line(report))
+        print(f"gpumon health: UNKNOWN - {report.reason()}", file=sys.stderr)  # whole: NPD logs a plugin's stderr
+        return NPD_EXIT[UNKNOWN]
     if not to_stdout(json_to):
         print(f"gpumon health: UNKNOWN - {report.reason()}")
     return STATUS_VALUES[UNKNOWN]
@@ -269,16 +269,13 @@ def cmd_health(args: argparse.Namespace) -> int:
         report, decision = _judge_alone(args, mode, config, state_dir, started)
     except (CannotJudge, BackendProblem) as exc:
         return cannot_judge(mode, str(exc), state_dir, os.environ, args.json)
-    if mode == "npd":
-        print(npd_line(report))
-        return NPD_EXIT[report.status]
     if report.source == "local" and config.backend.startswith("fake"):  # on stderr: stdout stays the verdict
         given = getattr(args, "tick", None)
         when = "its last scripted event" if given is None else f"tick {given} (--tick)"
         played = f", played to {when}" if config.backend != "fake" else ", not real hardware"
         print(f"gpumon health: simulated GPUs ({config.backend}){played}", file=sys.stderr)
     json_failed = False
-    if args.json is not None:
+    if args.json is not None and not (mode == "npd" and to_stdout(args.json)):  # npd's stdout is its one line
         data = report.to_json()
         if decision is not None:
             data["slurm"] = decision.to_json()
@@ -287,6 +284,9 @@ def cmd_health(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"gpumon: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
             json_failed = True
+    if mode == "npd":
+        print(npd_line(report))
+        return NPD_EXIT[UNKNOWN] if json_failed else NPD_EXIT[report.status]
     if not to_stdout(args.json):
         print_report(report)
         if decision is not None:
