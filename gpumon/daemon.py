@@ -195,7 +195,7 @@ class Daemon:
         )
         self.store.subscribe(self.collector.prepare)
         self.collector.add("alerts", self.alerts.collector())
-        self.collector.add("burn", BurnResultsCollector(config.state_dir))
+        self.collector.add("burn", BurnResultsCollector(self.health.burn_root))  # a simulated backend's own
         self.collector.add("unjudged", UnjudgedCollector(config.state_dir))  # prologs that let a job through
         self.collector.add(
             "owner_energy", subscribed(OwnerEnergy(config.state_dir), self.store)

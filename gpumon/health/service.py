@@ -93,7 +93,9 @@ class HealthService:
         """Where clears are read: a simulated backend's folder, and the node's (read, never written: a clear
         made without --backend fake, e.g. of a failed burn, which lives in the node's burn results)."""
         self._inventory_path = self.folder / "inventory.json"
-        self._burn_results_path = burn_dir(self.state_dir) / LAST_NAME
+        self.burn_root = self.folder.parent if spec is not None else self.state_dir
+        """Whose burn results count: the node's, or the simulated backend's (gpumon.burn.command.burn_state_dir)."""
+        self._burn_results_path = burn_dir(self.burn_root) / LAST_NAME
         """The files a report reads, whose stat keys decide whether a cached report still holds."""
         self.config = config or HealthConfig()
         self._monotonic = monotonic
@@ -120,7 +122,7 @@ class HealthService:
         """Why the baseline was not recorded (said once per reason)."""
         self.stragglers = StragglerDetector(self.config.stragglers)
         self.trends = TrendTracker(self.config.trends, words=lambda code: self._xid_name(catalog, code))
-        self._burn = BurnMarkerReader(self.state_dir)
+        self._burn = BurnMarkerReader(self.burn_root)
         self._boot_id = read_boot_id(self.config.boot_id_path)
         """Read once: it changes only at a reboot, which also restarts this process."""
         self._generation = 0
@@ -369,7 +371,7 @@ class HealthService:
     def _burn_findings(self, clears: list[Clear]) -> list[Finding]:
         """The last burn's findings, worked out again only when its results file or the clears changed."""
         return self._burn_read.get(
-            lambda: burn_findings(self.state_dir, clears), same=(clears,), equal=(stat_key(self._burn_results_path),)
+            lambda: burn_findings(self.burn_root, clears), same=(clears,), equal=(stat_key(self._burn_results_path),)
         )
 
     def _inventory_mtime(self) -> float | None:
