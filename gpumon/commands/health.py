@@ -5,7 +5,8 @@ Exit codes (one table in docs/health.md):
 * default (Nagios / NHC / HealthCheckProgram): 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN;
 * ``--mode npd`` (Kubernetes node-problem-detector custom plugin): 0 OK (also WARNING),
   1 problem (CRITICAL), 2 UNKNOWN; one line of at most 80 bytes;
-* ``--slurm-prolog``: 1 when the node is CRITICAL (Slurm requeues the job), else 0;
+* ``--slurm-prolog``: 1 when the node is CRITICAL and drained (Slurm requeues the job), else 0 (also when
+  the circuit breaker refused the drain or the Slurm step is UNKNOWN: slurmd would drain on a 1);
 * ``--slurm-epilog``: 0 (a failed epilog makes slurmd drain the node; gpumon drains it itself);
 * a check that cannot judge (a bad command line or config, a daemon named with ``--daemon-url``
   that does not answer, GPUs that do not answer within the prolog's budget) is UNKNOWN with the
@@ -293,8 +294,8 @@ def cmd_health(args: argparse.Namespace) -> int:
             print(f"slurm: {decision.step}: {decision.message}")
     if mode in HOOKS and report.status == UNKNOWN:
         return let_through(mode, report.reason(), state_dir, os.environ)
-    if mode == "prolog":
-        return 1 if report.status == CRITICAL and decision is not None and decision.step != "refused" else 0
+    if mode == "prolog":  # 1 requeues the job and slurmd drains the node: never past the breaker or unjudged
+        return 1 if report.status == CRITICAL and decision is not None and decision.step in ("drain", "none") else 0
     if mode == "epilog":
         return 0
     return STATUS_VALUES[UNKNOWN] if json_failed else STATUS_VALUES[report.status]
@@ -344,10 +345,16 @@ def _judge(
     decision = None
     if slurm_mode:
         from gpumon.health.slurm import act
+        from gpumon.health.slurm_commands import Scontrol
 
-        if budget is not None:  # scontrol too must answer within the prolog's budget
-            slurm = dataclasses.replace(slurm, timeout_seconds=max(1.0, min(slurm.timeout_seconds, budget())))
-        decision = act(report, slurm, state_dir)
+        if budget is None:
+            decision = act(report, slurm, state_dir)
+        else:  # sinfo and scontrol too, and the breaker's wait, within what is left of the prolog's budget
+            left = budget
+            client = Scontrol(slurm, seconds_left=left)
+            decision = act(
+                report, slurm, state_dir, client=client, sleep=lambda s: time.sleep(max(0.0, min(s, left())))
+            )
     return report, decision
 
 

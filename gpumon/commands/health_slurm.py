@@ -12,10 +12,14 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpumon.config.file import Config
-from gpumon.health.config import HealthConfig
+from gpumon.health.config import HealthConfig, SlurmConfig
 from gpumon.model.findings import CRITICAL, UNKNOWN, Finding, HealthReport
+
+if TYPE_CHECKING:
+    from gpumon.health.slurm import Decision
 
 log = logging.getLogger("gpumon")
 
@@ -43,6 +47,28 @@ def _syslog(line: str) -> None:
     syslog.openlog("gpumon", syslog.LOG_PID, syslog.LOG_DAEMON)
     syslog.syslog(syslog.LOG_WARNING, line)
     syslog.closelog()
+
+
+def act_within(
+    report: HealthReport,
+    slurm: SlurmConfig,
+    state_dir: Path,
+    seconds_left: Callable[[], float],
+    *,
+    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Decision:
+    """The Slurm step (gpumon.health.slurm.act) within ``seconds_left()`` (the prolog's budget): every sinfo
+    and scontrol call gets at most what is left and none starts once it is spent (the step is then
+    UNKNOWN), and the circuit breaker's wait is cut to it, however slow the controller."""
+    from gpumon.health.slurm import act
+    from gpumon.health.slurm_commands import Scontrol
+
+    client = Scontrol(slurm, run=run, seconds_left=seconds_left)
+    return act(
+        report, slurm, state_dir, client=client, clock=clock, sleep=lambda s: sleep(max(0.0, min(s, seconds_left())))
+    )
 
 
 def _job_failed(env: Mapping[str, str]) -> bool:
