@@ -177,6 +177,7 @@ class Daemon:
             poll_watch=PollWatch(
                 lambda: PollProgress(*self.poller.progress()), lambda: self.config.stale_after, monotonic
             ),
+            lock_wait_seconds=0.0,  # a gpumon health run holding the state's lock never stalls a poll or scrape
         )
         self.store.subscribe(self.health.on_snapshot)
         # with its GPU known, also when the kernel log is read before the first poll maps the bus ids

@@ -10,6 +10,7 @@ read). Each read-modify-write holds ``.lock`` (gpumon.util.state.lock): runs tha
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -76,11 +77,15 @@ class HealthService:
         monotonic: Callable[[], float] = time.monotonic,
         simulated: bool | str = False,
         poll_watch: PollWatch | None = None,
+        lock_wait_seconds: float = 30.0,
     ) -> None:
         """``simulated``: the GPUs are a simulated backend's (its spec, e.g. ``fake:xid-storm``; True: ``fake``),
         so the host's PCI bus is not theirs and their state goes to a folder of its own (``health_dir``).
-        ``poll_watch``: the daemon's poll, whose read that hangs is a finding (gpumon.health.poll_watch)."""
+        ``poll_watch``: the daemon's poll, whose read that hangs is a finding (gpumon.health.poll_watch).
+        ``lock_wait_seconds``: how long a save waits for the folder's lock; the daemon's 0 never waits (a
+        ``gpumon health`` run holding it cannot stall a poll or a scrape: the save is retried at the next input)."""
         self._poll_watch = poll_watch
+        self._lock_wait = lock_wait_seconds
         self.state_dir = Path(state_dir)
         spec = "fake" if simulated is True else (simulated or None)
         self.folder = health_dir(self.state_dir, spec)
@@ -90,11 +95,9 @@ class HealthService:
         self._clears_watch = ClearsWatch(
             [self.folder] + ([health_dir(self.state_dir)] if spec is not None else []), log
         )
-        """Where clears are read: a simulated backend's folder, and the node's (read, never written: a clear
-        made without --backend fake, e.g. of a failed burn, which lives in the node's burn results)."""
+        """Where clears are read: a simulated backend's folder, and the node's (read, never written)."""
         self._inventory_path = self.folder / "inventory.json"
-        self.burn_root = self.folder.parent if spec is not None else self.state_dir
-        """Whose burn results count: the node's, or the simulated backend's (gpumon.burn.command.burn_state_dir)."""
+        self.burn_root = self.folder.parent if spec is not None else self.state_dir  # whose burns count: burn_state_dir
         self._burn_results_path = burn_dir(self.burn_root) / LAST_NAME
         """The files a report reads, whose stat keys decide whether a cached report still holds."""
         self.config = config or HealthConfig()
@@ -109,7 +112,7 @@ class HealthService:
         self._set_aside: list[Finding] = []
         """State files found damaged and moved aside (shown as findings while this process runs)."""
         if self.folder.is_dir():  # what a writer killed mid-write left (no writer runs while the lock is held)
-            with state_lock(self.folder):
+            with contextlib.suppress(TimeoutError), state_lock(self.folder, self._lock_wait):
                 remove_stale_temporaries(self.folder, ("xid.json", "inventory.json"))
         self._xid_key = stat_key(self._xid_path)  # before the read: a write in between is merged at the next save
         self.lifecycle = self._new_lifecycle()
@@ -244,14 +247,14 @@ class HealthService:
                 self._baseline_refused = why
             return
         try:
-            with state_lock(self.folder):
+            with state_lock(self.folder, self._lock_wait):
                 self._reload_baseline()  # another run may have recorded it meanwhile
                 if self.baseline is None:
                     self.baseline = inventory_of(snapshot, self._clock())
                     self._write_baseline()
                     log.info("recorded the inventory baseline: %d GPU(s)", len(snapshot.gpus))
         except (OSError, TimeoutError) as exc:
-            log.error("cannot record the inventory baseline in %s: %s", self.folder, exc)
+            self._not_saved("the inventory baseline", exc)
 
     def accept_inventory(self) -> Inventory | None:
         """Make the latest snapshot the baseline; None when there is no usable snapshot."""
@@ -331,7 +334,7 @@ class HealthService:
         if not self.lifecycle.changed:
             return
         try:
-            with state_lock(self.folder):
+            with state_lock(self.folder, self._lock_wait):
                 if stat_key(self._xid_path) != self._xid_key:
                     self._merge_from_file()
                 write_json(self._xid_path, self.lifecycle.to_json(), mode=STATE_FILE_MODE)
@@ -339,7 +342,14 @@ class HealthService:
             self.lifecycle.changed = False
             self._pending.clear()
         except (OSError, TimeoutError) as exc:
-            log.error("cannot write the XID lifecycle state %s: %s", self._xid_path, exc)
+            self._not_saved("the XID lifecycle state", exc)
+
+    def _not_saved(self, what: str, exc: Exception) -> None:
+        """A save that failed; one the daemon did not wait for (another run holds the lock) is tried again."""
+        if isinstance(exc, TimeoutError) and self._lock_wait == 0:
+            log.debug("%s not saved now (%s); saved at the next input", what, exc)
+        else:
+            log.error("cannot save %s in %s: %s", what, self.folder, exc)
 
     def _merge_from_file(self) -> None:
         """The lifecycle as the file has it, with this process's snapshot, XIDs and clears taken in again."""
