@@ -79,27 +79,15 @@ class HealthService:
         poll_watch: PollWatch | None = None,
         lock_wait_seconds: float = 30.0,
     ) -> None:
-        """``simulated``: the GPUs are a simulated backend's (its spec, e.g. ``fake:xid-storm``; True: ``fake``),
-        so the host's PCI bus is not theirs and their state goes to a folder of its own (``health_dir``).
-        ``poll_watch``: the daemon's poll, whose read that hangs is a finding (gpumon.health.poll_watch).
-        ``lock_wait_seconds``: how long a save waits for the folder's lock; the daemon's 0 never waits (a
-        ``gpumon health`` run holding it cannot stall a poll or a scrape: the save is retried at the next input)."""
+        """``simulated``: the GPUs are a simulated backend's (its spec, e.g. ``fake:xid-storm``; True: ``fake``):
+        the host's PCI bus is not theirs, their state has a folder of its own (``_place``). ``poll_watch``: the
+        daemon's poll (gpumon.health.poll_watch). ``lock_wait_seconds``: how long a save waits for the folder's
+        lock; the daemon's 0 never waits (a gpumon health run holding it stalls no poll: saved at the next input)."""
         self._poll_watch = poll_watch
         self._lock_wait = lock_wait_seconds
         self.state_dir = Path(state_dir)
         spec = "fake" if simulated is True else (simulated or None)
-        self.folder = health_dir(self.state_dir, spec)
-        """Where this service's files are: ``STATE_DIR/health``, or the simulated backend's own."""
-        if spec is not None:
-            log.info("simulated GPUs (%s): health state in %s, apart from the node's own", spec, self.folder)
-        self._clears_watch = ClearsWatch(
-            [self.folder] + ([health_dir(self.state_dir)] if spec is not None else []), log
-        )
-        """Where clears are read: a simulated backend's folder, and the node's (read, never written)."""
-        self._inventory_path = self.folder / "inventory.json"
-        self.burn_root = self.folder.parent if spec is not None else self.state_dir  # whose burns count: burn_state_dir
-        self._burn_results_path = burn_dir(self.burn_root) / LAST_NAME
-        """The files a report reads, whose stat keys decide whether a cached report still holds."""
+        self._place(spec)
         self.config = config or HealthConfig()
         self._monotonic = monotonic
         self._drift_check = DriftCheck(
@@ -134,6 +122,18 @@ class HealthService:
         """The last report and when it was made (``monotonic``), with what it read (``current_report``)."""
         self._burn_read: Reuse[list[Finding]] = Reuse()
         """The last burn's findings, of the very clears and the results file's stat key."""
+
+    def _place(self, spec: str | None) -> None:
+        """Where the files are: ``folder`` (``STATE_DIR/health``, or a simulated backend's own), the clears (a
+        simulated backend's also in the node's folder: read, never written), whose burn results count
+        (``burn_root``: gpumon.burn.command.burn_state_dir); their stat keys decide if a cached report holds."""
+        self.folder = health_dir(self.state_dir, spec)
+        if spec is not None:
+            log.info("simulated GPUs (%s): health state in %s, apart from the node's own", spec, self.folder)
+        self._clears_watch = ClearsWatch([self.folder] + ([health_dir(self.state_dir)] if spec else []), log)
+        self._inventory_path = self.folder / "inventory.json"
+        self.burn_root = self.folder.parent if spec is not None else self.state_dir
+        self._burn_results_path = burn_dir(self.burn_root) / LAST_NAME
 
     def _new_lifecycle(self) -> XidLifecycle:
         """The XID lifecycle as the file has it now."""
