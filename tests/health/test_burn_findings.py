@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gpumon.util.state.files import health_dir
 from tests.helpers import run_cli
 
 
 def write_burn(state: Path, finished_at: float, passed: bool) -> None:
+    """The last burn of the simulated node ``--backend fake`` checks (a simulated burn keeps its results apart)."""
+    state = health_dir(state, "fake").parent
     (state / "burn").mkdir(parents=True, exist_ok=True)
     report = {
         "finished_at": finished_at,
