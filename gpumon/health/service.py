@@ -113,7 +113,7 @@ class HealthService:
         """Why the baseline was not recorded (said once per reason)."""
         self.stragglers = StragglerDetector(self.config.stragglers)
         self.trends = TrendTracker(self.config.trends, words=lambda code: self._xid_name(catalog, code))
-        self._burn = BurnMarkerReader(self.burn_root)
+        self._burn = BurnMarkerReader(self.state_dir)  # a burn running on the node's GPUs (alerts read it too)
         self._boot_id = read_boot_id(self.config.boot_id_path)
         """Read once: it changes only at a reboot, which also restarts this process."""
         self._generation = 0
