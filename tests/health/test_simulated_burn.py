@@ -24,21 +24,26 @@ def _burn_failed(state: Path, simulated: str | None = None) -> list[int | None]:
     return [f.gpu for f in service.report().findings if f.kind == "burn_failed"]
 
 
+LOST_AT_ONCE = 'count: 2\ngpus:\n  - {}\n  - lost_at_tick: 1\n    lost_reason: "fallen off the bus (simulated)"\n'
+"""GPU 1 is lost at the burn's second telemetry read, however short the burn (fake:gpu-lost loses it later)."""
+
+
 def test_a_simulated_burn_that_fails_leaves_the_nodes_verdict_untouched(tmp_path: Path) -> None:
     state = tmp_path / "state"
+    scenario = tmp_path / "lost.yaml"
+    scenario.write_text(LOST_AT_ONCE)
+    backend = f"fake:{scenario}"
     node_burn = {"exit_code": 0, "finished_at": 1.0, "gpus": []}  # the node's own last burn passed
     (state / "burn").mkdir(parents=True)
     (state / "burn" / "last.json").write_text(json.dumps(node_burn))
 
-    done = run_cli(
-        "burn", "--quick", "--device", "cpu", "--backend", "fake:gpu-lost", "--state-dir", str(state), timeout=180
-    )
+    done = run_cli("burn", "--quick", "--device", "cpu", "--backend", backend, "--state-dir", str(state), timeout=180)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]  # GPU 1 is lost: the burn fails
 
     assert json.loads((state / "burn" / "last.json").read_text()) == node_burn
     assert _burn_failed(state) == []  # the node's verdict (a real backend's) knows nothing of the demo
-    assert _burn_failed(state, "fake:gpu-lost") == [1]  # the simulated node's verdict has it
-    assert (health_dir(state, "fake:gpu-lost").parent / "burn" / "last.json").exists()
+    assert _burn_failed(state, backend) == [1]  # the simulated node's verdict has it
+    assert (health_dir(state, backend).parent / "burn" / "last.json").exists()
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ gpus:
 """
 _LINKS = ", ".join(f'"{link}": {"false" if link == 3 else "true"}' for link in range(18))
 LINK3_DOWN_FROM_THE_START = f"count: 2\ngpus:\n  - values:\n      nvlink_up: {{{_LINKS}}}\n  - {{}}\n"
+LOST_AT_ONCE = 'count: 2\ngpus:\n  - {}\n  - lost_at_tick: 1\n    lost_reason: "fallen off the bus (simulated)"\n'
 INTERVAL_SECONDS = 1.0
 """The daemons' poll interval (gpumon's default); stale_after_seconds is 5 × that."""
 
@@ -73,12 +74,13 @@ def test_a_node_whose_gpu_starts_with_a_link_down_is_drained_at_the_first_check(
 
 
 def test_a_simulated_burn_on_a_nodes_state_directory_leaves_its_verdict_and_slurm_alone(cluster: Fleet) -> None:
-    """The issue's demo: ``gpumon burn --device cpu --backend fake:gpu-lost --state-dir <n1's state>`` fails
-    (GPU 1 lost). n1's daemon still says OK and Slurm's health check drains nothing."""
+    """The issue's demo: ``gpumon burn --device cpu --backend fake:<GPU 1 lost> --state-dir <n1's state>``
+    fails. n1's daemon still says OK and Slurm's health check drains nothing."""
     cluster.prepare({}, max_drained_share=0.5)
     n1 = cluster.nodes["n1"]
+    lost = cluster.scenario_file("lost", LOST_AT_ONCE)  # GPU 1 lost at once: the burn fails however short
     done = subprocess.run(
-        [sys.executable, "-m", "gpumon", "burn", "--quick", "--device", "cpu", "--backend", "fake:gpu-lost",
+        [sys.executable, "-m", "gpumon", "burn", "--quick", "--device", "cpu", "--backend", lost,
          "--state-dir", str(n1.state)],
         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
