@@ -260,8 +260,19 @@ def with_finding(report: HealthReport, finding: Finding) -> HealthReport:
 
 
 # ---- commands -----------------------------------------------------------------
+def process_age_seconds() -> float:
+    """How long ago this process started (Linux: /proc/self/stat's start time against /proc/uptime), 0 when
+    not known: the prolog's budget counts Python's start-up and gpumon's imports too."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime_seconds = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime_seconds - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def cmd_health(args: argparse.Namespace) -> int:
-    started = time.monotonic()
+    started = time.monotonic() - process_age_seconds()  # the prolog's budget runs from the process's start
     mode = mode_of(args)
     given = args.state_dir or os.environ.get("GPUMON_STATE_DIR")
     state_dir: Path | None = Path(given) if given else DEFAULT_STATE_DIR
