@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -97,48 +95,56 @@ def burn_command(config: Config, state_dir: Path, gpus: str) -> list[str]:
     return cmd
 
 
-GROUP_GRACE_SECONDS = 5.0
-"""How long a timed-out burn's process group has after SIGTERM before SIGKILL."""
+END_GRACE_SECONDS = 5.0
+"""How long a timed-out burn and what it started have after SIGTERM before SIGKILL."""
 
 
-def run_own_group(
-    cmd: list[str], *, timeout: float, grace_seconds: float = GROUP_GRACE_SECONDS, **_: object
+def run_ending_tree(
+    cmd: list[str], *, timeout: float, grace_seconds: float = END_GRACE_SECONDS, **_: object
 ) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)``, the command in a process
-    group of its own: when it runs past ``timeout`` the whole group ends (SIGTERM, then SIGKILL after
-    ``grace_seconds``), the burn's fork server and workers with it, and TimeoutExpired is raised."""
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    """``subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)``, except that a command past
+    ``timeout`` ends with every process it started (SIGTERM, SIGKILL after ``grace_seconds``): the burn's
+    fork server and workers too, which subprocess.run would leave running. TimeoutExpired is raised then.
+    The burn stays in this process group, so slurmd ending the epilog's group ends it as well."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _end_group(proc, grace_seconds)
+        _end_tree(proc, grace_seconds)
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def _end_group(proc: subprocess.Popen[str], grace_seconds: float) -> None:
-    """SIGTERM to ``proc``'s process group, SIGKILL to what is left of it after ``grace_seconds``."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        if sig == signal.SIGTERM:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(grace_seconds)
-    proc.communicate()  # its pipes close once the whole group is gone
+def _end_tree(proc: subprocess.Popen[str], grace_seconds: float) -> None:
+    """SIGTERM to ``proc`` and all its descendants (as they are now), SIGKILL to those left after ``grace_seconds``."""
+    import psutil
+
+    try:
+        root = psutil.Process(proc.pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    for member in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.terminate()
+    _gone, alive = psutil.wait_procs(tree, timeout=grace_seconds)
+    for member in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.kill()
+    psutil.wait_procs(alive, timeout=grace_seconds)
+    proc.communicate()  # its pipes close once every process that held them is gone
 
 
 def epilog_burn(
     config: Config,
     state_dir: Path,
     env: Mapping[str, str],
-    run: Callable[..., subprocess.CompletedProcess[str]] = run_own_group,
+    run: Callable[..., subprocess.CompletedProcess[str]] = run_ending_tree,
     timeout_seconds: float = EPILOG_BURN_TIMEOUT_SECONDS,
 ) -> int | None:
     """``gpumon burn --quick`` on the job's GPUs when the job failed and ``epilog_burn`` is on: its exit
     code (BURN_TIMED_OUT, BURN_NOT_STARTED when it did not finish); None when no burn was due. A burn past
-    ``timeout_seconds`` ends with its whole process group (``run_own_group``)."""
+    ``timeout_seconds`` ends with every process it started (``run_ending_tree``)."""
     if not (config.health or HealthConfig()).slurm.epilog_burn or not _job_failed(env):
         return None
     cmd = burn_command(config, state_dir, env.get("SLURM_JOB_GPUS", ""))
@@ -146,7 +152,7 @@ def epilog_burn(
     try:
         done = run(cmd, capture_output=True, text=True, timeout=timeout_seconds, check=False)
     except subprocess.TimeoutExpired:
-        log.error("gpumon burn did not finish within %g s; its process group was ended", timeout_seconds)
+        log.error("gpumon burn did not finish within %g s; it and every process it started were ended", timeout_seconds)
         return BURN_TIMED_OUT
     except OSError as exc:
         log.error("gpumon burn could not start: %s", exc)

@@ -1,4 +1,4 @@
-"""The epilog's burn past its time ends with its whole process group: nothing it started is left
+"""The epilog's burn past its time ends with every process it started: nothing is left
 (issue 41, item 7: the burn's fork server and workers outlived it)."""
 
 from __future__ import annotations
