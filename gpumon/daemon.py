@@ -42,6 +42,7 @@ from gpumon.events.tracker import XidTracker
 from gpumon.events.xid_thread import XidEventThread
 from gpumon.exposition.collector import GpumonCollector
 from gpumon.exposition.own_families import SelfStats
+from gpumon.health.poll_watch import PollProgress, PollWatch
 from gpumon.health.service import HealthService
 from gpumon.http.messages import json_response
 from gpumon.http.server import MetricsServer
@@ -169,6 +170,11 @@ class Daemon:
             monotonic=monotonic,
             # simulated GPUs keep their state apart from the node's, one folder per scenario
             simulated=simulated_spec(config.backend) or False,
+            # a read that does not return within stale_after_seconds is its GPU's fault (as /ready fails then)
+            poll_watch=PollWatch(
+                lambda: PollProgress(*self.poller.progress()), lambda: self.config.stale_after, monotonic
+            ),
+            lock_wait_seconds=0.0,  # a gpumon health run holding the state's lock never stalls a poll or scrape
         )
         self.store.subscribe(self.health.on_snapshot)
         # with its GPU known, also when the kernel log is read before the first poll maps the bus ids
@@ -195,6 +201,7 @@ class Daemon:
             alerts=self.alerts.collector(),
             health=self.health.collector(),
             host_figures=self.host_figures,
+            burn_root=self.health.burn_root,  # a simulated backend's own
         )
 
     def _build_server(self, config: Config, monotonic: Callable[[], float]) -> None:

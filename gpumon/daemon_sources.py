@@ -10,6 +10,7 @@ figures, which the poller reads within their own budget. The DCGM-compatible sou
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpumon.backends.base import GpuBackend
@@ -49,12 +50,13 @@ def add_sources(
     alerts: FamilySource,
     health: FamilySource,
     host_figures: HostFigures | None,
+    burn_root: Path,
 ) -> DcgmCompatCollector | None:
     """Every extra source of ``collector``, in the order /metrics serves them; the DCGM one, if any."""
     sources = config.exporter.sources
     collector.add("alerts", alerts)
     if sources.burn.enabled:
-        collector.add("burn", BurnResultsCollector(config.state_dir), budget_seconds=sources.burn.budget_seconds)
+        collector.add("burn", BurnResultsCollector(burn_root), budget_seconds=sources.burn.budget_seconds)
     collector.add("unjudged", UnjudgedCollector(config.state_dir))  # prologs that let a job through
     if sources.owner_energy.enabled:  # gpumon/collect/energy.py
         owners, budget = OwnerEnergy(config.state_dir), sources.owner_energy.budget_seconds

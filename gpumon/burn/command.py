@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from gpumon.burn.orchestration import slurm_launch
@@ -108,6 +109,20 @@ def _make_backend(spec: str, device: str) -> Any:
     return make_backend(spec)
 
 
+def burn_state_dir(state_dir: str, backend_spec: str, device: str) -> str:
+    """Where the burn keeps burn/last.json and burn/running.json: ``state_dir`` for a burn of the node's
+    GPUs; for a simulated run, whatever ``--state-dir`` says, a folder of its own so that it never
+    writes the node's burn verdict: ``STATE_DIR/simulated/<backend>`` for simulated GPUs (where the health
+    verdict of that backend reads it), ``STATE_DIR/simulated/cpu`` for ``--device cpu`` on real telemetry."""
+    from gpumon.backends.factory import simulated_spec
+    from gpumon.util.state.files import SIMULATED_DIR, health_dir
+
+    spec = simulated_spec(backend_spec)
+    if spec is not None:
+        return str(health_dir(state_dir, spec).parent)
+    return str(Path(state_dir) / SIMULATED_DIR / "cpu") if device == "cpu" else state_dir
+
+
 def _torchrun(env: dict[str, str]) -> bool:
     return "RANK" in env and "WORLD_SIZE" in env and "LOCAL_RANK" in env
 
@@ -151,7 +166,7 @@ def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOp
         force=args.force,
         device=device,
         backend_spec=spec,
-        state_dir=args.state_dir,
+        state_dir=burn_state_dir(args.state_dir, spec, device),
         heartbeat_timeout_seconds=args.heartbeat_timeout,
         startup_timeout_seconds=args.startup_timeout,
         launch=launch,

@@ -99,6 +99,8 @@ class Poller:
         """Per tier (by its value, as in Snapshot.tiers), as of the tier's last read."""
         self._tier_errors: dict[Tier, int] = {t: 0 for t in POLLED_TIERS}
         self._running_since: float | None = None
+        self._reading_gpu: int | None = None
+        """The GPU whose backend read the poll in progress is inside (``progress``)."""
         self._next_slower_due = 0.0
         """No slow or static read is due before this monotonic time (skips planning on most polls)."""
 
@@ -136,6 +138,7 @@ class Poller:
             )
         finally:
             self._running_since = None
+            self._reading_gpu = None
         self._store.publish(snapshot)
         return snapshot
 
@@ -147,6 +150,11 @@ class Poller:
     def poll_running(self) -> bool:
         """True while a poll is inside the backend (a hung NVML call keeps it True)."""
         return self._running_since is not None
+
+    def progress(self) -> tuple[float | None, int | None]:
+        """(when the poll in progress started, monotonic seconds; the GPU whose read it is inside), each
+        None when not known: what names the GPU of a read that hangs (gpumon.health.poll_watch)."""
+        return self._running_since, self._reading_gpu
 
     # ------------------------------------------------------------------
     def _poll(self, start: float) -> Snapshot:
@@ -162,6 +170,7 @@ class Poller:
             else:
                 gpus, durations = self._read_planned_tiers(start)
                 end = self._mono()
+            self._reading_gpu = None
             self._count_backend_errors()
         except NvmlUnavailableError as exc:
             # the driver went away under us (unloaded, upgraded): re-initialise with backoff
@@ -193,6 +202,7 @@ class Poller:
             if state.lost_reason is not None:  # re-probed with every tier, when its backoff allows
                 out.append(self._read_gpu(index, state, _FAST_ONLY, {}, now, timed=False))
                 continue
+            self._reading_gpu = index
             try:
                 state.cache[_FAST] = read(index, _FAST)
             except GpuLostError as exc:
@@ -272,6 +282,7 @@ class Poller:
         if reprobing and now < state.reprobe_at:
             return self._lost_snapshot(index, state)
         tiers = list(POLLED_TIERS) if reprobing else planned
+        self._reading_gpu = index
         for tier in tiers:
             t0 = self._mono() if timed else 0.0
             try:

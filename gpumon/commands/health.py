@@ -5,7 +5,8 @@ Exit codes (one table in docs/health.md):
 * default (Nagios / NHC / HealthCheckProgram): 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN;
 * ``--mode npd`` (Kubernetes node-problem-detector custom plugin): 0 OK (also WARNING),
   1 problem (CRITICAL), 2 UNKNOWN; one line of at most 80 bytes;
-* ``--slurm-prolog``: 1 when the node is CRITICAL (Slurm requeues the job), else 0;
+* ``--slurm-prolog``: 1 when the node is CRITICAL and drained (Slurm requeues the job), else 0 (also when
+  the circuit breaker refused the drain or the Slurm step is UNKNOWN: slurmd would drain on a 1);
 * ``--slurm-epilog``: 0 (a failed epilog makes slurmd drain the node; gpumon drains it itself);
 * a check that cannot judge (a bad command line or config, a daemon named with ``--daemon-url``
   that does not answer, GPUs that do not answer within the prolog's budget) is UNKNOWN with the
@@ -149,15 +150,15 @@ def cannot_judge(
     report = unknown_report(reason)
     if mode in HOOKS:
         return let_through(mode, report.reason(), state_dir, env)
-    if mode == "npd":
-        print(npd_line(report))
-        print(f"gpumon health: UNKNOWN - {report.reason()}", file=sys.stderr)  # whole: NPD logs a plugin's stderr
-        return NPD_EXIT[UNKNOWN]
-    if json_to is not None:
+    if json_to is not None and not (mode == "npd" and to_stdout(json_to)):
         try:
             emit_json(report.to_json(), json_to)
         except OSError as exc:
             print(f"gpumon: cannot write {json_to}: {exc.strerror or exc}", file=sys.stderr)
+    if mode == "npd":
+        print(npd_line(report))
+        print(f"gpumon health: UNKNOWN - {report.reason()}", file=sys.stderr)  # whole: NPD logs a plugin's stderr
+        return NPD_EXIT[UNKNOWN]
     if not to_stdout(json_to):
         print(f"gpumon health: UNKNOWN - {report.reason()}")
     return STATUS_VALUES[UNKNOWN]
@@ -270,8 +271,19 @@ def with_finding(report: HealthReport, finding: Finding) -> HealthReport:
 
 
 # ---- commands -----------------------------------------------------------------
+def process_age_seconds() -> float:
+    """How long ago this process started (Linux: /proc/self/stat's start time against /proc/uptime), 0 when
+    not known: the prolog's budget counts Python's start-up and gpumon's imports too."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime_seconds = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime_seconds - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def cmd_health(args: argparse.Namespace) -> int:
-    started = time.monotonic()
+    started = time.monotonic() - process_age_seconds()  # the prolog's budget runs from the process's start
     mode = mode_of(args)
     given = args.state_dir or os.environ.get("GPUMON_STATE_DIR")
     state_dir: Path | None = Path(given) if given else DEFAULT_STATE_DIR
@@ -280,9 +292,6 @@ def cmd_health(args: argparse.Namespace) -> int:
         report, decision = _judge_alone(args, mode, config, state_dir, started)
     except (CannotJudge, BackendProblem) as exc:
         return cannot_judge(mode, str(exc), state_dir, os.environ, args.json)
-    if mode == "npd":
-        print(npd_line(report))
-        return NPD_EXIT[report.status]
     if report.source == "local" and config.backend.startswith("fake"):  # on stderr: stdout stays the verdict
         given = getattr(args, "tick", None)
         when = "its last scripted event" if given is None else f"tick {given} (--tick)"
@@ -290,7 +299,7 @@ def cmd_health(args: argparse.Namespace) -> int:
         simulated = f"gpumon health: simulated GPUs ({config.backend}){played}"
         print(wrapped("", simulated, 2, terminal_columns(sys.stderr)), file=sys.stderr)
     json_failed = False
-    if args.json is not None:
+    if args.json is not None and not (mode == "npd" and to_stdout(args.json)):  # npd's stdout is its one line
         data = report.to_json()
         if decision is not None:
             data["slurm"] = decision.to_json()
@@ -299,14 +308,17 @@ def cmd_health(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"gpumon: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
             json_failed = True
+    if mode == "npd":
+        print(npd_line(report))
+        return NPD_EXIT[UNKNOWN] if json_failed else NPD_EXIT[report.status]
     if not to_stdout(args.json):
         print_report(report, terminal_columns(sys.stdout))
         if decision is not None:
             print(f"slurm: {decision.step}: {decision.message}")
     if mode in HOOKS and report.status == UNKNOWN:
         return let_through(mode, report.reason(), state_dir, os.environ)
-    if mode == "prolog":
-        return 1 if report.status == CRITICAL and decision is not None and decision.step != "refused" else 0
+    if mode == "prolog":  # 1 requeues the job and slurmd drains the node: never past the breaker or unjudged
+        return 1 if report.status == CRITICAL and decision is not None and decision.step in ("drain", "none") else 0
     if mode == "epilog":
         return 0
     return STATUS_VALUES[UNKNOWN] if json_failed else STATUS_VALUES[report.status]
@@ -356,10 +368,16 @@ def _judge(
     decision = None
     if slurm_mode:
         from gpumon.health.slurm import act
+        from gpumon.health.slurm_commands import Scontrol
 
-        if budget is not None:  # scontrol too must answer within the prolog's budget
-            slurm = dataclasses.replace(slurm, timeout_seconds=max(1.0, min(slurm.timeout_seconds, budget())))
-        decision = act(report, slurm, state_dir)
+        if budget is None:
+            decision = act(report, slurm, state_dir)
+        else:  # sinfo and scontrol too, and the breaker's wait, within what is left of the prolog's budget
+            left = budget
+            client = Scontrol(slurm, seconds_left=left)
+            decision = act(
+                report, slurm, state_dir, client=client, sleep=lambda s: time.sleep(max(0.0, min(s, left())))
+            )
     return report, decision
 
 

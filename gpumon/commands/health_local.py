@@ -3,6 +3,7 @@ directory remembers, and judge."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -15,6 +16,7 @@ from gpumon.health.config import HealthConfig
 from gpumon.health.service import HealthService
 from gpumon.model.findings import CRITICAL, Finding, HealthReport
 from gpumon.model.snapshot import Snapshot
+from gpumon.model.xid import XidEvent
 
 log = logging.getLogger("gpumon")
 
@@ -71,7 +73,7 @@ def local_report(
     tracker.subscribe(service.on_xid)
     if snapshot.nvml_up and backend.simulated:  # scripted XIDs; real ones come from the kernel log
         try:
-            for event in backend.wait_events(0.0):
+            for event in scripted_records(backend.wait_events(0.0)):
                 tracker.record(event)
         except Exception:
             log.debug("no simulated XID events", exc_info=True)
@@ -84,6 +86,18 @@ def local_report(
     except Exception:
         log.debug("backend shutdown failed", exc_info=True)
     return service.report(source="local")
+
+
+def scripted_records(events: list[XidEvent]) -> list[XidEvent]:
+    """A scenario's scripted XIDs as one-shot runs replay them: the n-th of each GPU named like a kernel-log
+    record (``kernel_usec`` n, this boot), so the same scenario played again over the same state directory
+    counts each of them once, as a restarted daemon counts the kernel log's (not again each run)."""
+    nth: dict[int | None, int] = {}
+    out = []
+    for event in events:
+        nth[event.gpu_index] = nth.get(event.gpu_index, 0) + 1
+        out.append(dataclasses.replace(event, kernel_usec=nth[event.gpu_index]))
+    return out
 
 
 def poll_within(backend: GpuBackend, timeout_seconds: float, tick: int | None = None) -> Snapshot | None:

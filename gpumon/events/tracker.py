@@ -89,6 +89,8 @@ class XidTracker:
         """(source, code) -> recent counted events of that source, for pairing with the other source."""
         self._none = _Counts()
         """What ``for_gpu`` gives for a GPU without XIDs: the same empty mappings every time (never changed)."""
+        self._said_buses: set[str] = set()
+        """Bus ids whose XIDs were said to be on no GPU gpumon watches (said once GPUs are known, never before)."""
         self._last_snapshot_buses: dict[str, int] | None = None
         """The bus ids -> index of the last snapshot ``set_gpus_from_snapshot`` saw (polling thread only)."""
 
@@ -119,6 +121,8 @@ class XidTracker:
             listeners = list(self._attributed_listeners)
         for event in rehomed:  # counted before its GPU was known: those that wait for a GPU hear it now
             self._notify(listeners, event)
+        if normalized:  # read before the first poll named the GPUs: said now, for those still on no GPU
+            self._say_unmatched(still)
 
     def set_gpus_from_snapshot(self, snapshot: Snapshot) -> None:
         """``set_gpus`` from a snapshot's pci_bus_id of each GPU; a no-op when nothing changed.
@@ -180,7 +184,7 @@ class XidTracker:
             )
             self._notify(listeners, attributed)
             return False
-        if index is None and warn_unmatched:
+        if index is None and warn_unmatched and self._bus_to_index:  # before the GPUs are known: set_gpus says it
             self._log.warning(
                 "XID %d on PCI %s, which is none of the GPUs gpumon watches; counted without a GPU",
                 event.xid,
@@ -218,22 +222,26 @@ class XidTracker:
         for event in events:
             counted += self._record(event, warn_unmatched=False)
         with self._lock:
-            unknown_buses = sorted({e.pci_bus_id or "(no bus id)" for e in self._unmatched})
-        for bus in unknown_buses:
-            n = sum(
-                1
-                for e in events
-                if e.timestamp_seconds < self._live_since
-                and (normalize_bus_id(e.pci_bus_id or "") or "(no bus id)") == bus
-            )
-            if n:
-                self._log.warning(
-                    "%d XID(s) in the kernel log on PCI %s, which is none of the GPUs gpumon watches; "
-                    "counted without a GPU",
-                    n,
-                    bus,
-                )
+            unmatched, known = list(self._unmatched), bool(self._bus_to_index)
+        if known:  # before the first poll every bus is unknown: set_gpus says what stays so
+            self._say_unmatched(unmatched)
         return counted
+
+    def _say_unmatched(self, unmatched: list[XidEvent]) -> None:
+        """One log line per bus id of XIDs on no GPU gpumon watches (once per bus id)."""
+        by_bus: dict[str, int] = {}
+        for e in unmatched:
+            bus = normalize_bus_id(e.pci_bus_id or "") or "(no bus id)"
+            by_bus[bus] = by_bus.get(bus, 0) + 1
+        for bus, n in sorted(by_bus.items()):
+            if bus in self._said_buses:
+                continue
+            self._said_buses.add(bus)
+            self._log.warning(
+                "%d XID(s) in the kernel log on PCI %s, which is none of the GPUs gpumon watches; counted without a GPU",
+                n,
+                bus,
+            )
 
     # ---- outputs -------------------------------------------------------------
     def counts(self, gpu_index: int | None) -> dict[str, int]:

@@ -55,8 +55,8 @@ class SlurmConfig:
     timeout_seconds: float = 10.0
     epilog_burn: bool = False
     prolog_timeout_seconds: float = 5.0
-    """``--slurm-prolog``: gpumon's own work (daemon, poll, scontrol) within this, well inside Slurm's
-    default 10 s MessageTimeout; a node not judged in time is UNKNOWN and the job goes through."""
+    """``--slurm-prolog``: the whole run (from the process's start: daemon, poll, every sinfo / scontrol call)
+    within this, well inside Slurm's default 10 s MessageTimeout; not judged in time: UNKNOWN, the job goes on."""
     slurm_conf: Path | None = None
     """Given to scontrol as SLURM_CONF (slurmd gives HealthCheckProgram none); None: the environment's,
     else scontrol's built-in default (/etc/slurm/slurm.conf)."""

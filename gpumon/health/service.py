@@ -10,6 +10,7 @@ read). Each read-modify-write holds ``.lock`` (gpumon.util.state.lock): runs tha
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -35,6 +36,7 @@ from gpumon.health.inventory import (
     inventory_of,
     missing_from_nvml,
 )
+from gpumon.health.poll_watch import PollWatch
 from gpumon.health.stragglers import Deviation, StragglerDetector
 from gpumon.health.trends import Increase, TrendTracker
 from gpumon.health.xid_lifecycle import XidLifecycle, XidPolicy
@@ -74,23 +76,18 @@ class HealthService:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         simulated: bool | str = False,
+        poll_watch: PollWatch | None = None,
+        lock_wait_seconds: float = 30.0,
     ) -> None:
-        """``simulated``: the GPUs are a simulated backend's (its spec, e.g. ``fake:xid-storm``; True: ``fake``),
-        so the host's PCI bus is not theirs and their state goes to a folder of its own (``health_dir``)."""
+        """``simulated``: the GPUs are a simulated backend's (its spec, e.g. ``fake:xid-storm``; True: ``fake``):
+        the host's PCI bus is not theirs, their state has a folder of its own (``_place``). ``poll_watch``: the
+        daemon's poll (gpumon.health.poll_watch). ``lock_wait_seconds``: how long a save waits for the folder's
+        lock; the daemon's 0 never waits (a gpumon health run holding it stalls no poll: saved at the next input)."""
+        self._poll_watch = poll_watch
+        self._lock_wait = lock_wait_seconds
         self.state_dir = Path(state_dir)
         spec = "fake" if simulated is True else (simulated or None)
-        self.folder = health_dir(self.state_dir, spec)
-        """Where this service's files are: ``STATE_DIR/health``, or the simulated backend's own."""
-        if spec is not None:
-            log.info("simulated GPUs (%s): health state in %s, apart from the node's own", spec, self.folder)
-        self._clears_watch = ClearsWatch(
-            [self.folder] + ([health_dir(self.state_dir)] if spec is not None else []), log
-        )
-        """Where clears are read: a simulated backend's folder, and the node's (read, never written: a clear
-        made without --backend fake, e.g. of a failed burn, which lives in the node's burn results)."""
-        self._inventory_path = self.folder / "inventory.json"
-        self._burn_results_path = burn_dir(self.state_dir) / LAST_NAME
-        """The files a report reads, whose stat keys decide whether a cached report still holds."""
+        self._place(spec)
         self.config = config or HealthConfig()
         self._monotonic = monotonic
         self._drift_check = DriftCheck(
@@ -103,7 +100,7 @@ class HealthService:
         self._set_aside: list[Finding] = []
         """State files found damaged and moved aside (shown as findings while this process runs)."""
         if self.folder.is_dir():  # what a writer killed mid-write left (no writer runs while the lock is held)
-            with state_lock(self.folder):
+            with contextlib.suppress(TimeoutError), state_lock(self.folder, self._lock_wait):
                 remove_stale_temporaries(self.folder, ("xid.json", "inventory.json"))
         self._xid_key = stat_key(self._xid_path)  # before the read: a write in between is merged at the next save
         self.lifecycle = self._new_lifecycle()
@@ -116,7 +113,7 @@ class HealthService:
         """Why the baseline was not recorded (said once per reason)."""
         self.stragglers = StragglerDetector(self.config.stragglers)
         self.trends = TrendTracker(self.config.trends, words=lambda code: self._xid_name(catalog, code))
-        self._burn = BurnMarkerReader(self.state_dir)
+        self._burn = BurnMarkerReader(self.state_dir)  # a burn running on the node's GPUs (alerts read it too)
         self._boot_id = read_boot_id(self.config.boot_id_path)
         """Read once: it changes only at a reboot, which also restarts this process."""
         self._generation = 0
@@ -125,6 +122,18 @@ class HealthService:
         """The last report and when it was made (``monotonic``), with what it read (``current_report``)."""
         self._burn_read: Reuse[list[Finding]] = Reuse()
         """The last burn's findings, of the very clears and the results file's stat key."""
+
+    def _place(self, spec: str | None) -> None:
+        """Where the files are: ``folder`` (``STATE_DIR/health``, or a simulated backend's own), the clears (a
+        simulated backend's also in the node's folder: read, never written), whose burn results count
+        (``burn_root``: gpumon.burn.command.burn_state_dir); their stat keys decide if a cached report holds."""
+        self.folder = health_dir(self.state_dir, spec)
+        if spec is not None:
+            log.info("simulated GPUs (%s): health state in %s, apart from the node's own", spec, self.folder)
+        self._clears_watch = ClearsWatch([self.folder] + ([health_dir(self.state_dir)] if spec else []), log)
+        self._inventory_path = self.folder / "inventory.json"
+        self.burn_root = self.folder.parent if spec is not None else self.state_dir
+        self._burn_results_path = burn_dir(self.burn_root) / LAST_NAME
 
     def _new_lifecycle(self) -> XidLifecycle:
         """The XID lifecycle as the file has it now."""
@@ -238,14 +247,14 @@ class HealthService:
                 self._baseline_refused = why
             return
         try:
-            with state_lock(self.folder):
+            with state_lock(self.folder, self._lock_wait):
                 self._reload_baseline()  # another run may have recorded it meanwhile
                 if self.baseline is None:
                     self.baseline = inventory_of(snapshot, self._clock())
                     self._write_baseline()
                     log.info("recorded the inventory baseline: %d GPU(s)", len(snapshot.gpus))
         except (OSError, TimeoutError) as exc:
-            log.error("cannot record the inventory baseline in %s: %s", self.folder, exc)
+            self._not_saved("the inventory baseline", exc)
 
     def accept_inventory(self) -> Inventory | None:
         """Make the latest snapshot the baseline; None when there is no usable snapshot."""
@@ -267,7 +276,8 @@ class HealthService:
             clears = self._clears_watch.clears()
             self.lifecycle.apply_clears(clears)
             snapshot = self._snapshot
-            findings = [*extra, *self.lifecycle.findings(now)]  # first: an XID names a fault best
+            hung = self._poll_watch.findings(snapshot) if self._poll_watch is not None else []
+            findings = [*extra, *hung, *self.lifecycle.findings(now)]  # first: an XID names a fault best
             findings += snapshot_findings(snapshot) if snapshot is not None or not extra else []
             findings += self._burn_findings(clears)
             findings += self._clears_watch.findings() + self._set_aside
@@ -324,7 +334,7 @@ class HealthService:
         if not self.lifecycle.changed:
             return
         try:
-            with state_lock(self.folder):
+            with state_lock(self.folder, self._lock_wait):
                 if stat_key(self._xid_path) != self._xid_key:
                     self._merge_from_file()
                 write_json(self._xid_path, self.lifecycle.to_json(), mode=STATE_FILE_MODE)
@@ -332,7 +342,14 @@ class HealthService:
             self.lifecycle.changed = False
             self._pending.clear()
         except (OSError, TimeoutError) as exc:
-            log.error("cannot write the XID lifecycle state %s: %s", self._xid_path, exc)
+            self._not_saved("the XID lifecycle state", exc)
+
+    def _not_saved(self, what: str, exc: Exception) -> None:
+        """A save that failed; one the daemon did not wait for (another run holds the lock) is tried again."""
+        if isinstance(exc, TimeoutError) and self._lock_wait == 0:
+            log.debug("%s not saved now (%s); saved at the next input", what, exc)
+        else:
+            log.error("cannot save %s in %s: %s", what, self.folder, exc)
 
     def _merge_from_file(self) -> None:
         """The lifecycle as the file has it, with this process's snapshot, XIDs and clears taken in again."""
@@ -364,7 +381,7 @@ class HealthService:
     def _burn_findings(self, clears: list[Clear]) -> list[Finding]:
         """The last burn's findings, worked out again only when its results file or the clears changed."""
         return self._burn_read.get(
-            lambda: burn_findings(self.state_dir, clears), same=(clears,), equal=(stat_key(self._burn_results_path),)
+            lambda: burn_findings(self.burn_root, clears), same=(clears,), equal=(stat_key(self._burn_results_path),)
         )
 
     def _inventory_mtime(self) -> float | None:

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from gpumon.util.state.files import health_dir
 from tests.burn.conftest import CPU
 from tests.helpers import wait_for
 
@@ -39,7 +40,7 @@ def test_healthy_run_passes_writes_reports_and_removes_the_marker(burn, tmp_path
         assert g["allreduce"]["busbw_bytes_per_second"] > 0
     assert rep["thresholds"]["straggler_fraction"] == 0.5
     assert any(c["test"] == "p2p" and c["passed"] is None and "device cpu" in c["detail"] for c in rep["checks"])
-    state = tmp_path / "state" / "burn"
+    state = health_dir(tmp_path / "state", "fake").parent / "burn"  # a simulated run's, apart from the node's
     assert json.loads((state / "last.json").read_text())["finished_at"] == rep["finished_at"]
     assert not (state / "running.json").exists()
 
@@ -119,7 +120,7 @@ def test_ctrl_c_stops_workers_and_removes_the_marker(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    marker = state / "burn" / "running.json"
+    marker = health_dir(state, "fake").parent / "burn" / "running.json"  # a simulated run's, apart from the node's
     try:
         wait_for(marker.exists, 60, what="the running marker")
         data = json.loads(marker.read_text())

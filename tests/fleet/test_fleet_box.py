@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import requests
 
+from gpumon.util.state.files import health_dir
 from tests.alerts.helpers import TestReceiver
 from tests.fleet import box as box_mod
 from tests.fleet.box import Box
@@ -208,8 +209,9 @@ def test_srun_burn_on_three_nodes_gives_one_report_naming_the_node_made_slow(box
     assert len(report["faults"]) == 1 and report["faults"][0].startswith("node 1 (n2) GPU 0"), report["faults"]
     assert "matmul" in report["faults"][0]
     assert done.stdout.count("gpumon burn — verdict") == 1 and "FAULT node 1 (n2) GPU 0" in done.stdout
-    for name in ("n2", "n3"):  # each node keeps the fleet report for its own daemon
-        assert json.loads((out / f"state-{name}" / "burn" / "last.json").read_text())["faults"] == report["faults"]
+    for name in ("n2", "n3"):  # each node keeps the fleet report for its own daemon (a simulated run's: apart)
+        simulated = health_dir(out / f"state-{name}", "fake").parent
+        assert json.loads((simulated / "burn" / "last.json").read_text())["faults"] == report["faults"]
 
 
 def test_a_node_lost_mid_srun_burn_is_named_within_the_heartbeat_timeout(box: Box) -> None:
@@ -225,7 +227,7 @@ def test_a_node_lost_mid_srun_burn_is_named_within_the_heartbeat_timeout(box: Bo
     )
     script = (
         f'if [ "$SLURM_NODEID" = 2 ]; then setsid {burn} & pid=$!; '
-        f"while [ ! -f {out}/state-n3/burn/running.json ]; do sleep 0.2; done; sleep 3; "
+        f"while [ ! -f {health_dir(out / 'state-n3', 'fake').parent}/burn/running.json ]; do sleep 0.2; done; sleep 3; "
         "kill -9 -- -$pid; exit 137; fi; "
         f"exec {burn}"
     )
