@@ -54,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--dtype", default="auto", help=f"matmul dtype: {'|'.join(DTYPES)} (auto: bf16 on sm80+, fp16 before)"
     )
     add_json_option(p, "the report")
+    p.add_argument(
+        "--wide", action="store_true", help="verdict table with a column per test, however wide (default: fits)"
+    )
     p.add_argument("--force", action="store_true", help="burn even if other compute processes use the GPUs")
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (CPU tensors + gloo, for CI)")
     p.add_argument(
@@ -156,6 +159,7 @@ def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOp
         startup_timeout_seconds=args.startup_timeout,
         launch=launch,
         gpus_per_agent=gpus_per_agent,
+        wide=bool(getattr(args, "wide", False)),
     )
     return opts, backend, []
 

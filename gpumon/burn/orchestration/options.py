@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-TESTS = ("sw", "matmul", "memory", "p2p", "allreduce")
+TESTS = ("sw", "fingerprint", "matmul", "memory", "p2p", "allreduce")
 DTYPES = ("auto", "bf16", "fp16", "tf32", "fp32", "fp64")
 DEVICES = ("cuda", "cpu")
 
@@ -70,6 +70,8 @@ class BurnOptions:
     launch: Launch
     gpus_per_agent: int
     """Workers each agent runs (all node GPUs, or 1 under torchrun)."""
+    wide: bool = False
+    """``--wide``: the verdict table with a column per test whatever the terminal's width."""
 
     @property
     def world_size(self) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpumon.burn.verdict.judge_allreduce import judge_allreduce
+from gpumon.burn.verdict.judge_fingerprint import judge_fingerprint
 from gpumon.burn.verdict.judge_loads import judge_matmul, judge_memory, judge_p2p
 from gpumon.burn.verdict.judge_telemetry import judge_telemetry
 from gpumon.burn.verdict.judgement import GpuKey, Judgement
@@ -113,6 +114,8 @@ def _judge_loads(
     tests: tuple[str, ...],
 ) -> None:
     """Each load test's rules on its results, and the telemetry rules, in report order."""
+    if "fingerprint" in tests:
+        judge_fingerprint(j, results.get("fingerprint", {}))
     if "matmul" in tests:
         judge_matmul(j, results.get("matmul", {}), thresholds)
     if "memory" in tests:
@@ -135,8 +138,9 @@ def _summarise_gpus(j: Judgement, tests: tuple[str, ...]) -> None:
         for test in tests:
             checks = [c for c in j.checks if c["test"] == test]
             verdicts = [c["passed"] for c in checks if c["passed"] is not None and _counts_for(c, key)]
-            g["tests"][test] = all(verdicts) if verdicts else None
             note = _charged_elsewhere(j, checks, key)
+            # only links charged to their other end (two GPUs, one link): it passes, with the note
+            g["tests"][test] = all(verdicts) if verdicts else (True if note else None)
             if note and g["tests"][test] is not False:
                 g.setdefault("notes", {})[test] = note
         tel = g["telemetry"]

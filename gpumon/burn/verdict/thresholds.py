@@ -132,6 +132,8 @@ class Thresholds:
     """A GPU more than this share below the median of its same-model peers is a straggler."""
     link_fraction: float = 0.20
     """A link (p2p pair or all-reduce pair) more than this share below the median of its path type is slow."""
+    tail_factor: float = 2.0
+    """A GPU whose per-op p99 exceeds this many times its own p50 and its peers' p99 stalls (verdict.judge_tails)."""
     reference_rel_tolerance: Mapping[str, float] = field(default_factory=lambda: dict(REFERENCE_REL_TOLERANCE))
     floor_overrides: Mapping[str, float] = field(default_factory=dict)
     """GPUMON_BURN_FLOORS values, applied to every model."""
@@ -190,6 +192,7 @@ class Thresholds:
         return {
             "straggler_fraction": self.straggler_fraction,
             "link_fraction": self.link_fraction,
+            "tail_factor": self.tail_factor,
             "reference_rel_tolerance": dict(self.reference_rel_tolerance),
             "floor_overrides": dict(self.floor_overrides),
             "allreduce_pcie_fraction": PCIE_ALLREDUCE_FRACTION,
@@ -211,7 +214,8 @@ def for_device(device: str, floors_env: str | None) -> tuple[Thresholds, list[st
     """Thresholds for ``cuda`` or ``cpu`` (CPU timings are noisy: wider peer margins)."""
     overrides, problems = parse_floors(floors_env)
     if device == "cpu":
-        return Thresholds(straggler_fraction=0.5, link_fraction=0.5, floor_overrides=overrides), problems
+        cpu = Thresholds(straggler_fraction=0.5, link_fraction=0.5, tail_factor=4.0, floor_overrides=overrides)
+        return cpu, problems
     return Thresholds(floor_overrides=overrides), problems
 
 

@@ -7,11 +7,13 @@ from typing import Any
 
 from gpumon.burn.workloads.allreduce import allreduce
 from gpumon.burn.workloads.context import Context
+from gpumon.burn.workloads.fingerprint import fingerprint
 from gpumon.burn.workloads.matmul import matmul
 from gpumon.burn.workloads.memory import memory
 from gpumon.burn.workloads.p2p import p2p
 
 TESTS: dict[str, Callable[[Context], dict[str, Any]]] = {
+    "fingerprint": fingerprint,
     "matmul": matmul,
     "memory": memory,
     "p2p": p2p,
