@@ -29,6 +29,7 @@ def test_healthy_run_passes_writes_reports_and_removes_the_marker(burn, tmp_path
         assert g["tests"] == {
             "sw": True,
             "fingerprint": True,
+            "pcie": True,
             "matmul": True,
             "memory": True,
             "p2p": None,

@@ -13,7 +13,7 @@ from gpumon.burn.verdict import report
 from gpumon.burn.verdict.judge import judge
 from gpumon.burn.verdict.thresholds import Thresholds
 
-ALL_TESTS = ("sw", "fingerprint", "matmul", "memory", "p2p", "allreduce")
+ALL_TESTS = ("sw", "fingerprint", "pcie", "matmul", "memory", "p2p", "allreduce")
 H200 = "NVIDIA H200"
 
 

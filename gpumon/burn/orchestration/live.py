@@ -29,7 +29,9 @@ def flop_rate(tflops: float) -> str:
 
 def _labelled(rate: str) -> str:
     """ "rate 655.3 TFLOP/s", "rate —" before the first figure, or the silence as it is ("waiting 7 s")."""
-    return f"rate {rate}" if not rate or rate[0].isdigit() else rate if rate else "rate —"
+    if not rate:
+        return "rate —"
+    return f"rate {rate}" if rate[0].isdigit() else rate
 
 
 class LiveView:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-TESTS = ("sw", "fingerprint", "matmul", "memory", "p2p", "allreduce")
+TESTS = ("sw", "fingerprint", "pcie", "matmul", "memory", "p2p", "allreduce")
 DTYPES = ("auto", "bf16", "fp16", "tf32", "fp32", "fp64")
 DEVICES = ("cuda", "cpu")
 

@@ -194,7 +194,9 @@ def summarise(tel: GpuTelemetry) -> dict[str, Any]:
     nvlink_before = tel.first_slow.get("nvlink_errors_total") or {}
     nvlink_after = tel.last_slow.get("nvlink_errors_total") or {}
     nvlink_grown = {link: d for link in nvlink_after if (d := _delta(nvlink_before.get(link), nvlink_after.get(link)))}
-    pcie_under_load = [s.pcie_link_generation for s in samples if s.test == "matmul" and s.pcie_link_generation]
+    pcie_under_load = [
+        s.pcie_link_generation for s in samples if s.test in ("pcie", "matmul") and s.pcie_link_generation
+    ]
     return {
         "samples": len(samples),
         "pcie_link_generation_under_load": max(pcie_under_load) if pcie_under_load else None,

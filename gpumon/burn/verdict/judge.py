@@ -14,6 +14,7 @@ from typing import Any
 from gpumon.burn.verdict.judge_allreduce import judge_allreduce
 from gpumon.burn.verdict.judge_fingerprint import judge_fingerprint
 from gpumon.burn.verdict.judge_loads import judge_matmul, judge_memory, judge_p2p
+from gpumon.burn.verdict.judge_pcie import judge_pcie
 from gpumon.burn.verdict.judge_telemetry import judge_telemetry
 from gpumon.burn.verdict.judgement import GpuKey, Judgement
 from gpumon.burn.verdict.thresholds import Thresholds, group_link
@@ -116,6 +117,8 @@ def _judge_loads(
     """Each load test's rules on its results, and the telemetry rules, in report order."""
     if "fingerprint" in tests:
         judge_fingerprint(j, results.get("fingerprint", {}))
+    if "pcie" in tests:
+        judge_pcie(j, results.get("pcie", {}), nodes, thresholds)
     if "matmul" in tests:
         judge_matmul(j, results.get("matmul", {}), thresholds)
     if "memory" in tests:

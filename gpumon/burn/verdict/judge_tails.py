@@ -42,7 +42,7 @@ def judge_matmul_tails(j: Judgement, res: Mapping[GpuKey, Any], th: Thresholds) 
                 not stands_out,
                 f"GEMM p99 {t['p99_ms']:.3f} ms vs its p50 {t['p50_ms']:.3f} ms ({compared}; limit "
                 f"{th.tail_factor:g}x) over {t['iterations']} GEMMs; slowest {slowest}"
-                + (": stalls its peers do not" if stands_out else ""),
+                + ((": stalls its peers do not" if peers else ": stalls") if stands_out else ""),
                 t["p99_ms"] / 1e3,
                 "seconds",
                 th.tail_factor * (peer_p99 if peer_p99 is not None else t["p50_ms"]) / 1e3,

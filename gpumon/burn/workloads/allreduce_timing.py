@@ -94,29 +94,22 @@ TAIL_ITERATIONS = {True: 100, False: 20}
 
 def per_iteration(ctx: Context, group: Any, buf: Any, size_bytes: int) -> dict[str, Any]:
     """p50/p99 and the slowest of a loop of eager all-reduces, each timed alone (as ``all_reduce_perf -I``
-    reports per-iteration times): CUDA events on the current stream, the wall clock on CPU. Launch
-    overhead is in these times, so small sizes read slower than the CUDA-graph figure."""
-    torch, dist = ctx.torch, ctx.dist
+    reports per-iteration times): the wall clock from the launch to the end of a synchronise, so launch
+    and synchronise overhead (some µs) are in these times and small sizes read slower than the
+    CUDA-graph figure."""
+    dist = ctx.dist
     iters = TAIL_ITERATIONS[size_bytes < GRAPH_BELOW_BYTES]
     ctx.hb.collective("allreduce", f"all_reduce {size_bytes // MIB} MiB x{iters} one by one")
     seconds: list[float] = []
-    start_at = time.perf_counter()
     at: list[float] = []
-    if ctx.cuda:
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-        for begin, end in events:
-            begin.record()
-            dist.all_reduce(buf, group=group)
-            end.record()
-            at.append(time.perf_counter() - start_at)
-        events[-1][1].synchronize()
-        seconds = [b.elapsed_time(e) / 1e3 for b, e in events]
-    else:
-        for _ in range(iters):
-            t = time.perf_counter()
-            dist.all_reduce(buf, group=group)
-            seconds.append(time.perf_counter() - t)
-            at.append(t - start_at)
+    ctx.sync()
+    start_at = time.perf_counter()
+    for _ in range(iters):
+        t = time.perf_counter()
+        dist.all_reduce(buf, group=group)
+        ctx.sync()
+        seconds.append(time.perf_counter() - t)
+        at.append(t - start_at)
     return summarise(seconds, at)
 
 

@@ -11,9 +11,11 @@ from gpumon.burn.workloads.fingerprint import fingerprint
 from gpumon.burn.workloads.matmul import matmul
 from gpumon.burn.workloads.memory import memory
 from gpumon.burn.workloads.p2p import p2p
+from gpumon.burn.workloads.pcie import pcie
 
 TESTS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "fingerprint": fingerprint,
+    "pcie": pcie,
     "matmul": matmul,
     "memory": memory,
     "p2p": p2p,
