@@ -18,6 +18,7 @@ from typing import Any
 
 from gpumon.backends.base import GpuBackend, GpuLostError
 from gpumon.burn.orchestration.interrupts import signals_deferred
+from gpumon.burn.orchestration.soak import pulse_report, settle_report
 from gpumon.model.snapshot import Tier
 
 SLOWDOWN_FAULT_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown")
@@ -219,4 +220,6 @@ def summarise(tel: GpuTelemetry) -> dict[str, Any]:
         "nvlink_errors_grown": nvlink_grown,
         "lost_reason": tel.lost_reason,
         "read_errors": tel.read_errors,
+        "settle": settle_report(samples),
+        "pulse": pulse_report(samples),
     }

@@ -15,6 +15,7 @@ from gpumon.burn.verdict.judge_allreduce import judge_allreduce
 from gpumon.burn.verdict.judge_fingerprint import judge_fingerprint
 from gpumon.burn.verdict.judge_loads import judge_matmul, judge_memory, judge_p2p
 from gpumon.burn.verdict.judge_pcie import judge_pcie
+from gpumon.burn.verdict.judge_soak import judge_pulse, report_settle
 from gpumon.burn.verdict.judge_telemetry import judge_telemetry
 from gpumon.burn.verdict.judgement import GpuKey, Judgement
 from gpumon.burn.verdict.thresholds import Thresholds, group_link
@@ -127,12 +128,16 @@ def _judge_loads(
         judge_p2p(j, results.get("p2p", {}), nodes, thresholds)
     for key, g in j.gpus.items():
         judge_telemetry(j, key, g["telemetry"])
+        if g["telemetry"].get("simulated") is not True:
+            report_settle(j, key, g["telemetry"])
     if "allreduce" in tests:
         link = None
         if len(nodes) == 1:
             gpus = [g for (_n, g), d in results.get("allreduce", {}).items() if "skipped" not in d]
             link = group_link(nodes[0].get("topology") or {}, nodes[0].get("pcie") or {}, sorted(gpus))
         judge_allreduce(j, results.get("allreduce", {}), thresholds, single_node=len(nodes) == 1, link=link)
+    if "pulse" in tests:
+        judge_pulse(j, results.get("pulse", {}), thresholds)
 
 
 def _summarise_gpus(j: Judgement, tests: tuple[str, ...]) -> None:

@@ -12,6 +12,7 @@ from gpumon.burn.workloads.matmul import matmul
 from gpumon.burn.workloads.memory import memory
 from gpumon.burn.workloads.p2p import p2p
 from gpumon.burn.workloads.pcie import pcie
+from gpumon.burn.workloads.pulse import pulse
 
 TESTS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "fingerprint": fingerprint,
@@ -20,4 +21,5 @@ TESTS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "memory": memory,
     "p2p": p2p,
     "allreduce": allreduce,
+    "pulse": pulse,
 }
