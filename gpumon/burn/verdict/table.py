@@ -43,7 +43,7 @@ def _table(report: dict[str, Any], tests: tuple[str, ...], compact: bool) -> Tab
     table.add_column("GPU", no_wrap=True)
     table.add_column("model", no_wrap=True)
     if compact:
-        table.add_column("result", overflow="fold", min_width=6)
+        table.add_column("result", min_width=max(len(t) for t in tests) if tests else 6)  # a test name never split
     else:
         for t in tests:
             table.add_column(t, no_wrap=True)
