@@ -52,9 +52,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--quick", action="store_true", help="a verdict in under a minute: shorter load, smaller sizes")
     p.add_argument(
+        "--long",
+        action="store_true",
+        help="soak: matmul at full power for 15 min (or --duration) with settle and throttle-onset times, "
+        "then power steps (pulse)",
+    )
+    p.add_argument(
         "--dtype", default="auto", help=f"matmul dtype: {'|'.join(DTYPES)} (auto: bf16 on sm80+, fp16 before)"
     )
     add_json_option(p, "the report")
+    p.add_argument(
+        "--wide", action="store_true", help="verdict table with a column per test, however wide (default: fits)"
+    )
     p.add_argument("--force", action="store_true", help="burn even if other compute processes use the GPUs")
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (CPU tensors + gloo, for CI)")
     p.add_argument(
@@ -130,7 +139,7 @@ def _torchrun(env: dict[str, str]) -> bool:
 def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOptions | None, Any, list[str]]:
     """Validate everything; returns (options, initialised backend, problems). Raises CannotRunError."""
     problems: list[str] = []
-    tests, p = parse_tests(args.tests)
+    tests, p = parse_tests(args.tests, long=bool(getattr(args, "long", False)))
     problems += p
     problems += _flag_problems(args)
     device = args.device if args.device in DEVICES else "cuda"
@@ -159,7 +168,9 @@ def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOp
     opts = BurnOptions(
         gpus=gpus,
         tests=tests,
-        duration_seconds=args.duration if args.duration is not None else default_duration(device, args.quick),
+        duration_seconds=args.duration
+        if args.duration is not None
+        else default_duration(device, args.quick, bool(getattr(args, "long", False))),
         quick=args.quick,
         dtype=args.dtype,
         json_path=args.json,
@@ -171,6 +182,8 @@ def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOp
         startup_timeout_seconds=args.startup_timeout,
         launch=launch,
         gpus_per_agent=gpus_per_agent,
+        wide=bool(getattr(args, "wide", False)),
+        long=bool(getattr(args, "long", False)),
     )
     return opts, backend, []
 
@@ -178,6 +191,8 @@ def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOp
 def _flag_problems(args: argparse.Namespace) -> list[str]:
     """What is wrong with --dtype, --device, --duration and the two timeouts (seconds)."""
     problems: list[str] = []
+    if args.quick and getattr(args, "long", False):
+        problems.append("--quick and --long: choose one")
     if args.dtype not in DTYPES:
         problems.append(f"--dtype: unknown dtype {args.dtype!r} (one of {'|'.join(DTYPES)})")
     if args.device not in DEVICES:

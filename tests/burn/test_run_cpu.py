@@ -22,13 +22,15 @@ def test_healthy_run_passes_writes_reports_and_removes_the_marker(burn, tmp_path
     r = burn([*CPU, "--gpus", "0,1"])
     assert r.code == 0, r.out + r.err
     assert "burn: PASS — 2 GPU(s)" in r.out
-    assert "gpu 1 rank 1 matmul" in r.out  # plain progress lines when stdout is not a terminal
+    assert "GPU 1 rank 1 matmul: rate " in r.out  # plain progress lines when stdout is not a terminal
     rep = r.report
     assert rep["verdict"] == "pass" and rep["exit_code"] == 0 and rep["faults"] == []
     assert [g["gpu"] for g in rep["gpus"]] == [0, 1]
     for g in rep["gpus"]:
         assert g["tests"] == {
             "sw": True,
+            "fingerprint": True,
+            "pcie": True,
             "matmul": True,
             "memory": True,
             "p2p": None,
@@ -59,7 +61,7 @@ def test_corrupted_results_and_an_allocation_failure_are_each_attributed_to_thei
     (oom,) = gpu0  # the first large allocation (matmul's) fails; GPU 0's other tests pass
     assert oom.startswith("GPU 0 (rank 0): out of memory (injected out of memory allocating"), oom
     assert any("silent data corruption" in f for f in gpu1)
-    assert any("words read back wrong" in f for f in gpu1)
+    assert any("read back wrong" in f for f in gpu1)
     assert any("all-reduce result wrong on rank 1" in f for f in gpu1)
     assert r.report["gpus"][0]["tests"] == {"matmul": False, "memory": True, "allreduce": True, "telemetry": True}
 
