@@ -12,6 +12,8 @@ health:
     node_name: gpu017              # default: $SLURMD_NODENAME, else the short host name
     partition: gpu                 # the breaker's partition (default: the node's partitions)
     max_drained_share: 0.25        # never let more than this share of the partition be unable to take work
+    max_drained_nodes: 10          # ...nor more than this many nodes (the lower wins; default: no cap)
+    bring_up: false                # true while nodes join at once: only drains count against the breaker
     reason_prefix: "gpumon:"
     sinfo: sinfo                   # reads the nodes (sinfo --json; scontrol show node -o without it)
     scontrol: scontrol             # drains and undrains
@@ -49,6 +51,12 @@ class SlurmConfig:
     node_name: str | None = None
     partition: str | None = None
     max_drained_share: float = 0.25
+    max_drained_nodes: int | None = None
+    """An absolute cap beside the share: never more than this many nodes unable to take work (the lower
+    of the two wins); None: the share alone."""
+    bring_up: bool = False
+    """The cluster is being brought up (nodes joining at once): only drains count against the breaker,
+    not nodes that are DOWN, NOT_RESPONDING or FUTURE while their slurmd registers."""
     reason_prefix: str = "gpumon:"
     scontrol: str = "scontrol"
     sinfo: str = "sinfo"
@@ -180,6 +188,8 @@ _SLURM_KEYS = {
     "node_name",
     "partition",
     "max_drained_share",
+    "max_drained_nodes",
+    "bring_up",
     "reason_prefix",
     "scontrol",
     "sinfo",
@@ -200,7 +210,7 @@ def parse_slurm(raw: Any, where: str = "health.slurm") -> tuple[SlurmConfig, lis
     for key in raw:
         if key not in _SLURM_KEYS:
             problems.append(f"{where}: unknown key {key!r} ({', '.join(sorted(_SLURM_KEYS))})")
-    for key in ("enabled", "epilog_burn"):
+    for key in ("enabled", "epilog_burn", "bring_up"):
         if key in raw:
             if isinstance(raw[key], bool):
                 values[key] = raw[key]
@@ -221,6 +231,8 @@ def parse_slurm(raw: Any, where: str = "health.slurm") -> tuple[SlurmConfig, lis
             problems.append(f"{where}.max_drained_share must be a share between 0 and 1, got {share!r}")
             share = None
         values["max_drained_share"] = share
+    if "max_drained_nodes" in raw:
+        values["max_drained_nodes"] = _number(raw, "max_drained_nodes", where, problems, integer=True)
     values = {k: v for k, v in values.items() if v is not None}
     return SlurmConfig(**values), problems
 
