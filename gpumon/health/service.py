@@ -190,18 +190,20 @@ class HealthService:
 
     # ---- inputs ------------------------------------------------------------
     def on_xid(self, event: XidEvent) -> None:
+        """Take an XID in. Written at once when the verdict changed (a fault opened or rose, a first XID of a
+        code on a GPU); a repeat of a known fault (an XID storm) is written with the next poll or report."""
         with self._lock:
             self._generation += 1
             self.lifecycle.record(event, self._boot_id)
             self._pending.append((True, event))
-            self._save()
+            if self.lifecycle.urgent:
+                self._save()
 
     def on_xid_paired(self, event: XidEvent) -> None:
         """The other source's copy of a counted XID (``XidTracker.subscribe_paired``): remembered as seen."""
         with self._lock:
             self.lifecycle.note_seen(event, self._boot_id)
             self._pending.append((False, event))
-            self._save()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         """Store subscriber: never raises into the poller."""
@@ -329,7 +331,7 @@ class HealthService:
                     self._merge_from_file()
                 write_json(self._xid_path, self.lifecycle.to_json(), mode=STATE_FILE_MODE)
                 self._xid_key = stat_key(self._xid_path)
-            self.lifecycle.changed = False
+            self.lifecycle.changed = self.lifecycle.urgent = False
             self._pending.clear()
         except (OSError, TimeoutError) as exc:
             log.error("cannot write the XID lifecycle state %s: %s", self._xid_path, exc)
