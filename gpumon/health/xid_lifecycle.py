@@ -31,6 +31,7 @@ Pure and clock-free: events, snapshots, boot ids and operator clears come in; fi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,7 @@ from gpumon.health.xid_state_checks import entries, finite_number, valid_clear, 
 from gpumon.model.findings import ACTIONS, CRITICAL, LIFECYCLE_OF_ACTION, WARNING, Finding, ladder_action
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
+from gpumon.model.xid74 import Xid74, decode_xid74
 from gpumon.model.xid_catalog import Escalation, XidCatalog, XidInfo
 
 _MAX_SEEN = 4000
@@ -153,20 +155,24 @@ class XidLifecycle:
             return  # recorded by a gpumon before identities (matched once each: the log read again after an upgrade)
         gpu, ts, code = event.gpu_index, event.timestamp_seconds, event.xid
         info = self.catalog.lookup(code)
+        nvlink = decode_xid74(event.message) if code == 74 else None
+        if nvlink is not None:  # the NVLink problem the registers name decides the action (gpumon.model.xid74)
+            info = dataclasses.replace(info, action=nvlink.action)
         predecessor = (
             None if info.follows == () else self.recent.predecessor(gpu, code, ts, info.follows, self._defer_window)
         )
-        first = self.recent.add(
-            {"gpu": gpu, "uuid": event.uuid, "xid": code, "ts": ts, "deferred": predecessor is not None, "id": key}
-        )
+        entry = {"gpu": gpu, "uuid": event.uuid, "xid": code, "ts": ts, "deferred": predecessor is not None, "id": key}
+        first = self.recent.add({**entry, "ignored": True} if info.action == "ignore" and nvlink else entry)
         if first and predecessor is None and info.severity != "info":
             self.urgent = True  # a new WARNING at least
+        if info.resolves:
+            self._cancel(gpu, info, ts)
         if predecessor is not None:
             self._add_follower(gpu, predecessor, code)
             return
         if info.action == "follow_other_xid":
             return  # cleanup after an error that is no longer in view: not a fault by itself
-        self._count_fault(event, gpu, info)
+        self._count_fault(event, gpu, info, nvlink)
 
     def _add_follower(self, gpu: int, predecessor: int, code: int) -> None:
         """``code`` deferred to ``predecessor``: named in that fault's evidence (``followed_by``), not counted."""
@@ -176,7 +182,17 @@ class XidLifecycle:
                 if code not in open_fault["followed_by"]:
                     open_fault["followed_by"].append(code)
 
-    def _count_fault(self, event: XidEvent, gpu: int, info: XidInfo) -> None:
+    def _cancel(self, gpu: int, info: XidInfo, ts: float) -> None:
+        """``info``'s XID came on ``gpu`` at ``ts``: what the codes it ``resolves`` asked for before is void (their
+        open fault resolved, their recent XIDs no longer shown), e.g. 162 (PSHC re-engaged) after 163's reset."""
+        how = f"resolved by XID {info.code} ({short_meaning(info.meaning)})"
+        self._resolve(lambda f: f["gpu"] == gpu and f["xid"] in info.resolves and f["first_seconds"] <= ts, how, at=ts)
+        for e in self.recent:
+            if e["gpu"] == gpu and e["xid"] in info.resolves and e["ts"] <= ts and not e.get("resolved"):
+                e["resolved"] = True
+                self.changed = self.urgent = True
+
+    def _count_fault(self, event: XidEvent, gpu: int, info: XidInfo, nvlink: Xid74 | None = None) -> None:
         """A counted XID of ``gpu``: its action on the ladder (escalated when the catalog or the config says so)
         opens or adds to the GPU's fault of that code; a transient one opens none (shown while recent)."""
         ts, code = event.timestamp_seconds, event.xid
@@ -208,6 +224,8 @@ class XidLifecycle:
         if ACTIONS.index(action) >= ACTIONS.index(fault.get("action", "none")):
             self.urgent = self.urgent or action != fault.get("action")
             fault["action"] = action
+            if nvlink is not None:
+                fault["nvlink"] = {"class": nvlink.kind, "link": nvlink.link, "registers": list(nvlink.registers)}
             fault["lifecycle"] = LIFECYCLE_OF_ACTION[action]
         if escalated and escalation is not None:
             self.urgent = self.urgent or "escalated" not in fault
@@ -287,6 +305,8 @@ class XidLifecycle:
         out: list[Finding] = []
         for f in self.faults:
             summary = f"xid {f['xid']} {f['meaning']}"
+            if isinstance(f.get("nvlink"), dict):
+                summary += f" ({str(f['nvlink'].get('class', '')).replace('_', ' ')}, link {f['nvlink'].get('link')})"
             if f.get("escalated"):
                 esc = f["escalated"]
                 summary += f" ({esc['count']} in {duration(esc['window_seconds'], style='spelled')})"
@@ -306,6 +326,7 @@ class XidLifecycle:
                         "last_seconds": f.get("last_seconds"),
                         "followed_by": f.get("followed_by", []),
                         "source": f.get("source"),
+                        **({"nvlink": f["nvlink"]} if f.get("nvlink") else {}),
                         **({"escalated": f["escalated"]} if f.get("escalated") else {}),
                     },
                 )
@@ -313,7 +334,7 @@ class XidLifecycle:
         faulted = {(f["gpu"], f["xid"]) for f in self.faults}
         transient: dict[tuple[int, int], list[dict[str, Any]]] = {}
         for e in self.recent:
-            if e.get("deferred") or e.get("resolved") or (e["gpu"], e["xid"]) in faulted:
+            if e.get("deferred") or e.get("resolved") or e.get("ignored") or (e["gpu"], e["xid"]) in faulted:
                 continue
             if now_seconds - e["ts"] > self.policy.transient_window_seconds:
                 continue
@@ -353,6 +374,7 @@ class XidLifecycle:
         keep = []
         for f in self.faults:
             if match(f):
+                self.urgent = True
                 self.resolved.append({**f, "resolved_by": how, **({"resolved_seconds": at} if at else {})})
                 for e in self.recent:  # still counted for escalation, no longer shown
                     if e["gpu"] == f["gpu"] and e["xid"] == f["xid"]:
