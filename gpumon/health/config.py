@@ -5,6 +5,7 @@ health:
   sysfs_root: /sys
   defer_window_seconds: 60         # an XID that follows another within this defers to it
   transient_window_seconds: 3600   # how long a non-fatal XID shows as WARNING
+  stuck_process_seconds: 300       # a process holding a GPU in D state this long is a finding
   xid_escalation:                  # per code; overrides the catalog's escalate
     48: {count: 3, window_seconds: 86400, action: replace}
   slurm:
@@ -80,6 +81,8 @@ class HealthConfig:
     transient_window_seconds: float = 3600.0
     poll_timeout_seconds: float = 20.0
     """gpumon health without a daemon: how long one poll of the GPUs may take before the verdict is CRITICAL."""
+    stuck_process_seconds: float = 300.0
+    """A process holding a GPU in uninterruptible sleep (D state) this long is a finding (gpumon.health.stuck_processes)."""
     xid_escalation: Mapping[int, Escalation] = field(default_factory=dict)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     stragglers: StragglerConfig = field(default_factory=StragglerConfig)
@@ -95,6 +98,7 @@ _HEALTH_KEYS = {
     "defer_window_seconds",
     "transient_window_seconds",
     "poll_timeout_seconds",
+    "stuck_process_seconds",
     "xid_escalation",
     "slurm",
 }
@@ -132,7 +136,7 @@ def parse_health(raw: Any, where: str = "health") -> tuple[HealthConfig, list[st
             problems.append(f"{where}: unknown key {key!r} ({', '.join(sorted(_HEALTH_KEYS))})")
     if "expected_gpu_count" in raw:
         values["expected_gpu_count"] = _number(raw, "expected_gpu_count", where, problems, integer=True)
-    for key in ("defer_window_seconds", "transient_window_seconds", "poll_timeout_seconds"):
+    for key in ("defer_window_seconds", "transient_window_seconds", "poll_timeout_seconds", "stuck_process_seconds"):
         if key in raw:
             values[key] = _number(raw, key, where, problems)
     for key in ("sysfs_root", "boot_id_path"):

@@ -35,7 +35,9 @@ from gpumon.health.inventory import (
     inventory_of,
     missing_from_nvml,
 )
+from gpumon.health.profiling_stuck import StuckProfiling
 from gpumon.health.stragglers import Deviation, StragglerDetector
+from gpumon.health.stuck_processes import StuckProcesses
 from gpumon.health.trends import Increase, TrendTracker
 from gpumon.health.xid_lifecycle import XidLifecycle, XidPolicy
 from gpumon.model.findings import WARNING, Finding, HealthReport, verdict
@@ -114,8 +116,7 @@ class HealthService:
         self._baseline_mtime = self._inventory_mtime()
         self._baseline_refused: str | None = None
         """Why the baseline was not recorded (said once per reason)."""
-        self.stragglers = StragglerDetector(self.config.stragglers)
-        self.trends = TrendTracker(self.config.trends, words=lambda code: self._xid_name(catalog, code))
+        self.stragglers, self.trends, self.profiling, self.stuck_processes = self._detectors(catalog)
         self._burn = BurnMarkerReader(self.state_dir)
         self._boot_id = read_boot_id(self.config.boot_id_path)
         """Read once: it changes only at a reboot, which also restarts this process."""
@@ -125,6 +126,15 @@ class HealthService:
         """The last report and when it was made (``monotonic``), with what it read (``current_report``)."""
         self._burn_read: Reuse[list[Finding]] = Reuse()
         """The last burn's findings, of the very clears and the results file's stat key."""
+
+    def _detectors(self, catalog: XidCatalog) -> tuple[StragglerDetector, TrendTracker, StuckProfiling, StuckProcesses]:
+        """The detectors fed every snapshot: stragglers, error trends, stuck profiling counters, stuck processes."""
+        return (
+            StragglerDetector(self.config.stragglers),
+            TrendTracker(self.config.trends, words=lambda code: self._xid_name(catalog, code)),
+            StuckProfiling(),
+            StuckProcesses(self.config.stuck_process_seconds),
+        )
 
     def _new_lifecycle(self) -> XidLifecycle:
         """The XID lifecycle as the file has it now."""
@@ -218,6 +228,8 @@ class HealthService:
             self._snapshot = snapshot
             self.stragglers.observe(snapshot, burning=self._burn.read() is not None)
             self.trends.observe(snapshot)
+            self.profiling.observe(snapshot)
+            self.stuck_processes.observe(snapshot)
             self.lifecycle.observe(snapshot, self._boot_id)
             if self.baseline is None and complete(snapshot):
                 self._record_baseline(snapshot)
@@ -276,6 +288,7 @@ class HealthService:
             if self._burn.read() is None:  # a burn makes its GPUs unequal on purpose
                 findings += self.stragglers.findings(now)
             findings += self.trends.findings(now)
+            findings += self.profiling.findings(now) + self.stuck_processes.findings(now)
             if snapshot is not None:
                 findings += self._drift_check.drift(self.baseline, snapshot, self.config.expected_gpu_count)
             self._save()
