@@ -34,6 +34,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from gpumon.events.xid_log import XidLog
 from gpumon.model.bus_id import normalize_bus_id
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
@@ -74,10 +75,14 @@ class _Counts:
 class XidTracker:
     """Thread-safe XID counts by GPU index (None: a GPU gpumon does not know) and code."""
 
-    def __init__(self, live_since_seconds: float, logger: logging.Logger | None = None) -> None:
-        """``live_since_seconds``: Unix time the daemon started (earlier kernel-log XIDs are "since boot")."""
+    def __init__(
+        self, live_since_seconds: float, logger: logging.Logger | None = None, xid_log: XidLog | None = None
+    ) -> None:
+        """``live_since_seconds``: Unix time the daemon started (earlier kernel-log XIDs are "since boot");
+        ``xid_log``: the log lines of live XIDs, one per distinct fault (gpumon.events.xid_log)."""
         self._live_since = live_since_seconds
         self._log = logger or log
+        self._xid_log = xid_log or XidLog(self._log)
         self._lock = threading.Lock()
         self._bus_to_index: dict[str, int] = {}
         self._by_gpu: dict[int | None, _Counts] = {}
@@ -129,6 +134,7 @@ class XidTracker:
 
         Fits ``SnapshotStore.subscribe``, so GPUs that appear after a late NVML start are learnt too.
         """
+        self._xid_log.flush()  # every poll: the summaries of repeated XIDs that are due
         mapping = {g.pci_bus_id: g.index for g in snapshot.gpus if g.pci_bus_id}
         if mapping == self._last_snapshot_buses:
             return  # every poll but the first: the same GPUs at the same bus ids
@@ -184,12 +190,15 @@ class XidTracker:
             )
             self._notify(listeners, attributed)
             return False
-        if index is None and warn_unmatched and self._bus_to_index:  # before the GPUs are known: set_gpus says it
-            self._log.warning(
-                "XID %d on PCI %s, which is none of the GPUs gpumon watches; counted without a GPU",
-                event.xid,
-                bus or "(no bus id)",
+        # live: one line per distinct fault (the backfill is said in one line by its reader); an XID on no GPU
+        # before the GPUs are known is said by set_gpus
+        if warn_unmatched and (index is not None or self._bus_to_index):
+            where = (
+                f"GPU {index}"
+                if index is not None
+                else f"PCI {bus or '(no bus id)'}, which is none of the GPUs gpumon watches; counted without a GPU"
             )
+            self._xid_log.note(attributed, where, event.message or "")
         self._notify(listeners, attributed)
         return True
 

@@ -37,7 +37,9 @@ from gpumon.health.inventory import (
     missing_from_nvml,
 )
 from gpumon.health.poll_watch import PollWatch
+from gpumon.health.profiling_stuck import StuckProfiling
 from gpumon.health.stragglers import Deviation, StragglerDetector
+from gpumon.health.stuck_processes import StuckProcesses
 from gpumon.health.trends import Increase, TrendTracker
 from gpumon.health.xid_lifecycle import XidLifecycle, XidPolicy
 from gpumon.model.findings import WARNING, Finding, HealthReport, verdict
@@ -111,8 +113,7 @@ class HealthService:
         self._baseline_mtime = self._inventory_mtime()
         self._baseline_refused: str | None = None
         """Why the baseline was not recorded (said once per reason)."""
-        self.stragglers = StragglerDetector(self.config.stragglers)
-        self.trends = TrendTracker(self.config.trends, words=lambda code: self._xid_name(catalog, code))
+        self.stragglers, self.trends, self.profiling, self.stuck_processes = self._detectors(catalog)
         self._burn = BurnMarkerReader(self.state_dir)  # a burn running on the node's GPUs (alerts read it too)
         self._boot_id = read_boot_id(self.config.boot_id_path)
         """Read once: it changes only at a reboot, which also restarts this process."""
@@ -134,6 +135,15 @@ class HealthService:
         self._inventory_path = self.folder / "inventory.json"
         self.burn_root = self.folder.parent if spec is not None else self.state_dir
         self._burn_results_path = burn_dir(self.burn_root) / LAST_NAME
+
+    def _detectors(self, catalog: XidCatalog) -> tuple[StragglerDetector, TrendTracker, StuckProfiling, StuckProcesses]:
+        """The detectors fed every snapshot: stragglers, error trends, stuck profiling counters, stuck processes."""
+        return (
+            StragglerDetector(self.config.stragglers),
+            TrendTracker(self.config.trends, words=lambda code: self._xid_name(catalog, code)),
+            StuckProfiling(),
+            StuckProcesses(self.config.stuck_process_seconds),
+        )
 
     def _new_lifecycle(self) -> XidLifecycle:
         """The XID lifecycle as the file has it now."""
@@ -199,18 +209,20 @@ class HealthService:
 
     # ---- inputs ------------------------------------------------------------
     def on_xid(self, event: XidEvent) -> None:
+        """Take an XID in. Written at once when the verdict changed (a fault opened or rose, a first XID of a
+        code on a GPU); a repeat of a known fault (an XID storm) is written with the next poll or report."""
         with self._lock:
             self._generation += 1
             self.lifecycle.record(event, self._boot_id)
             self._pending.append((True, event))
-            self._save()
+            if self.lifecycle.urgent:
+                self._save()
 
     def on_xid_paired(self, event: XidEvent) -> None:
         """The other source's copy of a counted XID (``XidTracker.subscribe_paired``): remembered as seen."""
         with self._lock:
             self.lifecycle.note_seen(event, self._boot_id)
             self._pending.append((False, event))
-            self._save()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         """Store subscriber: never raises into the poller."""
@@ -225,6 +237,8 @@ class HealthService:
             self._snapshot = snapshot
             self.stragglers.observe(snapshot, burning=self._burn.read() is not None)
             self.trends.observe(snapshot)
+            self.profiling.observe(snapshot)
+            self.stuck_processes.observe(snapshot)
             self.lifecycle.observe(snapshot, self._boot_id)
             if self.baseline is None and complete(snapshot):
                 self._record_baseline(snapshot)
@@ -284,6 +298,7 @@ class HealthService:
             if self._burn.read() is None:  # a burn makes its GPUs unequal on purpose
                 findings += self.stragglers.findings(now)
             findings += self.trends.findings(now)
+            findings += self.profiling.findings(now) + self.stuck_processes.findings(now)
             if snapshot is not None:
                 findings += self._drift_check.drift(self.baseline, snapshot, self.config.expected_gpu_count)
             self._save()
@@ -339,7 +354,7 @@ class HealthService:
                     self._merge_from_file()
                 write_json(self._xid_path, self.lifecycle.to_json(), mode=STATE_FILE_MODE)
                 self._xid_key = stat_key(self._xid_path)
-            self.lifecycle.changed = False
+            self.lifecycle.changed = self.lifecycle.urgent = False
             self._pending.clear()
         except (OSError, TimeoutError) as exc:
             self._not_saved("the XID lifecycle state", exc)
