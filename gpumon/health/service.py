@@ -25,6 +25,7 @@ from gpumon.health.clears import Clear
 from gpumon.health.clears import add_clear as add_clear  # gpumon health clear, tests: where it always was
 from gpumon.health.clears_watch import ClearsWatch
 from gpumon.health.config import HealthConfig
+from gpumon.health.detectors import Detectors
 from gpumon.health.drift_check import DriftCheck
 from gpumon.health.gpu_state import snapshot_findings
 from gpumon.health.health_files import read_boot_id
@@ -37,10 +38,8 @@ from gpumon.health.inventory import (
     missing_from_nvml,
 )
 from gpumon.health.poll_watch import PollWatch
-from gpumon.health.profiling_stuck import StuckProfiling
-from gpumon.health.stragglers import Deviation, StragglerDetector
-from gpumon.health.stuck_processes import StuckProcesses
-from gpumon.health.trends import Increase, TrendTracker
+from gpumon.health.stragglers import Deviation
+from gpumon.health.trends import Increase
 from gpumon.health.xid_lifecycle import XidLifecycle, XidPolicy
 from gpumon.model.findings import WARNING, Finding, HealthReport, verdict
 from gpumon.model.snapshot import Snapshot
@@ -113,7 +112,7 @@ class HealthService:
         self._baseline_mtime = self._inventory_mtime()
         self._baseline_refused: str | None = None
         """Why the baseline was not recorded (said once per reason)."""
-        self.stragglers, self.trends, self.profiling, self.stuck_processes = self._detectors(catalog)
+        self.detectors = Detectors.of(self.config, catalog)
         self._burn = BurnMarkerReader(self.state_dir)  # a burn running on the node's GPUs (alerts read it too)
         self._boot_id = read_boot_id(self.config.boot_id_path)
         """Read once: it changes only at a reboot, which also restarts this process."""
@@ -135,15 +134,6 @@ class HealthService:
         self._inventory_path = self.folder / "inventory.json"
         self.burn_root = self.folder.parent if spec is not None else self.state_dir
         self._burn_results_path = burn_dir(self.burn_root) / LAST_NAME
-
-    def _detectors(self, catalog: XidCatalog) -> tuple[StragglerDetector, TrendTracker, StuckProfiling, StuckProcesses]:
-        """The detectors fed every snapshot: stragglers, error trends, stuck profiling counters, stuck processes."""
-        return (
-            StragglerDetector(self.config.stragglers),
-            TrendTracker(self.config.trends, words=lambda code: self._xid_name(catalog, code)),
-            StuckProfiling(),
-            StuckProcesses(self.config.stuck_process_seconds),
-        )
 
     def _new_lifecycle(self) -> XidLifecycle:
         """The XID lifecycle as the file has it now."""
@@ -196,13 +186,6 @@ class HealthService:
             )
         )
 
-    @staticmethod
-    def _xid_name(catalog: XidCatalog, code: str) -> str:
-        try:
-            return catalog.lookup(int(code)).meaning
-        except (ValueError, AttributeError):
-            return ""
-
     @property
     def _xid_path(self) -> Path:
         return self.folder / "xid.json"
@@ -235,10 +218,7 @@ class HealthService:
         with self._lock:
             self._generation += 1
             self._snapshot = snapshot
-            self.stragglers.observe(snapshot, burning=self._burn.read() is not None)
-            self.trends.observe(snapshot)
-            self.profiling.observe(snapshot)
-            self.stuck_processes.observe(snapshot)
+            self.detectors.observe(snapshot, burning=self._burn.read() is not None)
             self.lifecycle.observe(snapshot, self._boot_id)
             if self.baseline is None and complete(snapshot):
                 self._record_baseline(snapshot)
@@ -295,10 +275,7 @@ class HealthService:
             findings += snapshot_findings(snapshot) if snapshot is not None or not extra else []
             findings += self._burn_findings(clears)
             findings += self._clears_watch.findings() + self._set_aside
-            if self._burn.read() is None:  # a burn makes its GPUs unequal on purpose
-                findings += self.stragglers.findings(now)
-            findings += self.trends.findings(now)
-            findings += self.profiling.findings(now) + self.stuck_processes.findings(now)
+            findings += self.detectors.findings(now, burning=self._burn.read() is not None)
             if snapshot is not None:
                 findings += self._drift_check.drift(self.baseline, snapshot, self.config.expected_gpu_count)
             self._save()
@@ -336,7 +313,7 @@ class HealthService:
         """The stragglers' deviations and the error counters' increases now (for the exported series)."""
         now = self._clock()
         with self._lock:
-            return self.stragglers.deviations(now), self.trends.increases(now)
+            return self.detectors.signals(now)
 
     def collector(self) -> HealthCollector:
         return HealthCollector(self)
