@@ -1,13 +1,15 @@
 """What the alert spool held, put back at start: the engine's states, the announced set, the queues.
 
 A restart (even after SIGKILL) resumes with the same ``startsAt`` and delivers what was queued.
-A damaged part is dropped (an engine state) or given this start's time (a notification whose
+A damaged part is dropped (an engine state; a whole engine section not of the shape gpumon writes,
+the spool then copied to ``spool.json.corrupt``) or given this start's time (a notification whose
 start or end is not a time), said in one warning line each, never a reason not to start.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,8 @@ def restore_spool(
     engine_state = data.get("engine")
     if isinstance(engine_state, dict):
         _restore_engine(engine_state, engine, path, log)
+    elif engine_state is not None:
+        _set_engine_aside(path, TypeError(f"it is {type(engine_state).__name__}, not an object"), log)
     now = clock()
     clamped, dropped = _restore_delivered(data.get("delivered"), delivered, now)
     queues = data.get("queues") or {}
@@ -65,7 +69,11 @@ def _restore_engine(engine_state: dict[str, Any], engine: AlertEngine, path: Pat
     # says nothing about this one, and a first poll slower than the 1 s timer would
     # otherwise find a snapshot hours old.
     engine_state = {k: v for k, v in engine_state.items() if k != "last_snapshot_at"}
-    dropped_states = engine.restore_state(engine_state)
+    try:
+        dropped_states = engine.restore_state(engine_state)
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
+        _set_engine_aside(path, exc, log)
+        return
     if dropped_states:
         log.warning(
             "alert spool %s: %d saved alert state(s) damaged (a time that is not a time, a field "
@@ -81,3 +89,21 @@ def _restore_delivered(raw_delivered: Any, delivered: dict[str, Notification], n
     for n in notifications:
         delivered[n.fingerprint] = n
     return clamped, dropped
+
+
+def _set_engine_aside(path: Path, exc: BaseException, log: logging.Logger) -> None:
+    """An engine section not of the shape gpumon writes: the spool is copied aside (``spool.json.corrupt``,
+    kept for the operator), said in one line, and the alert states start afresh; the announced set and
+    the queues are still restored (nothing queued is lost)."""
+    aside = path.with_name(path.name + ".corrupt")
+    try:
+        shutil.copyfile(path, aside, follow_symlinks=False)
+        kept = f"copied to {aside}"
+    except OSError as err:
+        kept = f"not copied aside: {err.strerror or err}"
+    log.error(
+        "alert spool %s: 1 damaged engine section (%s); %s, alerts are evaluated afresh, queued notifications are kept",
+        path,
+        exc,
+        kept,
+    )
