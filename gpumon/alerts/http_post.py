@@ -125,15 +125,20 @@ def post_json(
     if 200 <= code < 300:
         return SendResult("sent", f"HTTP {code}")
     if 300 <= code < 400:
-        where = _short_text(response.headers.get("Location") or "nowhere (no Location)")
-        return SendResult(
-            "retry",
-            f"HTTP {code} redirects to {where}; not followed: set the receiver's URL to where it points",
-            kind=REDIRECT,
-        )
+        return _redirect(code, response.headers.get("Location"))
     if code == 429 or code >= 500:
         return SendResult("retry", f"HTTP {code} {text}", retry_after_seconds(response.headers.get("Retry-After"), now))
     return SendResult("dropped", f"HTTP {code} {text}")
+
+
+def _redirect(code: int, location: str | None) -> SendResult:
+    """A redirect, not followed: a retry of its own kind (REDIRECT) saying where it points."""
+    where = _short_text(location or "nowhere (no Location)")
+    return SendResult(
+        "retry",
+        f"HTTP {code} redirects to {where}; not followed: set the receiver's URL to where it points",
+        kind=REDIRECT,
+    )
 
 
 def _read_reply(response: requests.Response, deadline: float) -> bytes:
