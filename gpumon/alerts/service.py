@@ -55,6 +55,9 @@ TICK_SECONDS = 5.0
 the tick only keeps time between them (a snapshot gone stale, XIDs expiring, re-sending firing
 alerts, the finding rules), none of which needs a finer step: every wake costs CPU (docs/benchmarks.md)."""
 
+PERSIST_WAIT_SECONDS = 5.0
+"""How long a sender waits for the spool to hold what it is about to send (a write takes milliseconds)."""
+
 Handler = Callable[[], tuple[int, str, bytes]]
 
 
@@ -292,6 +295,7 @@ class AlertService:
             external_url=config.external_url,
             http=config.receiver_http.get(url, ReceiverHttp()),
             on_change=self._mark_dirty,
+            persisted=self._persisted,
             clock=self._clock,
             **extra,
         )
@@ -328,6 +332,12 @@ class AlertService:
 
     def _mark_dirty(self) -> None:
         self._spool_writer.mark_dirty()
+
+    def _persisted(self) -> bool:
+        """Wait (a sender, before each batch) until the spool holds every change so far; not while its
+        writes fail (a read-only state directory never holds deliveries back), at most PERSIST_WAIT_SECONDS."""
+        writer = self._spool_writer
+        return writer.sync(PERSIST_WAIT_SECONDS, lambda: self._running and not writer.failing)
 
     def _spool_document(self) -> dict[str, Any]:
         with self._lock:
