@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from gpumon.alerts.config import ReceiverHttp
+from gpumon.util.bounded_reply import read_reply
 
 if TYPE_CHECKING:  # requests is loaded where an alert is first sent, not with the daemon (~5 MiB, 110 modules)
     import requests
@@ -109,7 +110,7 @@ def post_json(
             stream=True,
         )
         try:
-            reply = _read_reply(response, deadline)
+            reply = read_reply(response, MAX_REPLY_BYTES, deadline)[0]
         finally:
             response.close()
     except requests.Timeout:
@@ -139,23 +140,6 @@ def _redirect(code: int, location: str | None) -> SendResult:
         f"HTTP {code} redirects to {where}; not followed: set the receiver's URL to where it points",
         kind=REDIRECT,
     )
-
-
-def _read_reply(response: requests.Response, deadline: float) -> bytes:
-    """Up to MAX_REPLY_BYTES of the reply's body as sent (never decompressed), read until ``deadline``
-    (monotonic seconds); each read waits at most the request's timeout."""
-    chunks: list[bytes] = []
-    size = 0
-    while size < MAX_REPLY_BYTES and time.monotonic() < deadline:
-        try:
-            chunk = response.raw.read(min(16 * 1024, MAX_REPLY_BYTES - size), decode_content=False)
-        except Exception:  # urllib3's read timeout or a connection dropped: the status is known, the text is a detail
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 def _unreadable_tls_file(http: ReceiverHttp) -> str | None:
