@@ -10,6 +10,7 @@ notifications delivered, distinct ones (by fingerprint, status, startsAt, endsAt
 batch that was in flight at its kill.
 
     PYTHONPATH=$PWD python scripts/issue42_spool_kills.py --kills 50
+    PYTHONPATH=$PWD python scripts/issue42_spool_kills.py --kills 50 --fsync-delay 0.05   # a slow disk
 """
 
 from __future__ import annotations
@@ -40,8 +41,12 @@ def _spool(x):
     except OSError:
         return False
     return "/alerts" in str(name)
+_DELAY = float(os.environ.get("SPOOL_FSYNC_DELAY", "0"))
 def _wrap(real):
     def call(*args, **kwargs):
+        if args and _spool(args[0]) and real.__name__ == "fsync" and _DELAY:
+            import time
+            time.sleep(_DELAY)  # a disk whose fsync takes this long
         if args and _spool(args[0]) and random.random() < _P:
             with open(os.environ["KILL_LOG"], "a") as f:
                 f.write(real.__name__ + "\\n")
@@ -62,6 +67,7 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--p", type=float, default=0.05, help="chance that one spool fsync/chmod/rename kills")
     parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--fsync-delay", type=float, default=0.0, help="seconds each spool fsync takes (a slow disk)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="spool-kills-"))
     (tmp / "inject").mkdir()
@@ -103,7 +109,7 @@ def main() -> int:
         daemon = DaemonProcess(
             ["--backend", f"fake:{tmp / 'scenario.json'}", "--config", str(tmp / "gpumon.yaml")],
             tmp,
-            env={**env, "KILL_SPOOL_WRITE_P": str(args.p)},
+            env={**env, "KILL_SPOOL_WRITE_P": str(args.p), "SPOOL_FSYNC_DELAY": str(args.fsync_delay)},
         )
         daemon.state_dir = tmp / "state"
         try:
