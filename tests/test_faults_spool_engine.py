@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
 
 from gpumon.alerts.service import AlertService
+from gpumon.exposition.registry import MetricsOf
 from tests.alerts.helpers import alerting
 from tests.helpers import DaemonProcess
 
@@ -57,6 +59,9 @@ def test_a_bad_engine_section_is_set_aside_and_the_queue_kept(
     assert [r["queue_length"] for r in service.receivers()] == [1], "the queued notification is kept"
     assert (spool.parent / "spool.json.corrupt").read_bytes() == content
     assert len([r for r in caplog.records if "engine" in r.getMessage()]) == 1, "one line says so"
+    registry = CollectorRegistry()
+    registry.register(MetricsOf(service.collector()))
+    assert "gpumon_alert_spool_damaged_total 1.0" in generate_latest(registry).decode().splitlines()
 
 
 @settings(max_examples=200, deadline=None)
@@ -82,6 +87,7 @@ def test_the_daemon_starts_on_a_spool_whose_engine_section_is_bad(tmp_path: Path
     try:
         daemon.wait_ready(timeout=30)
         assert daemon.get("/api/alerts").status_code == 200
+        assert "gpumon_alert_spool_damaged_total 1.0" in daemon.metrics().splitlines()
     finally:
         daemon.stop()
     assert (spool.parent / "spool.json.corrupt").exists()

@@ -108,6 +108,8 @@ class AlertService:
         """The announced alerts by fingerprint (``delivery``)."""
         self._receivers: dict[str, Receiver] = {}
         self._errors_total = 0
+        self._spool_damaged = 0
+        """Damaged parts of the spool found at start (``restore_spool``), a spool set aside counting one."""
         self._last_error_logged = 0.0
         self._threads: list[threading.Thread] = []
         self._running = False
@@ -354,7 +356,10 @@ class AlertService:
     def _restore(self) -> None:
         data = self._spool.load()
         if data:
-            restore_spool(data, self._engine, self._delivered, self._receivers, self._clock, self._spool.path, log)
+            self._spool_damaged = restore_spool(
+                data, self._engine, self._delivered, self._receivers, self._clock, self._spool.path, log
+            )
+        self._spool_damaged += self._spool.set_aside
 
     def _to_wall(self, seconds: float) -> float:
         """A time of the alert engine as the wall clock shows it (what is shown and sent)."""
@@ -368,6 +373,7 @@ class AlertService:
                 self._burn,
                 self._errors_total,
                 self._spool_writer.errors_total,
+                self._spool_damaged,
             )
 
 

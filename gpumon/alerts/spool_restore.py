@@ -27,15 +27,18 @@ def restore_spool(
     clock: Callable[[], float],
     path: Path,
     log: logging.Logger,
-) -> None:
+) -> int:
     """Put back what the spool at ``path`` held (``data``): the engine's states, the announced set
     (into ``delivered``) and each receiver's queue (by URL). ``clock``: Unix seconds, read once for
-    this start's time; ``log``: the logger its lines go to."""
+    this start's time; ``log``: the logger its lines go to. Returns the damaged parts met (an engine
+    section set aside, states and notifications dropped or clamped), each said in a log line."""
     engine_state = data.get("engine")
+    damaged = 0
     if isinstance(engine_state, dict):
-        _restore_engine(engine_state, engine, path, log)
+        damaged = _restore_engine(engine_state, engine, path, log)
     elif engine_state is not None:
         _set_engine_aside(path, TypeError(f"it is {type(engine_state).__name__}, not an object"), log)
+        damaged = 1
     now = clock()
     clamped, dropped = _restore_delivered(data.get("delivered"), delivered, now)
     queues = data.get("queues") or {}
@@ -61,9 +64,11 @@ def restore_spool(
         len(delivered),
         restored,
     )
+    return damaged + clamped + dropped
 
 
-def _restore_engine(engine_state: dict[str, Any], engine: AlertEngine, path: Path, log: logging.Logger) -> None:
+def _restore_engine(engine_state: dict[str, Any], engine: AlertEngine, path: Path, log: logging.Logger) -> int:
+    """The engine's states put back; the damaged parts met (1 for a section set aside, else the states dropped)."""
     # Staleness is judged from this process's start until its first snapshot (the
     # start-up grace is the rule's threshold): the previous process's last snapshot
     # says nothing about this one, and a first poll slower than the 1 s timer would
@@ -73,7 +78,7 @@ def _restore_engine(engine_state: dict[str, Any], engine: AlertEngine, path: Pat
         dropped_states = engine.restore_state(engine_state)
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
         _set_engine_aside(path, exc, log)
-        return
+        return 1
     if dropped_states:
         log.warning(
             "alert spool %s: %d saved alert state(s) damaged (a time that is not a time, a field "
@@ -81,6 +86,7 @@ def _restore_engine(engine_state: dict[str, Any], engine: AlertEngine, path: Pat
             path,
             dropped_states,
         )
+    return dropped_states
 
 
 def _restore_delivered(raw_delivered: Any, delivered: dict[str, Notification], now: float) -> tuple[int, int]:
