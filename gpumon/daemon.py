@@ -5,7 +5,8 @@ exporter (collector with the alerts, burn-results and DCGM collectors; HTTP serv
 the web config) -> poll job (APScheduler; the only caller of the backend's read) -> XID
 event thread and kernel-log follower -> systemd notifications. Shutdown goes in reverse.
 
-Signals only set flags; the main thread acts on them and pings the systemd watchdog. It
+Signals only set flags and ring a wake-up fd (``gpumon.wakeup``: no lock in a handler, so a SIGHUP
+storm neither deadlocks nor kills the daemon); the main thread acts on them and pings the systemd watchdog. It
 never waits on a poll, so SIGTERM/SIGINT stop within 2 s in every state, even while an
 NVML call hangs (the poll and event threads are daemon threads). SIGHUP reloads the
 configuration: all of it is read and checked first, then applied; a reload that fails for
@@ -18,10 +19,8 @@ from __future__ import annotations
 import logging
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from gpumon import process_memory
@@ -52,6 +51,7 @@ from gpumon.model.xid_catalog import XidCatalog
 from gpumon.systemd_notify import SystemdNotifier
 from gpumon.util.state.files import close_to_others, health_dir
 from gpumon.util.state.lock import DaemonLock
+from gpumon.wakeup import SignalFlags, Wakeup
 
 if TYPE_CHECKING:
     from gpumon.http.webconfig_watcher import WebConfigWatcher
@@ -108,10 +108,9 @@ class Daemon:
         self._settle_memory = settle_memory
         self._mono = monotonic
         self._wall = wall_clock
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        """Set by SIGTERM/SIGINT and never cleared: a stop cannot be lost to a reload."""
-        self._reload = threading.Event()
+        self._wake = Wakeup()
+        self._signals = SignalFlags()
+        """stop: set by SIGTERM/SIGINT and never cleared (a stop cannot be lost to a reload); reload: by SIGHUP."""
         self._reloads = ConfigReload(self, reload_config, wall_clock)
         self._deaf = False
         """True while the exporter cannot answer (the watchdog is not fed)."""
@@ -263,6 +262,7 @@ class Daemon:
             self.kernel_log.stop(timeout=0.5)
         self.alerts.stop(timeout=0.5)
         self._state_lock.release()
+        self._wake.close()
         if not stuck:
             try:
                 self.backend.shutdown()
@@ -270,30 +270,29 @@ class Daemon:
                 log.debug("backend shutdown failed", exc_info=True)
 
     def request_stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
+        self._signals.stop = True
+        self._wake.ring()
 
     def request_reload(self) -> None:
-        self._reload.set()
-        self._wake.set()
+        self._signals.reload = True
+        self._wake.ring()
 
     def run_forever(self) -> int:
         """Serve until SIGTERM/SIGINT; reload on SIGHUP. Returns the exit code."""
         self._install_signals()
         ready_sent = False
-        self.store.subscribe(lambda snapshot: None if ready_sent else self._wake.set())
+        self.store.subscribe(lambda snapshot: None if ready_sent else self._wake.ring())
         self.start()
         # Woken by a signal, by the first snapshot (READY=1) and when systemd's watchdog wants its
         # ping; without a watchdog only every DEAF_CHECK_SECONDS, to log an exporter gone deaf.
         period = self.notifier.watchdog_ping_period_seconds() or DEAF_CHECK_SECONDS
         try:
-            while not self._stop.is_set():
+            while not self._signals.stop:
                 self._wake.wait(period)
-                self._wake.clear()
                 # The watchdog proves the main loop lives and the exporter answers; a GPU hung in
                 # NVML is reported through metrics and /ready, since restarting gpumon would not free it.
                 self._feed_watchdog()
-                if self._stop.is_set():
+                if self._signals.stop:
                     break
                 if not ready_sent and self.store.latest() is not None:
                     self.notifier.ready(self._status())
@@ -303,8 +302,8 @@ class Daemon:
                     # stop rescanning it (a 25 ms pause every few scrapes at 256 GPUs, 1.6 ms after);
                     # what start-up freed goes back to the kernel (docs/benchmarks.md, memory).
                     self._settle_memory()
-                if self._reload.is_set():
-                    self._reload.clear()
+                if self._signals.reload:
+                    self._signals.reload = False  # a SIGHUP during the reload reloads once more
                     if ready_sent:
                         self.notifier.reloading("reloading configuration")
                     ok = self.reload()
@@ -369,13 +368,9 @@ class Daemon:
         return snapshot_response(self.store.latest(), processes=self.config.exporter.processes, monotonic=self._mono)
 
     def _install_signals(self) -> None:
-        def on_term(signum: int, frame: FrameType | None) -> None:
-            self.request_stop()
-
-        def on_hup(signum: int, frame: FrameType | None) -> None:
-            self.request_reload()
-
-        signal.signal(signal.SIGTERM, on_term)
-        signal.signal(signal.SIGINT, on_term)
-        if received_early(signal.signal(signal.SIGHUP, on_hup)):
+        """Handlers that only set a flag (``gpumon.wakeup``); each signal also rings the wake-up fd."""
+        self._wake.take_signals()
+        signal.signal(signal.SIGTERM, self._signals.on_stop)
+        signal.signal(signal.SIGINT, self._signals.on_stop)
+        if received_early(signal.signal(signal.SIGHUP, self._signals.on_hangup)):
             self.request_reload()  # a SIGHUP while gpumon started (gpumon.early_hangup)

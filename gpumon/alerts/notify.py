@@ -8,6 +8,11 @@ What is sent is ``gpumon.alerts.notification``'s (the bodies for each receiver k
 POST and how its answer is classified is ``gpumon.alerts.http_post``'s. This module is the
 sender: the queue, the worker thread, retries and the worker's health.
 
+Before each batch the worker waits (``persisted``) until the spool holds every change so far:
+the batch it sends, and the removal of the one it sent before. A restart, even after SIGKILL,
+then sends again at most the batch that was in flight, and the same notifications (the same
+``Notification.identity``), never states made afresh.
+
 Failures: connection errors, timeouts, 5xx and 429 are retried for ever with exponential
 backoff and jitter (429/503 ``Retry-After`` is honoured); other 4xx are logged and the
 alerts dropped (the receiver refuses them and would refuse them again).
@@ -22,6 +27,7 @@ judges it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -72,7 +78,10 @@ class Receiver:
         rng: Callable[[], float] = random.random,
         session_factory: Callable[[], requests.Session] = new_session,
         http: ReceiverHttp | None = None,
+        persisted: Callable[[], object] = lambda: None,
     ) -> None:
+        """``persisted``: returns once the spool holds every change so far (or gives up waiting); called
+        before each batch is sent (``_run``)."""
         if kind not in ("alertmanager", "webhook"):
             raise ValueError(f"unknown receiver kind {kind!r}")
         self.kind = kind
@@ -89,6 +98,7 @@ class Receiver:
         """TLS and auth options; replaced on reload like ``retry``."""
         self.stats = ReceiverStats()
         self._on_change = on_change
+        self._persisted = persisted
         self._clock = clock
         self._rng = rng
         self._session_factory = session_factory
@@ -136,6 +146,11 @@ class Receiver:
                     dropped.notification.labels.get("alertname"),
                     fp,
                 )
+            # marked for the spool before a worker can take it (it waits on this lock): the worker's
+            # wait for the spool (``persisted``) then covers this notification. A failure here is the
+            # worker's to meet and report (its own call after a delivery); the enqueuer never fails.
+            with contextlib.suppress(Exception):
+                self._on_change()
             self._cond.notify_all()
 
     def last_enqueued(self, fp: str) -> float | None:
@@ -207,6 +222,9 @@ class Receiver:
                     batch = self._wait_for_batch()
                     if batch is None:
                         return
+                    # What is sent is on disk first, and the last batch's settling too: a restart (even
+                    # after SIGKILL) sends again only the batch in flight, as the same notifications.
+                    self._persisted()
                     if session is None:
                         session = self._session_factory()
                     self._send(session, batch)

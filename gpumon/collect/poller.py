@@ -103,9 +103,12 @@ class Poller:
         """The GPU whose backend read the poll in progress is inside (``progress``)."""
         self._next_slower_due = 0.0
         """No slow or static read is due before this monotonic time (skips planning on most polls)."""
+        self._planned_with = intervals
+        """The intervals ``_next_slower_due`` was planned with: new ones (a reload) plan again at once."""
 
     def set_intervals(self, intervals: PollIntervals) -> None:
-        """Use new tier intervals from the next poll on (SIGHUP)."""
+        """Use new tier intervals from the next poll on (SIGHUP): that poll plans with them, so a shortened
+        interval is honoured at once (a tier read longer ago than its new interval is read then)."""
         self._intervals = intervals
 
     @property
@@ -164,7 +167,9 @@ class Poller:
             return self._snapshot_without_gpus(False, self._nvml_error)
         try:
             durations: dict[Tier, float] | None = None
-            if start < self._next_slower_due:  # most polls: the fast tier of every GPU, nothing slower
+            if (
+                start < self._next_slower_due and self._planned_with is self._intervals
+            ):  # most polls: the fast tier of every GPU, nothing slower
                 gpus = self._read_fast_tier(start)
                 end = self._mono()  # one clock read for the duration and the snapshot (µs each on some VMs)
             else:
@@ -220,7 +225,8 @@ class Poller:
     def _read_planned_tiers(self, start: float) -> tuple[tuple[GpuSnapshot, ...], dict[Tier, float]]:
         """A poll that reads a slower tier of some GPU: (GPU snapshots, each tier read and its duration,
         slowest tier first)."""
-        plan, due, self._next_slower_due = plan_tiers(self._gpus, self._intervals, start)
+        self._planned_with = intervals = self._intervals
+        plan, due, self._next_slower_due = plan_tiers(self._gpus, intervals, start)
         durations = dict.fromkeys(due, 0.0)
         # A fast-only poll (a GPU re-probed later, say) is timed as a whole: clock reads cost µs on some VMs.
         timed = len(due) > 1

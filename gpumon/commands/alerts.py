@@ -19,6 +19,10 @@ _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 _STATE_STYLE = {"firing": "bold", "pending": "dim", "suppressed": "magenta"}
 
 
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+"""The largest /api/alerts answer read (thousands of alerts are a few MiB)."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     """Give ``gpumon alerts``'s parser (made by gpumon.cli) its description, options and command."""
     parser.description = "Show pending, firing and suppressed alerts of a running gpumon daemon (GET /api/alerts)."
@@ -60,11 +64,11 @@ def run(args: argparse.Namespace) -> int:
     import requests
     from rich.console import Console
 
+    from gpumon.util.bounded_reply import get_json
+
     console = Console()
-    try:
-        response = requests.get(url, timeout=getattr(args, "timeout", 5.0))
-        response.raise_for_status()
-        data = response.json()
+    try:  # read only so far: whatever answers on that port may send gigabytes
+        status, data = get_json(url, getattr(args, "timeout", 5.0), MAX_REPLY_BYTES)
     except requests.RequestException as exc:
         from gpumon.commands.support import terminal_columns, wrapped
         from gpumon.util.net_words import request_failure
@@ -73,8 +77,11 @@ def run(args: argparse.Namespace) -> int:
         line = f"gpumon alerts: no answer from a gpumon daemon at {url}: {reason}"
         print(wrapped("", line, 2, terminal_columns(sys.stderr)), file=sys.stderr)
         return 1
-    except ValueError:
+    except ValueError:  # not JSON, or larger than any answer of a gpumon daemon
         print(f"gpumon alerts: {url} did not answer JSON (is it a gpumon daemon?)", file=sys.stderr)
+        return 1
+    if status != 200:
+        print(f"gpumon alerts: cannot reach the gpumon daemon at {url} (it answered HTTP {status})", file=sys.stderr)
         return 1
     if args.json is not None:
         try:

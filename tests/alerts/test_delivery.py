@@ -241,7 +241,16 @@ def test_webhook_gets_alertmanagers_webhook_body(
     assert body["commonLabels"]["alertname"] == "GpuHot"
     assert "summary" in body["commonAnnotations"]
     [alert] = body["alerts"]
-    assert set(alert) == {"status", "labels", "annotations", "startsAt", "endsAt", "generatorURL", "fingerprint"}
+    assert set(alert) == {
+        "status",
+        "labels",
+        "annotations",
+        "startsAt",
+        "endsAt",
+        "generatorURL",
+        "fingerprint",
+        "notificationID",
+    }
     assert alert["status"] == "firing" and len(alert["fingerprint"]) == 16
     assert alert["generatorURL"] == "http://node1:10480/api/alerts"
     clock.advance(100)
