@@ -62,14 +62,14 @@ class Parts:
         """Wrap the parts of a poll and the other threads' work."""
         backend, poller = daemon.backend, daemon.poller
         backend.read = self.timed("poll: backend reads (simulation), a read", backend.read)  # type: ignore[method-assign]
-        poller._merge = self.timed("poll: merge, a GPU", poller._merge)  # type: ignore[method-assign]
+        poller._merge = self.timed("poll: merge, a GPU", poller._merge)
         daemon.poll_job._poll = self.timed("poll, whole (listeners included)", daemon.poll_job._poll)
         daemon.store._listeners = tuple(
             (self.timed(f"poll: listener {getattr(fn, '__qualname__', repr(fn))}", fn), what)
             for fn, what in daemon.store._listeners
         )
         scheduler = daemon.poll_job.scheduler
-        scheduler._process_jobs = self.timed("APScheduler: _process_jobs", scheduler._process_jobs)
+        scheduler._process_jobs = self.timed("APScheduler: _process_jobs", scheduler._process_jobs)  # type: ignore[method-assign]
         alerts = daemon.alerts
         alerts.tick = self.timed("alert tick", alerts.tick)  # type: ignore[method-assign]
         writer = alerts._spool_writer
