@@ -94,6 +94,9 @@ def shares(processes: Iterable[ProcessSnapshot]) -> dict[Owner, float]:
 @dataclass
 class _Gpu:
     last_energy_joules: float | None = None
+    last_processes: tuple[ProcessSnapshot, ...] | None = None
+    last_shares: dict[Owner, float] = field(default_factory=dict)
+    """The shares of ``last_processes`` (the same tuple from poll to poll while none of them changed)."""
     gathered: dict[Owner, float] = field(default_factory=dict)
     """Shares gathered by each owner over the polls since the counter last moved."""
     polls: int = 0
@@ -147,7 +150,10 @@ class OwnerEnergy:
                 if not g.up:
                     continue
                 gpu = self._gpus.setdefault(g.uuid, _Gpu())
-                poll = shares(g.processes or ())
+                processes = g.processes or ()
+                if processes is not gpu.last_processes:  # an unchanged list is the same tuple (gpumon.collect.merge)
+                    gpu.last_processes, gpu.last_shares = processes, shares(processes)
+                poll = gpu.last_shares
                 for owner, share in poll.items():
                     gpu.gathered[owner] = gpu.gathered.get(owner, 0.0) + share
                     account = self._owners.get(owner)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 from collections.abc import Callable, Mapping
 from operator import attrgetter
 from typing import Any
@@ -64,13 +65,15 @@ def _with_figures(process: ProcessSnapshot, read: ProcessSnapshot) -> ProcessSna
 def _with_figures_of(
     enriched: tuple[ProcessSnapshot, ...], read: tuple[ProcessSnapshot, ...]
 ) -> tuple[ProcessSnapshot, ...]:
-    """The attributed processes ``enriched`` with the memory and SM share of this ``read`` of the same processes."""
-    return tuple(
+    """The attributed processes ``enriched`` with the memory and SM share of this ``read`` of the same processes:
+    ``enriched`` itself when none of them changed, so a listener can tell an unchanged list by identity."""
+    out = tuple(
         e
         if e.used_memory_bytes == r.used_memory_bytes and e.sm_utilization_ratio == r.sm_utilization_ratio
         else _with_figures(e, r)
         for e, r in zip(enriched, read, strict=True)
     )
+    return enriched if all(map(operator.is_, out, enriched)) else out
 
 
 class UnknownFieldError(RuntimeError):
