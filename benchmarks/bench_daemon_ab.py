@@ -1,12 +1,16 @@
 """Two gpumon daemons from two checkouts, started together on simulated GPUs: CPU and RSS of each.
 
-    python benchmarks/bench_daemon_ab.py REFERENCE_CHECKOUT [OTHER_CHECKOUT] [--gpus 8] [--seconds 250] [--quick]
+    python benchmarks/bench_daemon_ab.py REFERENCE_CHECKOUT [OTHER_CHECKOUT] [--gpus 8] [--seconds 250]
+        [--scrape-interval 1] [--quick]
 
 REFERENCE_CHECKOUT is a tree of gpumon (``git worktree add /tmp/before a76c2bb``, or ``git archive
 REV | tar -x -C DIR``); OTHER_CHECKOUT defaults to this one. Each tree runs its own ``gpumon run
 --backend fake --fake-gpus N`` (default intervals, its own state dir, its own modules through
-PYTHONPATH); both start together and are scraped once a second, in turn, for ``--seconds``. Printed:
-each daemon's share of one core over that time, its RSS, and the ratio of the other to the reference.
+PYTHONPATH); both start together and are scraped every ``--scrape-interval`` seconds (default 1),
+in turn, for ``--seconds``. Printed: each daemon's share of one core over that time (the sum of its
+threads' schedstat run time; and user + system in clock ticks, which counts threads that ended
+within the window too), its threads' shares largest first, its RSS, and the ratio of the
+other to the reference.
 
 Why together: the fake backend's simulated load follows wall time (a period of about 251 s), and a
 shared box's speed drifts over minutes and days; two daemons measured one after the other see
@@ -26,9 +30,16 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from daemon_proc import daemon, process_cpu_seconds
+from daemon_proc import daemon, process_cpu_seconds, thread_cpu_seconds
 
 HERE = Path(__file__).resolve().parent.parent
+
+
+def _ticks(pid: int) -> float:
+    """User + system seconds of the process (10 ms ticks), threads that have ended included: the
+    schedstat sum above leaves out a thread that ended within the window (one started per call)."""
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
 def main() -> int:
@@ -37,6 +48,7 @@ def main() -> int:
     parser.add_argument("other", type=Path, nargs="?", default=HERE, help="the other checkout (default: this one)")
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=250.0)
+    parser.add_argument("--scrape-interval", type=float, default=1.0, help="seconds between scrapes (default 1)")
     parser.add_argument("--quick", action="store_true", help="2 GPUs for 3 s (checks the script runs)")
     args = parser.parse_args()
     gpus, seconds = (2, 3.0) if args.quick else (args.gpus, args.seconds)
@@ -46,23 +58,41 @@ def main() -> int:
         time.sleep(3.0)  # past start-up: the first static and slow reads
         conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=30) for port in ports]
         before = [process_cpu_seconds(proc.pid) for proc in procs]
+        ticks_before = [_ticks(proc.pid) for proc in procs]
+        threads_before = [thread_cpu_seconds(proc.pid) for proc in procs]
         began = time.monotonic()
         rounds = 0
         while time.monotonic() - began < seconds:
-            for conn in conns:  # one plain scrape a second each, keep-alive, as Prometheus does
+            for conn in conns:  # one plain scrape each, keep-alive, as Prometheus does
                 conn.request("GET", "/metrics")
                 conn.getresponse().read()
             rounds += 1
-            time.sleep(max(0.0, began + rounds - time.monotonic()))
+            time.sleep(max(0.0, min(began + seconds, began + rounds * args.scrape_interval) - time.monotonic()))
         elapsed = time.monotonic() - began
         shares = [100.0 * (process_cpu_seconds(proc.pid) - b) / elapsed for proc, b in zip(procs, before, strict=True)]
+        ticked = [100.0 * (_ticks(proc.pid) - b) / elapsed for proc, b in zip(procs, ticks_before, strict=True)]
+        per_thread = [
+            sorted(
+                (100.0 * (cpu - old.get(tid, 0.0)) / elapsed for tid, cpu in thread_cpu_seconds(proc.pid).items()),
+                reverse=True,
+            )
+            for proc, old in zip(procs, threads_before, strict=True)
+        ]
         rss = [psutil.Process(proc.pid).memory_info().rss / 2**20 for proc in procs]
-    print(f"## two daemons started together, {gpus} simulated GPUs, one scrape a second each, {elapsed:.0f} s")
-    print(f"{'checkout':<50}{'% of a core':>12}{'RSS MiB':>9}")
-    for label, tree, share, mib in zip(("reference", "other"), trees, shares, rss, strict=True):
-        print(f"{f'{label}: {tree}':<50}{share:>12.3f}{mib:>9.1f}")
-    if shares[0] > 0:
-        print(f"ratio other / reference: CPU {shares[1] / shares[0]:.2f}, RSS {rss[1] / rss[0]:.2f}")
+    print(
+        f"## two daemons started together, {gpus} simulated GPUs, a scrape every {args.scrape_interval:g} s each, "
+        f"{elapsed:.0f} s"
+    )
+    print(f"{'checkout':<50}{'% of a core':>12}{'(ticks)':>9}{'RSS MiB':>9}  threads, % of a core each, largest first")
+    rows = zip(("reference", "other"), trees, shares, ticked, rss, per_thread, strict=True)
+    for label, tree, share, tick, mib, threads in rows:
+        each = " ".join(f"{t:.3f}" for t in threads)
+        print(f"{f'{label}: {tree}':<50}{share:>12.3f}{tick:>9.3f}{mib:>9.1f}  {each}")
+    if shares[0] > 0 and ticked[0] > 0:
+        print(
+            f"ratio other / reference: CPU {shares[1] / shares[0]:.2f} (ticks {ticked[1] / ticked[0]:.2f}), "
+            f"RSS {rss[1] / rss[0]:.2f}"
+        )
     return 0
 
 

@@ -8,8 +8,9 @@
 Measured in one run on this host, one after the other over windows of ``--seconds``:
 
 1. ``gpumon run`` with default settings in a subprocess, scraped every ``--scrape-interval``
-   seconds as Prometheus 2.42 asks (OpenMetrics, gzip): its CPU (user + system of the process,
-   every thread) over the window, which starts ``--warmup`` seconds after it is ready; its RSS,
+   seconds as Prometheus 2.42 asks (OpenMetrics, gzip): its CPU over the window (the schedstat run
+   time of its live threads; and user + system in clock ticks, coarse, but counting the threads that
+   ended within the window, which the first leaves out), which starts ``--warmup`` seconds after it is ready; its RSS,
    the scrapes' latency, and the series per GPU of a plain-text scrape.
 2. The floor, in this process: a thread that replays the pynvml calls gpumon's NVML backend makes
    (recorded through a proxy of the module after the first reads, as bench_nvml_calls.py does;
@@ -147,6 +148,7 @@ def measure_daemon(args: argparse.Namespace, tree: Path | None = None) -> dict[s
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         latencies, rss = [], []
         cpu0, wall0, now0 = process_cpu_seconds(ps.pid), time.monotonic(), time.time()
+        ticks0 = ps.cpu_times()
         next_scrape = wall0
         while time.monotonic() - wall0 < args.seconds:
             if time.monotonic() >= next_scrape:
@@ -156,12 +158,15 @@ def measure_daemon(args: argparse.Namespace, tree: Path | None = None) -> dict[s
                 next_scrape += args.scrape_interval
             rss.append(ps.memory_info().rss)
             time.sleep(min(0.5, max(0.0, next_scrape - time.monotonic())))
-        cpu1, wall1 = process_cpu_seconds(ps.pid), time.monotonic()
+        cpu1, wall1, ticks1 = process_cpu_seconds(ps.pid), time.monotonic(), ps.cpu_times()
         conn.close()
         scraped = get(port, "/metrics")[1].decode()
         series = [line for line in scraped.splitlines() if line and not line.startswith("#")]
         result.update(
             cpu_seconds=cpu1 - cpu0,
+            # user + system in clock ticks: coarse, but it counts threads that ended within the window,
+            # which the schedstat sum of the live threads leaves out (a thread started per call)
+            tick_seconds=(ticks1.user + ticks1.system) - (ticks0.user + ticks0.system),
             wall_seconds=wall1 - wall0,
             first=max(0, round(now0 - first_poll)) if first_poll else args.warmup,
             gpus=gpus,
@@ -182,7 +187,11 @@ def footprint(d: dict[str, Any], count: int) -> str:
         if lat
         else ""
     )
-    return f"series {d['series']} ({d['series'] / gpus:.1f} per GPU); {scrapes}RSS max {d['rss'] / 2**20:.1f} MiB"
+    ticks = 100 * d["tick_seconds"] / d["wall_seconds"]
+    return (
+        f"series {d['series']} ({d['series'] / gpus:.1f} per GPU); {scrapes}RSS max {d['rss'] / 2**20:.1f} MiB; "
+        f"user+system ticks {ticks:.3f} % of one core (threads that ended in the window included)"
+    )
 
 
 def _value(text: str, name: str) -> float | None:

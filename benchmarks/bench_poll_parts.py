@@ -1,10 +1,11 @@
 """Where a poll's CPU goes, in process, part by part; optionally against another checkout.
 
-    python benchmarks/bench_poll_parts.py [--gpus 8] [--rounds 400] [--pairs 3] [--reference CHECKOUT] [--quick]
+    python benchmarks/bench_poll_parts.py [--gpus 8] [--rounds 400] [--scrape-every 1] [--pairs 3]
+        [--reference CHECKOUT] [--quick]
 
 A ``Daemon`` on ``FakeBackend.plausible(N)`` (built, its port bound, never started) is polled with a
-simulated second between polls, and its collector's body (one plain scrape) is made after each poll,
-as a daemon scraped once a second does. Printed: the thread CPU of the whole poll (the reference the
+simulated second between polls, and its collector's body (one plain scrape) is made after every
+``--scrape-every``-th poll (1: a daemon scraped once a second; 15: as Prometheus at its default). Printed: the thread CPU of the whole poll (the reference the
 parts add up to) and of its parts: the backend's reads (the simulation: a real host pays NVML calls
 there), the poller's merge, each store listener (the collector's rendering ahead, and within it the
 per-GPU families, the slow and static rows and the per-snapshot sources), and the scrape's body.
@@ -33,8 +34,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent.parent
 
 
-def measure(gpus: int, rounds: int) -> dict[str, float]:
-    """µs of thread CPU per poll for the whole poll, each part, and the scrape's body."""
+def measure(gpus: int, rounds: int, scrape_every: int = 1) -> dict[str, float]:
+    """µs of thread CPU per poll for the whole poll, each part, and the scrape's body (per poll:
+    a scrape's cost over ``scrape_every`` polls)."""
     from gpumon.backends.fake import FakeBackend
     from gpumon.config.file import Config
     from gpumon.daemon import Daemon
@@ -77,7 +79,8 @@ def measure(gpus: int, rounds: int) -> dict[str, float]:
                 start = time.thread_time()
                 poller.poll()
                 middle = time.thread_time()
-                daemon.collector.body()
+                if n % scrape_every == 0:
+                    daemon.collector.body()
                 whole["poll (reference)"] += middle - start
                 whole["scrape body"] += time.thread_time() - middle
                 clock[0] += 1.0
@@ -87,9 +90,10 @@ def measure(gpus: int, rounds: int) -> dict[str, float]:
     return {name: seconds * 1e6 / rounds for name, seconds in {**whole, **spent}.items()}
 
 
-def in_subprocess(tree: Path, gpus: int, rounds: int) -> dict[str, float]:
+def in_subprocess(tree: Path, gpus: int, rounds: int, scrape_every: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     args = [sys.executable, str(Path(__file__).resolve()), "--json", "--gpus", str(gpus), "--rounds", str(rounds)]
+    args += ["--scrape-every", str(scrape_every)]
     done = subprocess.run(args, env=env, cwd=tree, capture_output=True, text=True, timeout=600, check=True)
     result: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
     return result
@@ -99,6 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=400)
+    parser.add_argument("--scrape-every", type=int, default=1, help="polls between scrapes (default 1)")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--reference", type=Path, help="another checkout's tree, measured alternately")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
@@ -107,24 +112,26 @@ def main() -> None:
     if args.quick:
         args.rounds, args.pairs = 20, 1
     if args.json:
-        print(json.dumps(measure(args.gpus, args.rounds)))
+        print(json.dumps(measure(args.gpus, args.rounds, args.scrape_every)))
         return
     print(
-        f"## one poll of {args.gpus} simulated GPUs and one scrape, in process, µs of thread CPU ({args.rounds} rounds)"
+        f"## one poll of {args.gpus} simulated GPUs and a scrape every {args.scrape_every} poll(s), in process, "
+        f"µs of thread CPU per poll ({args.rounds} rounds)"
     )
     if args.reference is None:
-        for name, micros in measure(args.gpus, args.rounds).items():
+        for name, micros in measure(args.gpus, args.rounds, args.scrape_every).items():
             print(f"{name:<60}{micros:>10.0f}")
         return
     mine: list[dict[str, float]] = []
     theirs: list[dict[str, float]] = []
     for _ in range(args.pairs):
-        theirs.append(in_subprocess(args.reference.resolve(), args.gpus, args.rounds))
-        mine.append(in_subprocess(HERE, args.gpus, args.rounds))
+        theirs.append(in_subprocess(args.reference.resolve(), args.gpus, args.rounds, args.scrape_every))
+        mine.append(in_subprocess(HERE, args.gpus, args.rounds, args.scrape_every))
     print(f"{'part':<60}{'reference':>10}{'this':>10}{'ratio':>8}")
-    for name in mine[0]:
+    names = list(mine[0]) + [name for name in theirs[0] if name not in mine[0]]  # parts one tree has alone too
+    for name in names:
         ref = statistics.median(r.get(name, 0.0) for r in theirs)
-        this = statistics.median(m[name] for m in mine)
+        this = statistics.median(m.get(name, 0.0) for m in mine)
         ratio = f"{this / ref:8.2f}" if ref else f"{'-':>8}"
         print(f"{name:<60}{ref:>10.0f}{this:>10.0f}{ratio}")
 

@@ -55,6 +55,20 @@ def process_cpu_seconds(pid: int) -> float:
     return total_ns / 1e9
 
 
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """CPU time of each thread of process ``pid`` (schedstat run time), seconds by thread id; empty
+    where the kernel has no schedstat."""
+    out: dict[int, float] = {}
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with (
+                contextlib.suppress(FileNotFoundError, ProcessLookupError),
+                open(f"/proc/{pid}/task/{tid}/schedstat") as f,
+            ):
+                out[int(tid)] = int(f.read().split()[0]) / 1e9
+    return out
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

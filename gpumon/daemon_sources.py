@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpumon.backends.base import GpuBackend
-from gpumon.collect.energy import OwnerEnergy
+from gpumon.collect.energy import FLUSH_POLLS, OwnerEnergy
 from gpumon.collect.host_figures import HostFigureReader
 from gpumon.collect.store import SnapshotStore
 from gpumon.config.exporter_sources import SourceSettings
@@ -26,6 +26,7 @@ from gpumon.exposition.read_errors import ReadErrorsCollector
 from gpumon.exposition.simulated import SimulatedSource
 from gpumon.health.unjudged import UnjudgedCollector
 from gpumon.model.families import FamilySource
+from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid_catalog import XidCatalog
 from gpumon.util.budget import Budgeted
 
@@ -33,6 +34,22 @@ if TYPE_CHECKING:
     from gpumon.exposition.dcgm import DcgmCompatCollector
 
 HostFigures = Budgeted[[], dict[str, object]]
+
+
+class EnergyListener:
+    """The store listener of energy per owner: keeps each snapshot, and every ``FLUSH_POLLS`` has them
+    accounted by ``flush`` (on its own thread, within its budget: OverBudget when it hangs)."""
+
+    def __init__(self, owners: OwnerEnergy, flush: Budgeted[[], None]) -> None:
+        self._owners = owners
+        self._flush = flush
+
+    def __repr__(self) -> str:
+        return "EnergyListener(owner_energy)"
+
+    def __call__(self, snapshot: Snapshot) -> None:
+        if self._owners.take(snapshot) >= FLUSH_POLLS:
+            self._flush()
 
 
 def host_figures_reader(setting: SourceSettings) -> HostFigures | None:
@@ -60,9 +77,9 @@ def add_sources(
     collector.add("unjudged", UnjudgedCollector(config.state_dir))  # prologs that let a job through
     if sources.owner_energy.enabled:  # gpumon/collect/energy.py
         owners, budget = OwnerEnergy(config.state_dir), sources.owner_energy.budget_seconds
-        listener = Budgeted("owner_energy", owners.on_snapshot, budget)  # on the poll thread
-        store.subscribe(listener)
-        collector.add("owner_energy", owners, budget_seconds=budget, also=[listener])  # a late listener fails it
+        flush = Budgeted("owner_energy", owners.flush, budget)  # asked by the poll thread every FLUSH_POLLS
+        store.subscribe(EnergyListener(owners, flush))
+        collector.add("owner_energy", owners, budget_seconds=budget, also=[flush])  # a late flush fails it
     collector.add("simulated", SimulatedSource(backend.simulated))
     if backend.per_reader_errors:  # per GPU and reader: a field's error, not a lost GPU
         collector.add("read_errors", ReadErrorsCollector(backend.read_errors))

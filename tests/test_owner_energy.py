@@ -9,7 +9,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from gpumon.backends.fake import FakeBackend
+from gpumon.collect import energy
 from gpumon.collect.energy import OwnerEnergy, shares
 from gpumon.collect.poller import Poller
 from gpumon.collect.store import SnapshotStore
@@ -18,7 +21,7 @@ from gpumon.daemon import Daemon
 from gpumon.model.poll_intervals import PollIntervals
 from gpumon.model.snapshot import ProcessSnapshot, Snapshot
 from tests.alerts.helpers import gpu, snap
-from tests.helpers import wait_for
+from tests.helpers import value, wait_for
 
 
 def _job(job: str, pid: int = 10, sm: float | None = None) -> ProcessSnapshot:
@@ -150,3 +153,41 @@ def test_the_daemon_exports_energy_per_slurm_job(tmp_path: Path) -> None:
         wait_for(lambda: joules() > 0, 30, 0.1, "energy counted for job 42")
     finally:
         daemon.stop()
+
+
+def test_snapshots_kept_by_the_poll_thread_are_all_accounted_before_a_scrape_reads_them(tmp_path: Path) -> None:
+    """The poll thread only keeps each snapshot; what a scrape (or ``joules``) reads is what
+    accounting each of them as it came gives, however few flushes ran."""
+    polls = [
+        snap(t, gpu(0, energy_joules_total=100.0 + 40.0 * t, processes=(_job("42", sm=0.5), _job("43", 11, 0.25))))
+        for t in range(1, 8)
+    ]
+    at_once, batched = OwnerEnergy(tmp_path / "a"), OwnerEnergy(tmp_path / "b")
+    for n, snapshot in enumerate(polls):
+        at_once.on_snapshot(snapshot)
+        batched.take(snapshot)
+        if n == 2:
+            batched.flush()  # one flush on the way: the rest wait for the scrape
+
+    def served(energy: OwnerEnergy) -> list[tuple[object, ...]]:
+        return [(f.name, *s) for f in energy.families() for s in f.samples]
+
+    assert served(batched) == served(at_once)
+    assert batched.joules("slurm_job", "43") == at_once.joules("slurm_job", "43") == pytest.approx(40.0 * 6 / 3)
+
+
+def test_the_daemon_accounts_energy_per_owner_every_flush_polls(tmp_path: Path) -> None:
+    config = Config(listen="127.0.0.1:0", backend="fake", state_dir=tmp_path, kernel_log=False)
+    scenario = {"gpus": [{"values": {"processes": [{"pid": 10, "slurm_job_id": "42"}]}}]}
+    daemon = Daemon(config, FakeBackend.from_mapping(scenario))
+    try:
+        accounted: list[int] = []
+        owners = next(s for name, s in daemon.collector._extras._sources if name == "owner_energy")._source
+        real = owners.on_snapshot
+        owners.on_snapshot = lambda snapshot: (accounted.append(1), real(snapshot))[1]  # type: ignore[method-assign]
+        for n in range(1, energy.FLUSH_POLLS * 2 + 1):
+            daemon.poller.poll()
+            assert len(accounted) == n // energy.FLUSH_POLLS * energy.FLUSH_POLLS  # in batches, on the flush thread
+        assert value(daemon.collector.render().decode(), "gpumon_owner_active", owner_kind="slurm_job", owner="42") == 1
+    finally:
+        daemon.server.stop()

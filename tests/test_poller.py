@@ -226,6 +226,47 @@ def test_assembled_snapshots_equal_constructed_ones() -> None:
         assembled.temperature_celsius = 1.0  # type: ignore[misc]
 
 
+def test_a_process_given_a_reads_figures_equals_one_replaced() -> None:
+    """The merge lays each read's memory and SM share over the /proc facts of the same processes
+    without the frozen ``__init__``: the same process as ``dataclasses.replace`` makes."""
+    import dataclasses
+
+    from gpumon.collect.merge import _with_figures
+    from gpumon.model.snapshot import ProcessSnapshot
+
+    attributed = ProcessSnapshot(pid=7, name="python", used_memory_bytes=1, slurm_job_id="42", launcher_pid=3)
+    read = ProcessSnapshot(pid=7, used_memory_bytes=2**30, sm_utilization_ratio=0.5)
+    made = _with_figures(attributed, read)
+    replaced = dataclasses.replace(attributed, used_memory_bytes=2**30, sm_utilization_ratio=0.5)
+    assert made == replaced and repr(made) == repr(replaced) and hash(made) == hash(replaced)
+    assert attributed.used_memory_bytes == 1  # the attributed one is left as it was
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.pid = 8  # type: ignore[misc]
+
+
+def test_a_gpus_unchanged_process_list_is_the_same_object_from_poll_to_poll() -> None:
+    """Listeners (energy per owner) tell an unchanged list by identity; a figure that moves makes a new one.
+    Each read gives new process objects, as NVML's do."""
+    from gpumon.model.snapshot import ProcessSnapshot
+
+    memory = iter([2**30, 2**30, 2**30, 2**31])
+    backend = FakeBackend.from_mapping({"gpus": [{}]})
+    read = backend.read
+
+    def reading(index: int, tier: Tier) -> dict[str, Any]:
+        values = dict(read(index, tier))
+        if tier is Tier.FAST:
+            values["processes"] = (ProcessSnapshot(pid=10, used_memory_bytes=next(memory)),)
+        return values
+
+    backend.read = reading  # type: ignore[method-assign]
+    clock = Clock()
+    poller = Poller(backend, SnapshotStore(), monotonic=clock, wall_clock=clock, enrich_processes=lambda ps: ps)
+    lists = [poll(poller, clock).gpus[0].processes for _ in range(4)]
+    assert lists[1] is lists[0] and lists[2] is lists[0]
+    assert lists[3] is not lists[0] and lists[3] is not None and lists[3][0].used_memory_bytes == 2**31
+
+
 def test_poll_never_raises_even_when_a_snapshot_listener_does(caplog: pytest.LogCaptureFixture) -> None:
     """A listener (the alert engine, the XID tracker) that raises costs only itself: the poll
     returns, the snapshot is served, the other listeners still hear of it, and the log says it

@@ -214,6 +214,30 @@ def test_after_a_scrape_the_next_snapshot_is_rendered_ahead_then_no_more_without
     assert rig.builds == 3
 
 
+def test_for_a_scraper_slower_than_the_polls_the_scrape_renders_the_slow_rows_read_since_the_last() -> None:
+    """Prometheus every 15 s: the polling thread renders no slow or static rows after its reads (8 in 10
+    polls at 8 GPUs, each making every changed row's family again); the scrape renders them once, and
+    serves what a collector rendering that snapshot afresh serves, the slow values just read included."""
+    rig = Rig(gpus=8)
+    made: list[Snapshot] = []
+    prepare_slower = rig.collector._gpu.prepare_slower
+
+    def counted(snapshot: Snapshot) -> None:
+        made.append(snapshot)
+        prepare_slower(snapshot)
+
+    rig.collector._gpu.prepare_slower = counted  # type: ignore[method-assign]
+    for _scrape in range(3):
+        for _poll in range(15):
+            latest = rig.poll()
+        text = served(rig.collector, openmetrics=True, gzip_=True)
+        fresh = GpumonCollector(rig.store, PollIntervals(), monotonic=lambda: rig.now, processes=True)
+        fresh.add("alerts", rig.alerts)
+        assert text == served(fresh, openmetrics=True, gzip_=True)
+        assert snapshot_timestamp(text) == latest.timestamp_seconds
+    assert len(made) <= 3  # at most the one poll after each scrape, rendered ahead in case scrapes come every poll
+
+
 def test_a_scrape_while_the_polling_thread_works_on_a_snapshot_serves_the_one_before() -> None:
     rig = Rig()
     first = rig.poll()

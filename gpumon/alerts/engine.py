@@ -82,10 +82,13 @@ class AlertEngine:
         self._observer.last_snapshot_at = snapshot.timestamp_seconds
         self._burn = burn
         changes: list[AlertChange] = []
+        open_rules = {st.rule for st in self._active.values()}
         for rule in self._rules.values():
             if rule.kind in ("xid", "finding"):
                 continue
-            changes.extend(self._apply(rule, self._observer.observe(rule, snapshot, now, self._active), now))
+            observations = self._observer.observe(rule, snapshot, now, self._active)
+            if observations or rule.name in open_rules:  # else nothing to start, keep or resolve (most polls)
+                changes.extend(self._apply(rule, observations, now))
         changes.extend(self._expire_xids(now))
         self._update_held_back()
         return changes

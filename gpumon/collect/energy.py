@@ -11,6 +11,12 @@ gathered over the polls in between; the polls in which no process held the GPU k
 (idle energy goes to nobody). A counter that goes down (a GPU reset, a driver reload) starts over
 without a jump. A daemon that restarts starts its counters at 0 (Prometheus sees a counter reset).
 
+**Batched.** The poll thread only keeps each snapshot (``take``, a list append); they are accounted
+in order, ``FLUSH_POLLS`` at a time, by ``flush`` (the daemon hands it to the source's own thread,
+within its budget: one thread wake every 10 polls, not two a poll), and before anything is read
+(``families``, ``joules``): a scrape serves what accounting every snapshot at once would give. While a
+flush hangs, at most ``PENDING_MAX`` snapshots wait; older ones are dropped unaccounted.
+
 **Series** (the host's, summed over its GPUs; ``instance`` comes from Prometheus):
 
 * ``gpumon_owner_energy_joules_total{owner_kind, owner}`` — joules the owner's processes used
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +52,10 @@ DEFAULT_KEEP_SECONDS = 600.0
 DEFAULT_MAX_OWNERS = 1000
 MAX_RECORD_BYTES = 16 * 2**20
 RECORD_FILE = Path("energy") / "owners.jsonl"
+FLUSH_POLLS = 10
+"""Snapshots taken before the poll thread asks for a flush."""
+PENDING_MAX = 100
+"""Snapshots kept unaccounted at most (a flush that hangs): older ones are dropped."""
 
 Owner = tuple[str, str]
 """(owner_kind, owner)."""
@@ -83,6 +94,9 @@ def shares(processes: Iterable[ProcessSnapshot]) -> dict[Owner, float]:
 @dataclass
 class _Gpu:
     last_energy_joules: float | None = None
+    last_processes: tuple[ProcessSnapshot, ...] | None = None
+    last_shares: dict[Owner, float] = field(default_factory=dict)
+    """The shares of ``last_processes`` (the same tuple from poll to poll while none of them changed)."""
     gathered: dict[Owner, float] = field(default_factory=dict)
     """Shares gathered by each owner over the polls since the counter last moved."""
     polls: int = 0
@@ -113,15 +127,33 @@ class OwnerEnergy:
         self._lock = threading.Lock()
         self._gpus: dict[str, _Gpu] = {}
         self._owners: dict[Owner, _Account] = {}
+        self._pending: deque[Snapshot] = deque(maxlen=PENDING_MAX)
+        self._flush_lock = threading.Lock()
+        """Held while pending snapshots are accounted: one flush at a time, in the order they came."""
+
+    def take(self, snapshot: Snapshot) -> int:
+        """Keep ``snapshot`` for the next ``flush`` (the poll thread); how many wait now."""
+        self._pending.append(snapshot)
+        return len(self._pending)
+
+    def flush(self) -> None:
+        """Account every snapshot taken and not yet accounted, oldest first."""
+        with self._flush_lock:
+            while self._pending:
+                self.on_snapshot(self._pending.popleft())
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
+        """Account one snapshot now."""
         with self._lock:
             seen: set[Owner] = set()
             for g in snapshot.gpus:
                 if not g.up:
                     continue
                 gpu = self._gpus.setdefault(g.uuid, _Gpu())
-                poll = shares(g.processes or ())
+                processes = g.processes or ()
+                if processes is not gpu.last_processes:  # an unchanged list is the same tuple (gpumon.collect.merge)
+                    gpu.last_processes, gpu.last_shares = processes, shares(processes)
+                poll = gpu.last_shares
                 for owner, share in poll.items():
                     gpu.gathered[owner] = gpu.gathered.get(owner, 0.0) + share
                     account = self._owners.get(owner)
@@ -183,11 +215,13 @@ class OwnerEnergy:
 
     def joules(self, owner_kind: str, owner: str) -> float | None:
         """The owner's joules so far (None: not known, or dropped)."""
+        self.flush()
         with self._lock:
             account = self._owners.get((owner_kind, owner))
             return None if account is None else account.joules
 
     def families(self) -> Iterator[Family]:
+        self.flush()
         with self._lock:
             owners = sorted(self._owners.items())
         energy = Family(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 from collections.abc import Callable, Mapping
 from operator import attrgetter
 from typing import Any
@@ -49,16 +50,30 @@ def _same_processes(old: tuple[ProcessSnapshot, ...], new: tuple[ProcessSnapshot
     )
 
 
+def _with_figures(process: ProcessSnapshot, read: ProcessSnapshot) -> ProcessSnapshot:
+    """``dataclasses.replace(process, used_memory_bytes=..., sm_utilization_ratio=...)`` with ``read``'s
+    figures (equal to it, tested), without the frozen ``__init__`` setting its fields one by one: a busy
+    GPU's processes get new figures every poll."""
+    copy = object.__new__(ProcessSnapshot)
+    fields_ = copy.__dict__
+    fields_.update(process.__dict__)
+    fields_["used_memory_bytes"] = read.used_memory_bytes
+    fields_["sm_utilization_ratio"] = read.sm_utilization_ratio
+    return copy
+
+
 def _with_figures_of(
     enriched: tuple[ProcessSnapshot, ...], read: tuple[ProcessSnapshot, ...]
 ) -> tuple[ProcessSnapshot, ...]:
-    """The attributed processes ``enriched`` with the memory and SM share of this ``read`` of the same processes."""
-    return tuple(
+    """The attributed processes ``enriched`` with the memory and SM share of this ``read`` of the same processes:
+    ``enriched`` itself when none of them changed, so a listener can tell an unchanged list by identity."""
+    out = tuple(
         e
-        if (e.used_memory_bytes, e.sm_utilization_ratio) == (r.used_memory_bytes, r.sm_utilization_ratio)
-        else dataclasses.replace(e, used_memory_bytes=r.used_memory_bytes, sm_utilization_ratio=r.sm_utilization_ratio)
+        if e.used_memory_bytes == r.used_memory_bytes and e.sm_utilization_ratio == r.sm_utilization_ratio
+        else _with_figures(e, r)
         for e, r in zip(enriched, read, strict=True)
     )
+    return enriched if all(map(operator.is_, out, enriched)) else out
 
 
 class UnknownFieldError(RuntimeError):

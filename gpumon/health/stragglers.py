@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpumon.health.straggler_window import Compared, ComparedWindow, Track
 from gpumon.model.findings import WARNING, Finding
 from gpumon.model.snapshot import GpuSnapshot, ProcessSnapshot, Snapshot
 
@@ -75,26 +76,9 @@ class StragglerConfig:
 
 
 @dataclass(frozen=True)
-class _Compared:
-    """One GPU in one compared poll, already set against its peers (computed once, at observe)."""
-
-    index: int
-    uuid: str
-    group: str
-    deviations: Mapping[str, float]
-    """Per signal: value / median of the peers' values - 1."""
-    reasons: frozenset[str]
-    peer_reason_shares: Mapping[str, float]
-    """Per slowing reason: the share of the peers that had it active."""
-    processes: int
-    peer_processes: float
-    peers: int
-
-
-@dataclass(frozen=True)
 class _Sample:
     t: float
-    gpus: tuple[_Compared, ...]
+    gpus: tuple[Compared, ...]
 
 
 @dataclass(frozen=True)
@@ -158,12 +142,6 @@ def _values(gpu: GpuSnapshot, job: tuple[ProcessSnapshot, ...] | None = None) ->
     return out
 
 
-def _mean(values: Sequence[float]) -> float:
-    """``statistics.fmean(values)``, which is this; the daemon does not import statistics, whose
-    fractions and decimal modules hold ~0.6 MiB."""
-    return math.fsum(values) / len(values)
-
-
 def _median_without(ordered: Sequence[float], value: float) -> float:
     """``statistics.median`` of ``ordered`` (sorted) with one occurrence of ``value`` left out."""
     skip = bisect.bisect_left(ordered, value)
@@ -179,7 +157,7 @@ def _median_without(ordered: Sequence[float], value: float) -> float:
 
 def _compare(
     group: str, gpus: list[GpuSnapshot], jobs: Mapping[int, tuple[ProcessSnapshot, ...]] | None = None
-) -> list[_Compared]:
+) -> list[Compared]:
     """Each GPU against the median of its peers (the others of ``gpus``; ``jobs``: by GPU index, the
     group's processes on it, None for the host's group): sorted once per signal, so a group of n
     GPUs costs n log n, not n²."""
@@ -205,7 +183,7 @@ def _compare(
                 deviations[signal] = value / median - 1.0
         mine = reasons[gpu.index]
         out.append(
-            _Compared(
+            Compared(
                 index=gpu.index,
                 uuid=gpu.uuid,
                 group=group,
@@ -226,6 +204,8 @@ class StragglerDetector:
     def __init__(self, config: StragglerConfig) -> None:
         self.config = config
         self._samples: deque[_Sample] = deque()
+        self._window = ComparedWindow(config.margin_ratio)
+        """The kept samples per GPU, as they slide (gpumon.health.straggler_window)."""
         self._generation = 0
         """Bumped whenever the kept samples change: what is derived from them is cached until then."""
         self._derived: dict[str, tuple[int, Any]] = {}
@@ -235,13 +215,14 @@ class StragglerDetector:
         self._prune(snapshot.timestamp_seconds)
         if burning or not snapshot.nvml_up or not self.config.enabled:
             return
-        compared: list[_Compared] = []
+        compared: list[Compared] = []
         for key, gpus in sorted(self._groups(snapshot).items()):
             if len(gpus) >= 2:
                 jobs = None if key.endswith("|" + HOST) else {g.index: job for g, job in gpus}
                 compared += _compare(key, [g for g, _job in gpus], jobs)
         if compared:
             self._samples.append(_Sample(snapshot.timestamp_seconds, tuple(compared)))
+            self._window.add(snapshot.timestamp_seconds, compared)
             self._generation += 1
 
     def _groups(self, snapshot: Snapshot) -> dict[str, list[tuple[GpuSnapshot, tuple[ProcessSnapshot, ...]]]]:
@@ -275,7 +256,7 @@ class StragglerDetector:
 
     def _prune(self, now: float) -> None:
         while self._samples and self._samples[0].t < now - self.config.window_seconds:
-            self._samples.popleft()
+            self._window.drop(self._samples.popleft().gpus)
             self._generation += 1
 
     def _cached(self, what: str, now: float, compute: Callable[[], Any]) -> Any:
@@ -289,27 +270,10 @@ class StragglerDetector:
         return value
 
     # ---- output -------------------------------------------------------------
-    def _per_gpu(self, now: float) -> dict[int, dict[str, Any]]:
-        """Per GPU index: its compared polls' times, per signal (deviation, below) points, reason counts."""
-        result: dict[int, dict[str, Any]] = self._cached("per_gpu", now, self._compute_per_gpu)
-        return result
-
-    def _compute_per_gpu(self) -> dict[int, dict[str, Any]]:
-        out: dict[int, dict[str, Any]] = {}
-        for sample in self._samples:
-            for gpu in sample.gpus:
-                entry = out.get(gpu.index)
-                if entry is None or entry["group"] != gpu.group:  # new, or it changed job: start over
-                    entry = out[gpu.index] = {"group": gpu.group, "samples": [], "signals": {}, "reasons": {}}
-                entry.update(uuid=gpu.uuid, peers=gpu.peers, processes=gpu.processes, peer_processes=gpu.peer_processes)
-                entry["samples"].append(sample.t)
-                for reason in REASONS:
-                    mine = entry["reasons"].setdefault(reason, [0, 0.0])
-                    mine[0] += reason in gpu.reasons
-                    mine[1] += gpu.peer_reason_shares[reason]
-                for signal, deviation in gpu.deviations.items():
-                    entry["signals"].setdefault(signal, []).append((deviation, deviation < -self.config.margin_ratio))
-        return out
+    def _per_gpu(self, now: float) -> dict[int, Track]:
+        """Per GPU index: its compared polls in the window since it last changed group."""
+        self._prune(now)
+        return self._window.tracks
 
     def deviations(self, now: float) -> list[Deviation]:
         """Each compared GPU's mean deviation per signal over the window (for the exported series)."""
@@ -318,10 +282,10 @@ class StragglerDetector:
 
     def _deviations(self, now: float) -> list[Deviation]:
         out = []
-        for index, entry in sorted(self._per_gpu(now).items()):
-            for signal, points in sorted(entry["signals"].items()):
-                ratio = _mean([d for d, _ in points])
-                out.append(Deviation(index=index, uuid=entry["uuid"], signal=signal, ratio=ratio))
+        for index, track in sorted(self._per_gpu(now).items()):
+            uuid = track.latest.uuid
+            for signal in sorted(track.signals()):
+                out.append(Deviation(index=index, uuid=uuid, signal=signal, ratio=track.mean(signal)))
         return out
 
     def findings(self, now: float) -> list[Finding]:
@@ -332,57 +296,56 @@ class StragglerDetector:
     def _findings(self, now: float) -> list[Finding]:
         cfg = self.config
         found = []
-        for index, entry in sorted(self._per_gpu(now).items()):
-            times: Sequence[float] = entry["samples"]
-            if len(times) < 2:
+        for index, track in sorted(self._per_gpu(now).items()):
+            count = len(track.polls)
+            if count < 2:
                 continue
-            covered = (times[-1] - times[0]) * len(times) / (len(times) - 1)  # each sample stands for one poll
+            first, last = track.polls[0][0], track.polls[-1][0]
+            covered = (last - first) * count / (count - 1)  # each sample stands for one poll
             if covered < cfg.persistence_ratio * cfg.window_seconds:
                 continue
             worst: tuple[float, str, int] | None = None
             for signal in FIRING_SIGNALS:
-                points = entry["signals"].get(signal) or []
-                if len(points) < 2:
+                points = track.points(signal)
+                if points < 2 or track.below(signal) < cfg.persistence_ratio * points:
                     continue
-                below = sum(b for _, b in points)
-                if below < cfg.persistence_ratio * len(points):
-                    continue
-                mean = _mean([d for d, _ in points])
+                mean = track.mean(signal)
                 if worst is None or mean < worst[0]:
-                    worst = (mean, signal, len(points))
+                    worst = (mean, signal, points)
             if worst is None:
                 continue
-            found.append(self._finding(index, entry, worst))
+            found.append(self._finding(index, track, worst))
         return found
 
-    def _finding(self, index: int, entry: Mapping[str, Any], worst: tuple[float, str, int]) -> Finding:
+    def _finding(self, index: int, track: Track, worst: tuple[float, str, int]) -> Finding:
         mean, signal, n = worst
-        peers = entry["peers"]
-        count = len(entry["samples"])
+        latest = track.latest
+        peers = latest.peers
+        count = len(track.polls)
         summary = (
             f"runs {abs(mean) * 100:.0f} % lower {SIGNAL_WORDS[signal]} than its {peers} "
             f"peer{'s' if peers != 1 else ''} under the same load"
         )
         shares = {
-            reason: (on / count, peer_sum / count) for reason, (on, peer_sum) in entry["reasons"].items() if count
+            reason: (on / count, peer_sum / count) for reason, (on, peer_sum) in track.reason_counts(REASONS).items()
         }
         causes = sorted(
             ((mine, reason) for reason, (mine, theirs) in shares.items() if mine >= 0.1 and mine > theirs + 0.05),
             reverse=True,
         )
         details = [f"{REASONS[reason]} {share * 100:.0f} % of the time" for share, reason in causes]
-        if entry["processes"] > entry["peer_processes"]:
-            details.append(f"{entry['processes']} processes on it, {entry['peer_processes']:g} on each peer")
+        if latest.processes > latest.peer_processes:
+            details.append(f"{latest.processes} processes on it, {latest.peer_processes:g} on each peer")
         if details:
             summary += ": " + ", ".join(details)
-        deviations = {s: round(_mean([d for d, _ in pts]), 4) for s, pts in entry["signals"].items()}
+        deviations = {s: round(track.mean(s), 4) for s in track.signals_in_order()}
         return Finding(
             kind="straggler",
             severity=WARNING,
             action="inspect_hardware" if causes else "none",
             summary=summary,
             gpu=index,
-            uuid=entry["uuid"],
+            uuid=latest.uuid,
             evidence={
                 "signal": signal,
                 "deviation_ratio": round(mean, 4),
@@ -392,7 +355,7 @@ class StragglerDetector:
                 "window_seconds": self.config.window_seconds,
                 "margin_ratio": self.config.margin_ratio,
                 "clock_event_shares": {r: round(s[0], 3) for r, s in shares.items() if s[0] > 0},
-                "processes": entry["processes"],
+                "processes": latest.processes,
                 "source": "passive straggler detection",
             },
         )

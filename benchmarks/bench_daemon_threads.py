@@ -1,0 +1,153 @@
+"""Where a running daemon's CPU goes, thread by thread: ``Daemon`` in this process on simulated GPUs.
+
+    python benchmarks/bench_daemon_threads.py [--gpus 8] [--seconds 60] [--scrape-interval 15] [--warmup 5] [--parts]
+
+Runs gpumon's ``Daemon`` (default settings, ``FakeBackend.plausible(N)``, a scratch state directory, a
+free port) started as ``gpumon run`` starts it, scrapes ``/metrics`` as Prometheus 2.42 does every
+``--scrape-interval`` seconds from a thread of its own (left out of the figures), and prints each of
+the daemon's threads, by name, with its share of one core over ``--seconds`` (schedstat run time;
+a thread that ended within the window is left out). For another checkout, put its tree first on
+PYTHONPATH (``PYTHONPATH=/tmp/before:. python benchmarks/bench_daemon_threads.py``).
+
+``--parts`` also times the parts of a poll as the running daemon pays them (caches gone cold in the
+second between polls, unlike bench_poll_parts.py's back-to-back polls): the backend's reads, the
+poller's merge, each store listener, APScheduler's wake, the alert tick and the spool's writes, as
+calls in the window and µs of thread CPU a call. The wrappers add about a µs a call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from daemon_proc import VARIANTS, free_port, thread_cpu_seconds
+
+from gpumon.backends.fake import FakeBackend
+from gpumon.config.file import Config
+from gpumon.daemon import Daemon
+
+
+class Parts:
+    """Calls and thread CPU seconds of wrapped functions, counted while ``open``."""
+
+    def __init__(self) -> None:
+        self.open = False
+        self.spent: dict[str, list[float]] = {}
+
+    def timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            start = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if self.open:
+                    row = self.spent.setdefault(name, [0, 0.0])
+                    row[0] += 1
+                    row[1] += time.thread_time() - start
+
+        return run
+
+    def instrument(self, daemon: Daemon) -> None:
+        """Wrap the parts of a poll and the other threads' work."""
+        backend, poller = daemon.backend, daemon.poller
+        backend.read = self.timed("poll: backend reads (simulation), a read", backend.read)  # type: ignore[method-assign]
+        poller._merge = self.timed("poll: merge, a GPU", poller._merge)
+        daemon.poll_job._poll = self.timed("poll, whole (listeners included)", daemon.poll_job._poll)
+        daemon.store._listeners = tuple(
+            (self.timed(f"poll: listener {getattr(fn, '__qualname__', repr(fn))}", fn), what)
+            for fn, what in daemon.store._listeners
+        )
+        scheduler = daemon.poll_job.scheduler
+        scheduler._process_jobs = self.timed("APScheduler: _process_jobs", scheduler._process_jobs)  # type: ignore[method-assign]
+        alerts = daemon.alerts
+        alerts.tick = self.timed("alert tick", alerts.tick)  # type: ignore[method-assign]
+        writer = alerts._spool_writer
+        writer.write = self.timed("alert spool write", writer.write)  # type: ignore[method-assign]
+
+    def report(self, elapsed: float) -> None:
+        print(f"{'part':<60}{'calls':>7}{'µs a call':>11}{'% of one core':>15}")
+        for name, (calls, seconds) in sorted(self.spent.items()):
+            print(f"{name[:59]:<60}{calls:>7.0f}{seconds / calls * 1e6:>11.0f}{100 * seconds / elapsed:>15.3f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--scrape-interval", type=float, default=15.0)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--parts", action="store_true", help="time the parts of a poll and of the other threads")
+    parser.add_argument("--quick", action="store_true", help="2 GPUs, 2 s (checks the script runs)")
+    args = parser.parse_args()
+    if args.quick:
+        args.gpus, args.seconds, args.scrape_interval, args.warmup = 2, 2.0, 1.0, 1.0
+    port = free_port()
+    parts = Parts()
+    with tempfile.TemporaryDirectory() as state:
+        config = Config(listen=f"127.0.0.1:{port}", state_dir=Path(state), backend="fake", fake_gpus=args.gpus)
+        daemon = Daemon(config, FakeBackend.plausible(args.gpus))
+        daemon._install_signals = lambda: None  # type: ignore[method-assign]  # not the main thread here
+        if args.parts:
+            parts.instrument(daemon)
+        runner = threading.Thread(target=daemon.run_forever, name="main (run_forever)", daemon=True)
+        runner.start()
+        stop = threading.Event()
+        scraper_ids: set[int] = set()
+
+        def scrape() -> None:
+            scraper_ids.add(threading.get_native_id())
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            while not stop.is_set():
+                with contextlib.suppress(OSError, http.client.HTTPException):
+                    conn.request("GET", "/metrics", headers=VARIANTS["openmetrics+gzip"])
+                    conn.getresponse().read()
+                stop.wait(args.scrape_interval)
+
+        time.sleep(args.warmup)
+        pid = os.getpid()
+        before = thread_cpu_seconds(pid)
+        began = time.monotonic()
+        parts.open = True
+        threading.Thread(target=scrape, name="scraper", daemon=True).start()
+        time.sleep(args.seconds)
+        parts.open = False
+        after = thread_cpu_seconds(pid)
+        elapsed = time.monotonic() - began
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        stop.set()
+        daemon.request_stop()
+        runner.join(5)
+    me = threading.get_native_id()
+    rows = sorted(
+        (
+            (100.0 * (cpu - before.get(tid, 0.0)) / elapsed, names.get(tid, f"thread {tid}"))
+            for tid, cpu in after.items()
+            if tid not in scraper_ids and tid != me
+        ),
+        reverse=True,
+    )
+    print(
+        f"## gpumon Daemon in process, {args.gpus} simulated GPUs, a scrape every {args.scrape_interval:g} s, "
+        f"{elapsed:.0f} s; % of one core"
+    )
+    for share, name in rows:
+        print(f"{name:<40}{share:>8.3f}")
+    print(f"{'every thread of the daemon':<40}{sum(s for s, _ in rows):>8.3f}")
+    if args.parts:
+        parts.report(elapsed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
