@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -54,6 +53,8 @@ class Notification:
         """This notification's identity (32 hex digits): the same for the same alert state (fingerprint,
         status, start, end), also when a restart sends it again from the spool, so a webhook receiver can
         deduplicate (webhook bodies carry it as ``notificationID``)."""
+        import hashlib  # here, not with the daemon: a quiet daemon never loads OpenSSL's digests (tests/test_cli.py)
+
         key = f"{self.fingerprint}\0{self.status}\0{self.starts_at!r}\0{self.ends_at!r}"
         return hashlib.sha256(key.encode("utf-8", errors="surrogatepass")).hexdigest()[:32]
 
