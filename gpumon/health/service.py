@@ -43,6 +43,7 @@ from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
 from gpumon.model.xid_catalog import XidCatalog
 from gpumon.util.file_stamp import file_stamp as stat_key
+from gpumon.util.repeat_log import RepeatLog
 from gpumon.util.reuse import Reuse
 from gpumon.util.state.files import (
     STATE_FILE_MODE,
@@ -97,6 +98,8 @@ class HealthService:
             self.config.sysfs_root or (None if spec is not None else Path("/sys")), monotonic
         )
         self._clock = clock
+        self._writes = RepeatLog(log, clock=monotonic)
+        """Health-state writes that fail (a read-only state directory): the first logged, then a summary."""
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
         self._catalog = catalog
@@ -244,8 +247,9 @@ class HealthService:
                     self.baseline = inventory_of(snapshot, self._clock())
                     self._write_baseline()
                     log.info("recorded the inventory baseline: %d GPU(s)", len(snapshot.gpus))
+            self._writes.succeeded(f"recording the inventory baseline in {self.folder}")
         except (OSError, TimeoutError) as exc:
-            log.error("cannot record the inventory baseline in %s: %s", self.folder, exc)
+            self._writes.failed(f"recording the inventory baseline in {self.folder}", str(exc))
 
     def accept_inventory(self) -> Inventory | None:
         """Make the latest snapshot the baseline; None when there is no usable snapshot."""
@@ -331,8 +335,9 @@ class HealthService:
                 self._xid_key = stat_key(self._xid_path)
             self.lifecycle.changed = False
             self._pending.clear()
+            self._writes.succeeded(f"writing the XID lifecycle state {self._xid_path}")
         except (OSError, TimeoutError) as exc:
-            log.error("cannot write the XID lifecycle state %s: %s", self._xid_path, exc)
+            self._writes.failed(f"writing the XID lifecycle state {self._xid_path}", str(exc))
 
     def _merge_from_file(self) -> None:
         """The lifecycle as the file has it, with this process's snapshot, XIDs and clears taken in again."""
@@ -357,8 +362,9 @@ class HealthService:
             return
         try:
             write_json(self._inventory_path, self.baseline.to_json(), mode=STATE_FILE_MODE)
+            self._writes.succeeded(f"writing the inventory baseline {self._inventory_path}")
         except OSError as exc:
-            log.error("cannot write the inventory baseline: %s", exc)
+            self._writes.failed(f"writing the inventory baseline {self._inventory_path}", str(exc))
         self._baseline_mtime = self._inventory_mtime()
 
     def _burn_findings(self, clears: list[Clear]) -> list[Finding]:
