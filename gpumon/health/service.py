@@ -98,8 +98,7 @@ class HealthService:
             self.config.sysfs_root or (None if spec is not None else Path("/sys")), monotonic
         )
         self._clock = clock
-        self._writes = RepeatLog(log, clock=monotonic)
-        """Health-state writes that fail (a read-only state directory): the first logged, then a summary."""
+        self._writes = RepeatLog(log, clock=monotonic)  # failing writes: the first logged, then a summary
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
         self._catalog = catalog
@@ -120,8 +119,7 @@ class HealthService:
         self.stragglers = StragglerDetector(self.config.stragglers)
         self.trends = TrendTracker(self.config.trends, words=lambda code: self._xid_name(catalog, code))
         self._burn = BurnMarkerReader(self.state_dir)
-        self._boot_id = read_boot_id(self.config.boot_id_path)
-        """Read once: it changes only at a reboot, which also restarts this process."""
+        self._boot_id = read_boot_id(self.config.boot_id_path)  # it changes only at a reboot, which restarts us
         self._generation = 0
         """Bumped by every input (snapshot, XID, accepted inventory): a cached report is then stale."""
         self._report: Reuse[tuple[float, HealthReport]] = Reuse()
