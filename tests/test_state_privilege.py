@@ -197,5 +197,14 @@ def test_the_daemon_closes_every_folder_of_a_tree_made_under_umask_000_and_says_
         folder.chmod(0o777)  # mkdir -p under umask 000
     daemon = start_daemon("--backend", "fake", "--interval", "0.2")
     for folder in made:
-        assert not folder.stat().st_mode & stat.S_IWOTH, folder
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o755, folder
         assert f"{folder} was writable by every user" in daemon.log()
+
+
+def test_a_folder_its_group_may_write_by_chance_is_refused_but_an_admin_groups_setgid_one_is_used(state: Path) -> None:
+    os.chmod(state / "health", 0o775)  # a umask of 002, not the admin group's 2775
+    with pytest.raises(UnsafePath):
+        append_line(state / "health" / "actions.jsonl", {"action": "drain"})
+    os.chmod(state / "health", 0o2775)  # docs/health.md "Who may clear": the admin group's folder
+    append_line(state / "health" / "actions.jsonl", {"action": "drain"})
+    assert (state / "health" / "actions.jsonl").is_file()

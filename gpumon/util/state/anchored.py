@@ -10,8 +10,9 @@ the one above it:
 * a symbolic link is followed only where root or the calling user made it (a link ``/var/run -> /run``
   the system made is fine; one another user planted is refused);
 * a folder that every user may write (without the sticky bit, or as the folder a file goes in) is refused:
-  anyone could have replaced what it holds (``close_to_others`` and the daemon repair a tree made under
-  a umask of 000);
+  anyone could have replaced what it holds; so is one inside another user's tree that its group may
+  write without being an admin group's setgid folder (``close_to_others``, called by ``gpumon run`` and
+  ``gpumon health``, repairs a tree made under a umask of 000);
 * below the first folder owned by another user than root and the caller (the service user's state
   directory, as root sees it), every folder belongs to root, the caller or that same user;
 * a file is created with O_EXCL and then given its mode; one that exists is opened without following a
@@ -120,11 +121,19 @@ def _checked_owner(st: os.stat_result, owner: int | None, here: Path) -> int | N
     if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
         raise UnsafePath(f"{here} is writable by every user: gpumon keeps nothing under it (chmod o-w)")
     uid = st.st_uid
-    if uid in (0, os.geteuid()):
-        return owner
-    if owner is None or owner == uid:
-        return uid
-    raise UnsafePath(f"{here} belongs to user {uid}, not to the owner of the folders above it ({owner})")
+    if uid not in (0, os.geteuid(), owner if owner is not None else uid):
+        raise UnsafePath(f"{here} belongs to user {uid}, not to the owner of the folders above it ({owner})")
+    if uid not in (0, os.geteuid()):
+        owner = uid
+    if owner is not None and group_writable_by_chance(st.st_mode):
+        raise UnsafePath(f"{here} is writable by its group without being an admin group's (chmod g-w, or 2775)")
+    return owner
+
+
+def group_writable_by_chance(mode: int) -> bool:
+    """Whether a folder's group may write it without the setgid bit that marks an admin group's folder
+    (docs/health.md "Who may clear": ``chmod 2770``): a umask of 000 or 002 left it so."""
+    return bool(mode & stat.S_IWGRP and not mode & stat.S_ISGID)
 
 
 def open_file(folder_fd: int, name: str, flags: int, mode: int) -> tuple[int, bool]:

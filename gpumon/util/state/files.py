@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumon.util.boundedfile import read_up_to
-from gpumon.util.state.anchored import open_file, open_folder
+from gpumon.util.state.anchored import group_writable_by_chance, open_file, open_folder
 
 HEALTH_DIR = "health"
 SIMULATED_DIR = "simulated"
@@ -122,8 +122,9 @@ def tree_folders(state_dir: Path) -> list[Path]:
 
 
 def close_to_others(folders: list[Path]) -> list[str]:
-    """Take write access for "others" away from each of ``folders`` this process owns (a state directory
-    made under a umask of 000 let any user replace its files); what was changed or could not be, as lines.
+    """Take write access for "others" (and for the group, unless the folder is an admin group's, setgid)
+    away from each of ``folders`` this process owns (a state directory made under a umask of 000 let any
+    user replace its files); what was changed or could not be, as lines.
     A link is left alone (never followed); a folder is changed through its own descriptor."""
     said = []
     for folder in folders:
@@ -139,17 +140,22 @@ def close_to_others(folders: list[Path]) -> list[str]:
 
 
 def _closed_to_others(fd: int, folder: Path) -> list[str]:
+    """Write access taken from every user, and from the group where it is not an admin group's (setgid)."""
     st = os.fstat(fd)
-    if not st.st_mode & stat.S_IWOTH:
+    if st.st_mode & stat.S_IWOTH:
+        who, fix = "every user", "o-w"
+    elif group_writable_by_chance(st.st_mode):
+        who, fix = "its group", "g-w"
+    else:
         return []
     if st.st_uid != os.geteuid():
-        return [f"{folder} is writable by every user and not ours to change: fix its mode (chmod o-w)"]
-    mode = stat.S_IMODE(st.st_mode) & ~stat.S_IWOTH
+        return [f"{folder} is writable by {who} and not ours to change: fix its mode (chmod {fix})"]
+    mode = stat.S_IMODE(st.st_mode) & ~(stat.S_IWOTH | (0 if st.st_mode & stat.S_ISGID else stat.S_IWGRP))
     try:
         os.fchmod(fd, mode)
     except OSError as exc:
-        return [f"{folder} is writable by every user and cannot be changed: {exc.strerror or exc}"]
-    return [f"{folder} was writable by every user; now {mode:04o}"]
+        return [f"{folder} is writable by {who} and cannot be changed: {exc.strerror or exc}"]
+    return [f"{folder} was writable by {who}; now {mode:04o}"]
 
 
 def write_json(path: Path, data: Any, mode: int = 0o600) -> None:
