@@ -17,7 +17,6 @@ import errno
 import json
 import os
 import re
-import secrets
 import stat
 import zlib
 from fnmatch import fnmatchcase
@@ -76,7 +75,7 @@ def write_atomic_in(folder_fd: int, name: str, text: str, mode: int) -> None:
     """``write_text_atomic`` in the open folder ``folder_fd``: the temporary file is made with O_EXCL and
     given ``mode`` through its descriptor (nothing is chmodded by name, which another user could have
     swapped for a link meanwhile), then renamed over ``name`` (a link there is replaced, never followed)."""
-    tmp = f".{name}.{secrets.token_hex(4)}"
+    tmp = f".{name}.{os.urandom(4).hex()}"  # (secrets would load hashlib into the daemon)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder_fd)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
