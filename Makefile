@@ -2,7 +2,9 @@
 #   make run          set up a venv with the daemon's dependencies only (versions from the lock) and run it
 #                     (real GPUs when the NVIDIA driver is there, simulated otherwise)
 #   make test         add the test extras and torch (pinned CPU build) to that venv, from the lock; as root
-#                     install Debian's prometheus, alertmanager, slurm, munge; then ruff, mypy and the suite
+#                     install Debian's prometheus, alertmanager, slurm, munge, tmux (it says so first;
+#                     APT=no skips it: the tests that need them skip with their reason); then ruff, mypy
+#                     and the suite
 #   make test-latest  the same suite in .venv-latest with the newest release of every dependency (no lock)
 #   make lock         refresh requirements/lock.txt to the newest releases that pyproject.toml allows
 VENV ?= .venv
@@ -23,11 +25,13 @@ BACKEND ?= $(shell (ldconfig -p 2>/dev/null | grep -q libnvidia-ml.so) && echo n
 # Two stamps: the daemon's own dependencies (make run), then the test extras and torch (make test).
 # torch stays pinned: an unpinned torch would pull a multi-GB CUDA build.
 $(VENV)/.run-installed: pyproject.toml $(LOCK)
+	@echo "make: installing gpumon and its dependencies into $(VENV) (versions from $(LOCK); ~20 s the first time)"
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q -e . -c $(LOCK)
 	touch $@
 
 $(VENV)/.test-installed: $(VENV)/.run-installed $(TORCH)
+	@echo "make: installing the test extras and torch (CPU build, ~200 MB) into $(VENV) (about a minute the first time)"
 	$(PY) -m pip install -q -e '.[test]' -r $(TORCH) -c $(LOCK)
 	touch $@
 
@@ -39,13 +43,18 @@ run: run-setup
 
 # promtool, amtool, prometheus, alertmanager, systemd-analyze, openssl and a Slurm controller, node and munge
 # for the integration tests (Debian packages).
-TEST_TOOLS := promtool amtool prometheus prometheus-alertmanager systemd-analyze openssl slurmctld slurmd scontrol munged
+TEST_TOOLS := promtool amtool prometheus prometheus-alertmanager systemd-analyze openssl slurmctld slurmd scontrol munged tmux
+TEST_PACKAGES := prometheus prometheus-alertmanager systemd openssl slurmctld slurmd slurm-client munge tmux
+# APT=no: never install Debian packages (the tests that need a missing tool skip, each with its reason).
+APT ?= yes
 test-deps:
 	@missing=""; for t in $(TEST_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	if [ -z "$$missing" ]; then :; \
+	elif [ "$(APT)" = no ]; then echo "NOTE: missing$$missing (APT=no): the tests that need them will be skipped (with reasons)"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			prometheus prometheus-alertmanager systemd openssl slurmctld slurmd slurm-client munge >/dev/null; \
+		echo "make: missing$$missing: installing Debian packages as root with apt-get: $(TEST_PACKAGES)"; \
+		echo "      (make test APT=no skips this; the tests that need them then skip with their reason)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TEST_PACKAGES) >/dev/null; \
 	else echo "NOTE: missing$$missing and not root: the tests that need them will be skipped (with reasons)"; fi
 
 # The whole suite: ruff, mypy --strict on gpumon/, the import contracts (lint-imports, pyproject.toml), then pytest (real Prometheus/Alertmanager included).
@@ -91,6 +100,7 @@ check: test
 
 golden: setup
 	$(PY) -c "from tests.test_exporter import golden_exposition, GOLDEN; GOLDEN.write_text(golden_exposition())"
+	$(PY) -c "from tests.replayed import write_goldens; write_goldens()"
 
 # The field tables of docs/nvml-notes.md and docs/dcgm-compat.md, from the declarations in gpumon/model/fields/
 # (tests/test_fields.py fails when the checked-in pages differ).
@@ -106,6 +116,7 @@ generate: golden docs
 # simulated scenario, a Prometheus with gpumon's rules and an Alertmanager HA pair. Needs root and test-deps.
 NODES ?= 3
 cluster: setup test-deps
+	@echo "make cluster: building a $(NODES)-node fleet box (Slurm, a gpumon daemon per node, Prometheus, two Alertmanagers): about 20 s"
 	$(PY) -m tests.fleet.box up --nodes $(NODES)
 cluster-down:
 	$(PY) -m tests.fleet.box down

@@ -636,6 +636,7 @@ def gpu_detail() -> dict[str, Any]:
                    "{{instance}} evaluation errors"),
             target(f"increase(gpumon_alert_spool_write_errors_total{{{HOST}}}[$__rate_interval])",
                    "{{instance}} spool write errors"),
+            target(f"gpumon_alert_spool_damaged_total{{{HOST}}}", "{{instance}} spool parts damaged at start"),
         ], "short", w=12),
         timeseries("Alert senders (1 = up, 0 = stuck or stopped)", [
             target(f"gpumon_alert_sender_up{{{HOST}}}", "{{instance}} {{receiver}} up"),

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 from gpumon import __version__
 from gpumon.commands.parser import CommandParser, UsageError, add_command, named_command
 from gpumon.commands.support import add_common_options as _add_common
-from gpumon.commands.support import add_tick_option, checked_config, load_or_report
+from gpumon.commands.support import add_tick_option, checked_config, load_or_report, problem_line
 from gpumon.commands.support import config_flags as _flags
 from gpumon.commands.support import usable_state_dir as _usable_state_dir
 from gpumon.config.file import DEFAULT_PORT, Config
 from gpumon.early_hangup import hold_hangups
 from gpumon.util.jsonout import add_json_option, emit_json, to_stdout
+from gpumon.util.locale_output import tolerate_unencodable
 from gpumon.util.pipes import reader_gone
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ MODULE_COMMANDS = {
         "gpumon.commands.health",
         "node health verdict (OK, WARNING, CRITICAL, UNKNOWN) with the action to take",
     ),
+    "record": ("gpumon.commands.record", "record what NVML answers on this host, for --backend replay:FILE"),
+    "bundle": ("gpumon.commands.bundle", "collect a bug-report archive (recording, config, health, burn, versions)"),
 }
 """Commands whose module (with a ``configure(parser)``) is imported only to parse that command:
 name -> (module, the line ``gpumon --help`` shows)."""
@@ -105,7 +108,8 @@ def _add_once(sub: argparse._SubParsersAction[CommandParser]) -> None:
         "once",
         "poll once and print a table (or JSON), then exit",
         "The table fits 80 columns; --wide (or a terminal of 150 columns or more) adds Bus-Id, clocks, "
-        "P-state, ECC and NVLink. Simulated GPUs are marked.",
+        "P-state, ECC and NVLink, in parts one under the other where the terminal is narrower. "
+        "Simulated GPUs are marked.",
     )
     _add_common(once)
     add_json_option(once, "the snapshot")
@@ -168,7 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except web_config_errors as exc:
         print(f"gpumon: web config {config.web_config_file}: {len(exc.problems)} problem(s):", file=sys.stderr)
         for problem in exc.problems:
-            print(f"  - {problem}", file=sys.stderr)
+            print(problem_line(problem), file=sys.stderr)
         return EXIT_USAGE
     except StateDirBusy as exc:  # two daemons on one state directory: a configuration problem
         print(f"gpumon: {exc}", file=sys.stderr)
@@ -195,15 +199,16 @@ def cmd_once(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"gpumon: bad scenario:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
-    from gpumon.backends.play import play, tick_note, tick_to_show
+    from gpumon.backends.play import PlayClock, play, tick_note, tick_to_show
     from gpumon.collect.processes import enrich
 
     tick = tick_to_show(backend, args.tick)
     if tick is None and args.tick is not None:
         print("gpumon: --tick plays a scenario: it needs --backend fake:NAME or fake:PATH", file=sys.stderr)
         return EXIT_USAGE
-    poller = Poller(backend, SnapshotStore(), enrich_processes=enrich)
-    snapshot = play(poller.poll, tick)
+    clock = PlayClock()
+    poller = Poller(backend, SnapshotStore(), monotonic=clock, enrich_processes=enrich)
+    snapshot = play(poller.poll, tick, clock)
     backend.shutdown()
     if not snapshot.nvml_up:
         print(f"gpumon: NVML unavailable: {snapshot.nvml_error}", file=sys.stderr)
@@ -248,7 +253,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     if not isinstance(config, Config):
         print(f"{args.file}: {len(config)} problem(s):", file=sys.stderr)
         for problem in config:
-            print(f"  - {problem}", file=sys.stderr)
+            print(problem_line(problem), file=sys.stderr)
         return EXIT_USAGE
     print(f"{args.file}: OK (listen {config.listen}, backend {config.backend}, every {config.interval_seconds:g}s)")
     return EXIT_OK
@@ -284,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; a closed stdout (its reader went away) ends it quietly with 141
     (gpumon.util.pipes)."""
     hold_hangups(sys.argv[1:] if argv is None else argv)  # gpumon run: a SIGHUP while it starts is kept
+    tolerate_unencodable()  # a process name the locale cannot encode never fails the output
     try:
         try:
             code = _main(argv)

@@ -5,7 +5,8 @@ exporter (collector with the alerts, burn-results and DCGM collectors; HTTP serv
 the web config) -> poll job (APScheduler; the only caller of the backend's read) -> XID
 event thread and kernel-log follower -> systemd notifications. Shutdown goes in reverse.
 
-Signals only set flags; the main thread acts on them and pings the systemd watchdog. It
+Signals only set flags and ring a wake-up fd (``gpumon.wakeup``: no lock in a handler, so a SIGHUP
+storm neither deadlocks nor kills the daemon); the main thread acts on them and pings the systemd watchdog. It
 never waits on a poll, so SIGTERM/SIGINT stop within 2 s in every state, even while an
 NVML call hangs (the poll and event threads are daemon threads). SIGHUP reloads the
 configuration: all of it is read and checked first, then applied; a reload that fails for
@@ -16,19 +17,16 @@ any reason keeps the running configuration, is logged in one line and shows in
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from gpumon import process_memory
 from gpumon.alerts.service import AlertService
 from gpumon.backends.base import GpuBackend
-from gpumon.collect.energy import OwnerEnergy, subscribed
+from gpumon.backends.factory import simulated_spec
 from gpumon.collect.poller import Poller
 from gpumon.collect.processes import ProcessEnricher
 from gpumon.collect.scheduling import PollJob
@@ -36,28 +34,26 @@ from gpumon.collect.store import SnapshotStore
 from gpumon.config.daemon_settings import default_alerting, intervals_of
 from gpumon.config.file import Config
 from gpumon.daemon_reload import ConfigReload
+from gpumon.daemon_sources import add_sources, host_figures_reader
 from gpumon.early_hangup import received_early
 from gpumon.events.kernel_follow import KernelLogFollower
 from gpumon.events.tracker import XidTracker
 from gpumon.events.xid_thread import XidEventThread
-from gpumon.exposition.burn_results import BurnResultsCollector
 from gpumon.exposition.collector import GpumonCollector
 from gpumon.exposition.own_families import SelfStats
-from gpumon.exposition.read_errors import ReadErrorsCollector
-from gpumon.exposition.simulated import SimulatedSource
+from gpumon.health.poll_watch import PollProgress, PollWatch
 from gpumon.health.service import HealthService
-from gpumon.health.unjudged import UnjudgedCollector
 from gpumon.http.messages import json_response
 from gpumon.http.server import MetricsServer
 from gpumon.http.snapshot_api import snapshot_response
 from gpumon.model.xid import XidEvent
 from gpumon.model.xid_catalog import XidCatalog
 from gpumon.systemd_notify import SystemdNotifier
-from gpumon.util.state.files import close_to_others, health_dir, simulated_spec
+from gpumon.util.state.files import close_to_others, health_dir
 from gpumon.util.state.lock import DaemonLock
+from gpumon.wakeup import SignalFlags, Wakeup
 
 if TYPE_CHECKING:
-    from gpumon.exposition.dcgm import DcgmCompatCollector
     from gpumon.http.webconfig_watcher import WebConfigWatcher
 
 log = logging.getLogger("gpumon")
@@ -112,10 +108,9 @@ class Daemon:
         self._settle_memory = settle_memory
         self._mono = monotonic
         self._wall = wall_clock
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        """Set by SIGTERM/SIGINT and never cleared: a stop cannot be lost to a reload."""
-        self._reload = threading.Event()
+        self._wake = Wakeup()
+        self._signals = SignalFlags()
+        """stop: set by SIGTERM/SIGINT and never cleared (a stop cannot be lost to a reload); reload: by SIGHUP."""
         self._reloads = ConfigReload(self, reload_config, wall_clock)
         self._deaf = False
         """True while the exporter cannot answer (the watchdog is not fed)."""
@@ -138,6 +133,7 @@ class Daemon:
         self.tracker = XidTracker(live_since_seconds=wall_clock())
         self.store = SnapshotStore()
         self.store.subscribe(self.tracker.set_gpus_from_snapshot)
+        self.host_figures = host_figures_reader(config.exporter.sources.host_figures)  # None: turned off
         self.poller = Poller(
             backend,
             self.store,
@@ -146,6 +142,7 @@ class Daemon:
             wall_clock=wall_clock,
             enrich_processes=ProcessEnricher().enrich,
             xid_counts=self.tracker.for_gpu,
+            host_figures=dict if self.host_figures is None else self.host_figures,  # dict: none
         )
 
     def _build_alerts_and_health(
@@ -172,6 +169,11 @@ class Daemon:
             monotonic=monotonic,
             # simulated GPUs keep their state apart from the node's, one folder per scenario
             simulated=simulated_spec(config.backend) or False,
+            # a read that does not return within stale_after_seconds is its GPU's fault (as /ready fails then)
+            poll_watch=PollWatch(
+                lambda: PollProgress(*self.poller.progress()), lambda: self.config.stale_after, monotonic
+            ),
+            lock_wait_seconds=0.0,  # a gpumon health run holding the state's lock never stalls a poll or scrape
         )
         self.store.subscribe(self.health.on_snapshot)
         # with its GPU known, also when the kernel log is read before the first poll maps the bus ids
@@ -189,29 +191,17 @@ class Daemon:
             detail=frozenset(config.exporter.detail),
         )
         self.store.subscribe(self.collector.prepare)
-        self.collector.add("alerts", self.alerts.collector())
-        self.collector.add("burn", BurnResultsCollector(config.state_dir))
-        self.collector.add("unjudged", UnjudgedCollector(config.state_dir))  # prologs that let a job through
-        self.collector.add(
-            "owner_energy", subscribed(OwnerEnergy(config.state_dir), self.store)
-        )  # gpumon/collect/energy.py
-        self.collector.add("simulated", SimulatedSource(backend.simulated))
-        if backend.per_reader_errors:  # per GPU and reader: a field's error, not a lost GPU
-            self.collector.add("read_errors", ReadErrorsCollector(backend.read_errors))
-        self.collector.add("health", self.health.collector(), per_snapshot=True)
-        self.dcgm: DcgmCompatCollector | None = None
-        if config.exporter.compat:  # its module is loaded only with --compat dcgm / dcgm-4.9
-            from gpumon.exposition.dcgm import DcgmCompatCollector, node_name
-
-            self.dcgm = DcgmCompatCollector(
-                self.store,
-                node_name(os.environ),
-                self.catalog,
-                sets=config.exporter.compat,
-                hostname_label=config.exporter.compat_hostname_label,
-                labels=config.exporter.compat_labels,
-            )
-            self.collector.add("dcgm", self.dcgm, per_snapshot=True)
+        self.dcgm = add_sources(
+            self.collector,
+            config,
+            backend,
+            self.store,
+            self.catalog,
+            alerts=self.alerts.collector(),
+            health=self.health.collector(),
+            host_figures=self.host_figures,
+            burn_root=self.health.burn_root,  # a simulated backend's own
+        )
 
     def _build_server(self, config: Config, monotonic: Callable[[], float]) -> None:
         """The HTTP server (with the web config where one is given) and its routes besides /metrics."""
@@ -272,6 +262,7 @@ class Daemon:
             self.kernel_log.stop(timeout=0.5)
         self.alerts.stop(timeout=0.5)
         self._state_lock.release()
+        self._wake.close()
         if not stuck:
             try:
                 self.backend.shutdown()
@@ -279,30 +270,29 @@ class Daemon:
                 log.debug("backend shutdown failed", exc_info=True)
 
     def request_stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
+        self._signals.stop = True
+        self._wake.ring()
 
     def request_reload(self) -> None:
-        self._reload.set()
-        self._wake.set()
+        self._signals.reload = True
+        self._wake.ring()
 
     def run_forever(self) -> int:
         """Serve until SIGTERM/SIGINT; reload on SIGHUP. Returns the exit code."""
         self._install_signals()
         ready_sent = False
-        self.store.subscribe(lambda snapshot: None if ready_sent else self._wake.set())
+        self.store.subscribe(lambda snapshot: None if ready_sent else self._wake.ring())
         self.start()
         # Woken by a signal, by the first snapshot (READY=1) and when systemd's watchdog wants its
         # ping; without a watchdog only every DEAF_CHECK_SECONDS, to log an exporter gone deaf.
         period = self.notifier.watchdog_ping_period_seconds() or DEAF_CHECK_SECONDS
         try:
-            while not self._stop.is_set():
+            while not self._signals.stop:
                 self._wake.wait(period)
-                self._wake.clear()
                 # The watchdog proves the main loop lives and the exporter answers; a GPU hung in
                 # NVML is reported through metrics and /ready, since restarting gpumon would not free it.
                 self._feed_watchdog()
-                if self._stop.is_set():
+                if self._signals.stop:
                     break
                 if not ready_sent and self.store.latest() is not None:
                     self.notifier.ready(self._status())
@@ -312,8 +302,8 @@ class Daemon:
                     # stop rescanning it (a 25 ms pause every few scrapes at 256 GPUs, 1.6 ms after);
                     # what start-up freed goes back to the kernel (docs/benchmarks.md, memory).
                     self._settle_memory()
-                if self._reload.is_set():
-                    self._reload.clear()
+                if self._signals.reload:
+                    self._signals.reload = False  # a SIGHUP during the reload reloads once more
                     if ready_sent:
                         self.notifier.reloading("reloading configuration")
                     ok = self.reload()
@@ -378,13 +368,9 @@ class Daemon:
         return snapshot_response(self.store.latest(), processes=self.config.exporter.processes, monotonic=self._mono)
 
     def _install_signals(self) -> None:
-        def on_term(signum: int, frame: FrameType | None) -> None:
-            self.request_stop()
-
-        def on_hup(signum: int, frame: FrameType | None) -> None:
-            self.request_reload()
-
-        signal.signal(signal.SIGTERM, on_term)
-        signal.signal(signal.SIGINT, on_term)
-        if received_early(signal.signal(signal.SIGHUP, on_hup)):
+        """Handlers that only set a flag (``gpumon.wakeup``); each signal also rings the wake-up fd."""
+        self._wake.take_signals()
+        signal.signal(signal.SIGTERM, self._signals.on_stop)
+        signal.signal(signal.SIGINT, self._signals.on_stop)
+        if received_early(signal.signal(signal.SIGHUP, self._signals.on_hangup)):
             self.request_reload()  # a SIGHUP while gpumon started (gpumon.early_hangup)

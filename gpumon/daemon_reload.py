@@ -73,7 +73,7 @@ class Reloadable(Protocol):
 def prepare_reload(old: Config, new: Config) -> Reload:
     """Check ``new`` and build what could fail (timer, XID catalog, alerting); changes nothing."""
     restart_only = [key for key in RESTART_ONLY if getattr(new, key) != getattr(old, key)]
-    for key in ("compat", "compat_hostname_label", "compat_labels"):
+    for key in ("compat", "compat_hostname_label", "compat_labels", "sources"):
         if getattr(new.exporter, key) != getattr(old.exporter, key):
             restart_only.append(f"exporter.{key}")
     if new.health != old.health:
@@ -91,6 +91,7 @@ def prepare_reload(old: Config, new: Config) -> Reload:
             compat=old.exporter.compat,
             compat_hostname_label=old.exporter.compat_hostname_label,
             compat_labels=old.exporter.compat_labels,
+            sources=old.exporter.sources,
         ),
         health=old.health,
     )

@@ -87,7 +87,7 @@ def test_run_with_bad_config_starts_nothing_and_exits_2(tmp_path: Path) -> None:
 def test_bad_flag_value_is_a_usage_error() -> None:
     result = run_cli("once", "--backend", "fakes")
     assert result.returncode == 2
-    assert "backend must be nvml, fake, fake:NAME or fake:PATH" in result.stderr
+    assert "backend must be nvml, fake, fake:NAME, fake:PATH or replay:FILE" in result.stderr
 
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=20))

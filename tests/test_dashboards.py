@@ -18,6 +18,7 @@ import requests
 import yaml
 
 from gpumon.exposition.metrics import gpu_rows
+from gpumon.util.state.files import health_dir
 from tests.helpers import DaemonProcess, wait_for
 from tests.prometheus_helpers import PrometheusServer, SharedPrometheus, needs_prometheus
 
@@ -298,7 +299,9 @@ def stack(shared_prometheus: SharedPrometheus, tmp_path_factory: pytest.TempPath
     config.write_text(yaml.safe_dump(GPUMON_CONFIG))
     gpumon = DaemonProcess(["--config", str(config), "--backend", f"fake:{scenario}"], tmp)
     (gpumon.state_dir / "burn").mkdir(parents=True, exist_ok=True)
-    (gpumon.state_dir / "burn" / "last.json").write_text(json.dumps(burn_report(time.time() - 600)))
+    results = health_dir(gpumon.state_dir, f"fake:{scenario}").parent / "burn"  # a simulated node's burn results
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "last.json").write_text(json.dumps(burn_report(time.time() - 600)))
     # A burn "running" on GPU 1, owned by this (live) test process.
     marker = {"pid": os.getpid(), "gpus": [1], "uuids": [FAKE_UUID.format(1)], "started_at": time.time()}
     (gpumon.state_dir / "burn" / "running.json").write_text(json.dumps(marker))

@@ -129,7 +129,7 @@ def test_benchmarks_md_gives_a_command_for_each_section() -> None:
 
 _SKIP_RE = re.compile(r"(?:pytest\.skip|skipif|importorskip)\((?:[^()]|\([^()]*\))*?(?:reason=)?f?\"([^\"]+)\"", re.S)
 SKIP_TOPICS = ("promtool", "amtool", "prometheus", "alertmanager", "systemd-analyze", "openssl", "root",
-               "PR_SET_MDWE", "kubernetes", "gpu", "nvidia-smi", "nvml", "torch", "import-linter")  # fmt: skip
+               "PR_SET_MDWE", "kubernetes", "gpu", "nvidia-smi", "nvml", "torch", "import-linter", "tmux")  # fmt: skip
 
 
 def skip_reasons() -> list[tuple[str, str]]:
@@ -149,3 +149,12 @@ def test_the_readme_says_what_make_test_may_skip_and_why() -> None:
         topics = [t for t in SKIP_TOPICS if t.lower() in reason.lower()]
         assert topics, f"{where}: skip reason {reason!r} names no topic the README's skip table covers"
         assert any(t.lower() in section for t in topics), f"{where}: README does not explain the skip {reason!r}"
+        for variable in re.findall(r"\$([A-Z][A-Z0-9_]+)", reason):  # a skip a variable lifts: the table names it
+            assert variable.lower() in section, f"{where}: README's skip table does not name ${variable} ({reason!r})"
+
+
+def test_no_doc_installs_gpumon_from_the_package_index_it_is_not_on() -> None:
+    """gpumon-exporter is not on PyPI: an install line names the checkout ('.' or '.[burn]') instead."""
+    for path in [REPO / "README.md", *DOCS]:
+        found = re.findall(r"pip install[^`\n]*gpumon-exporter", path.read_text())
+        assert not found, f"{path.name}: {found}"

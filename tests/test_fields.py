@@ -49,7 +49,7 @@ def test_a_poller_made_in_tests_is_strict_by_default() -> None:
 
 def test_outside_tests_the_key_is_logged_once_counted_and_the_rest_kept(caplog: pytest.LogCaptureFixture) -> None:
     poller = Poller(TypoBackend.from_mapping({"count": 1}), SnapshotStore(), host_figures=dict, strict_fields=False)
-    with caplog.at_level(logging.ERROR, logger="gpumon.collect.poller"):
+    with caplog.at_level(logging.ERROR, logger="gpumon.collect"):
         snapshots = [poller.poll() for _ in range(3)]
     assert all(s.gpus[0].temperature_celsius == 30.0 for s in snapshots)
     assert poller.unknown_fields() == {"temprature_celsius": 3}

@@ -175,7 +175,7 @@ def test_a_repeated_error_is_logged_once_then_counted(caplog: pytest.LogCaptureF
     )
     server.start()
     try:
-        with caplog.at_level(logging.DEBUG, logger="gpumon.http.server"):
+        with caplog.at_level(logging.DEBUG, logger="gpumon.http"):
             statuses = [
                 requests.get(f"http://127.0.0.1:{server.port}/api/broken", timeout=5).status_code for _ in range(20)
             ]
@@ -268,7 +268,7 @@ def test_a_connection_closed_before_its_transport_started_is_not_an_error(caplog
     server = MetricsServer(("127.0.0.1", 0), RenderedBytes(lambda: b""), SnapshotStore(), stale_after_seconds=5)
     loop = asyncio.new_event_loop()
     try:
-        with caplog.at_level(logging.DEBUG, logger="gpumon.http.server"):
+        with caplog.at_level(logging.DEBUG, logger="gpumon.http"):
             server._loop_exception(
                 loop,
                 {

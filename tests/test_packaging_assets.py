@@ -57,9 +57,21 @@ def test_there_are_assets_to_ship() -> None:
         "systemd/gpumon.service",
         "deploy/gpumon.example.yaml",
         "deploy/kubernetes/gpumon-daemonset.yaml",
+        "deploy/federation/prometheus-global.example.yml",
+        "prometheus/tests/alerts_test.yml",
+        "LICENSE",
     ):
         assert expected in names
-    assert not any(name.endswith(".py") or "/tests/" in name for name in names), names
+    assert not any(name.endswith(".py") for name in names), names
+
+
+def test_every_deployment_file_of_the_checkout_is_an_asset() -> None:
+    """Whatever deploy/, prometheus/ and systemd/ hold (a new folder too) ships, and every dashboard."""
+    names = set(asset_files(REPO))
+    files = [p for top in ("deploy", "prometheus", "systemd") for p in (REPO / top).rglob("*") if p.is_file()]
+    files += list((REPO / "dashboards").glob("*.json"))
+    missing = sorted(p.relative_to(REPO).as_posix() for p in files if "__pycache__" not in p.parts)
+    assert [m for m in missing if m not in names] == []
 
 
 def test_the_wheel_carries_every_asset_and_the_license(built: tuple[Path, Path]) -> None:
@@ -107,10 +119,17 @@ def test_gpumon_assets_lists_shows_and_writes_them_from_the_installed_wheel(
     shown = run("assets", "show", "prometheus/gpumon-alerts.rules.yml")
     assert shown.returncode == 0 and shown.stdout == (REPO / "prometheus/gpumon-alerts.rules.yml").read_text()
     assert run("assets", "show", "no/such.yml").returncode == 2
+    licence = run("assets", "show", "LICENSE")
+    assert licence.returncode == 0 and "Apache License" in licence.stdout
     written = run("assets", "write", str(tmp_path / "out"))
     assert written.returncode == 0, written.stderr
     for name, path in asset_files(REPO).items():
         assert (tmp_path / "out" / name).read_bytes() == path.read_bytes()
+    promtool = shutil.which("promtool")
+    if promtool is not None:  # the rule tests run where they are written, beside the rules they test
+        tests = sorted(str(p) for p in (tmp_path / "out" / "prometheus" / "tests").glob("*.yml"))
+        done = subprocess.run([promtool, "test", "rules", *tests], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_write_leaves_a_changed_file_alone_unless_forced(tmp_path: Path) -> None:

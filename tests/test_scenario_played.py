@@ -53,3 +53,16 @@ def test_the_last_scripted_tick_of_each_named_scenario() -> None:
 def test_a_scripted_hang_is_not_played() -> None:
     backend = FakeBackend.from_mapping({"gpus": [{"hang_at_tick": 3, "lost_at_tick": 9}]})
     assert backend.last_scripted_tick() == 2
+
+
+def test_a_scenario_whose_nvml_comes_later_is_played_until_its_gpus_appear(tmp_path: Path) -> None:
+    """fake:nvml-missing (the first 3 NVML initialisations fail): the GPUs appear, with or without --tick,
+    as they do in gpumon run; gpumon health judges them (issue 46, item 5)."""
+    for tick in (None, 0, 5):
+        args = ("once", "--backend", "fake:nvml-missing", "--json", *(() if tick is None else ("--tick", str(tick))))
+        result = run_cli(*args)
+        assert result.returncode == 0, result.stderr
+        snapshot = json.loads(result.stdout)
+        assert snapshot["nvml_up"] is True and len(snapshot["gpus"]) == 2
+    health = run_cli("health", "--local", "--backend", "fake:nvml-missing", "--state-dir", str(tmp_path))
+    assert health.returncode == 0 and "OK" in health.stdout, health.stdout + health.stderr

@@ -4,6 +4,7 @@ P2P capability that fails, a clock event reason active) is always served."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +151,17 @@ def test_a_reload_with_other_opt_ins_changes_what_the_next_scrape_serves() -> No
     assert not samples(collector.render().decode(), "gpumon_nvlink_link_up")
     collector.set_options(PollIntervals(), processes=False, detail=frozenset({"nvlink_per_link"}))
     assert len(samples(collector.render().decode(), "gpumon_nvlink_link_up")) == 2 * LINKS
+
+
+@pytest.mark.parametrize("gpus", [1, 8])
+def test_docs_fleet_md_gives_the_series_per_gpu_a_daemon_serves(gpus: int, start_daemon: Any) -> None:
+    """docs/fleet.md's figures for a 1-GPU and an 8-GPU host are what a daemon serves (within 8 %)."""
+    text = " ".join((Path(__file__).resolve().parent.parent / "docs" / "fleet.md").read_text().split())
+    claims = {
+        8: float(re.search(r"about (\d+) series per GPU on an 8-GPU", text).group(1)),  # type: ignore[union-attr]
+        1: float(re.search(r"(\d+) per GPU on a 1-GPU host", text).group(1)),  # type: ignore[union-attr]
+    }
+    daemon: DaemonProcess = start_daemon("--backend", "fake", "--fake-gpus", str(gpus))
+    wait_for(lambda: "gpumon_health_status{" in daemon.metrics(), 30, 0.2, "the health series")
+    per_gpu = len(series(daemon.metrics())) / gpus
+    assert abs(per_gpu - claims[gpus]) <= 0.08 * per_gpu, f"docs/fleet.md says {claims[gpus]:g}, served {per_gpu:.1f}"

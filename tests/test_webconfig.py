@@ -211,7 +211,7 @@ def test_invalid_new_file_keeps_the_old_config_and_logs_every_problem(
 ) -> None:
     url, watcher, path = serve(tls_doc(pki) | {"basic_auth_users": {"prometheus": bcrypt_hash("pw")}})
     path.write_text("basic_auth_users:\n  prometheus: plaintext\ntls_server_config:\n  cert_file: /nope.crt\n")
-    with caplog.at_level(logging.ERROR, logger="gpumon.http.webconfig"):
+    with caplog.at_level(logging.ERROR, logger="gpumon.http"):
         assert watcher.reload() is False
         response = requests.get(url + "/metrics", auth=("prometheus", "pw"), verify=str(pki.ca), timeout=5)
     assert response.status_code == 200

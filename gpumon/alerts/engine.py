@@ -189,16 +189,22 @@ class AlertEngine:
 
     def restore_state(self, data: Mapping[str, Any]) -> int:
         """Continue from ``export_state`` output: firing alerts keep their startsAt. Returns how many
-        saved alerts were dropped as damaged (a field missing, a time that is NaN or Infinity)."""
+        saved alerts were dropped as damaged (a field missing, a time that is NaN or Infinity).
+        Raises TypeError or ValueError, having changed nothing, for a section not of that shape."""
+        items = data.get("active", [])
+        if not isinstance(items, list):
+            raise TypeError(f"'active' is {type(items).__name__}, not a list")
         dropped = 0
-        for item in data.get("active", []):
+        restored: dict[tuple[str, Target], AlertState] = {}
+        for item in items:
             st = state_from_json(item)
             if st is None:
                 dropped += 1
                 continue
             if st.rule in self._rules and st.state in ("pending", "firing"):
-                self._active[(st.rule, st.target)] = st
+                restored[(st.rule, st.target)] = st
         self._observer.restore_state(data)
+        self._active.update(restored)
         return dropped
 
     # ---- internals ---------------------------------------------------------

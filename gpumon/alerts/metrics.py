@@ -12,8 +12,9 @@ from gpumon.alerts.sender_health import STUCK_AFTER_BACKOFFS
 from gpumon.burn.marker import BurnHoldBack
 from gpumon.model.families import Family
 
-MetricInputs = tuple[dict[AlertCount, int], list[Receiver], BurnHoldBack | None, int, int]
-"""Active alerts counted, receivers, the burn hold-back (None when no burn runs), evaluation errors, spool write errors."""
+MetricInputs = tuple[dict[AlertCount, int], list[Receiver], BurnHoldBack | None, int, int, int]
+"""Active alerts counted, receivers, the burn hold-back (None when no burn runs), evaluation errors, spool write
+errors, damaged parts of the spool found at start."""
 
 
 class AlertCollector:
@@ -25,7 +26,7 @@ class AlertCollector:
         self._inputs = inputs
 
     def families(self) -> Iterator[Family]:
-        alert_counts, receivers, burn, errors, spool_errors = self._inputs()
+        alert_counts, receivers, burn, errors, spool_errors, spool_damaged = self._inputs()
         active = Family(
             "gpumon_alerts",
             "gauge",
@@ -76,13 +77,25 @@ class AlertCollector:
         )
         evaluation_errors.add([], errors)
         yield evaluation_errors
-        spool_write_errors = Family(
-            "gpumon_alert_spool_write_errors_total",
-            "counter",
-            "Failed writes of the alert spool in the state directory.",
-        )
-        spool_write_errors.add([], spool_errors)
-        yield spool_write_errors
+        yield from spool_families(spool_errors, spool_damaged)
+
+
+def spool_families(write_errors: int, damaged: int) -> list[Family]:
+    """``gpumon_alert_spool_write_errors_total`` and ``gpumon_alert_spool_damaged_total``."""
+    spool_write_errors = Family(
+        "gpumon_alert_spool_write_errors_total",
+        "counter",
+        "Failed writes of the alert spool in the state directory.",
+    )
+    spool_write_errors.add([], write_errors)
+    damaged_parts = Family(
+        "gpumon_alert_spool_damaged_total",
+        "counter",
+        "Damaged parts of the alert spool found when gpumon started (a spool or engine section set aside, "
+        "saved states or queued notifications dropped or given the start's time); gpumon started anyway.",
+    )
+    damaged_parts.add([], damaged)
+    return [spool_write_errors, damaged_parts]
 
 
 def sender_families(receivers: Sequence[Receiver]) -> list[Family]:

@@ -6,11 +6,14 @@
   Alertmanager resolves it by itself if gpumon disappears; a resolved alert carries
   ``endsAt`` in the past.
 * Webhook: Alertmanager's webhook body (``version: "4"``, ``status``, ``receiver``,
-  ``groupLabels``, ``commonLabels``, ``commonAnnotations``, ``externalURL``, ``alerts[]``).
+  ``groupLabels``, ``commonLabels``, ``commonAnnotations``, ``externalURL``, ``alerts[]``);
+  each alert also carries ``notificationID``, the same whenever the same alert state is sent
+  again (after a restart too), for a receiver to deduplicate.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -45,6 +48,14 @@ class Notification:
     ends_at: float | None = None
     """Unix seconds it resolved; None while firing (set at send time)."""
     generator_url: str = ""
+
+    @property
+    def identity(self) -> str:
+        """This notification's identity (32 hex digits): the same for the same alert state (fingerprint,
+        status, start, end), also when a restart sends it again from the spool, so a webhook receiver can
+        deduplicate (webhook bodies carry it as ``notificationID``)."""
+        key = f"{self.fingerprint}\0{self.status}\0{self.starts_at!r}\0{self.ends_at!r}"
+        return hashlib.sha256(key.encode("utf-8", errors="surrogatepass")).hexdigest()[:32]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -164,6 +175,7 @@ def webhook_body(
                 "endsAt": rfc3339(n.ends_at) if n.ends_at is not None else "0001-01-01T00:00:00Z",
                 "generatorURL": n.generator_url,
                 "fingerprint": n.fingerprint,
+                "notificationID": n.identity,
             }
             for n in items
         ],

@@ -8,6 +8,11 @@ What is sent is ``gpumon.alerts.notification``'s (the bodies for each receiver k
 POST and how its answer is classified is ``gpumon.alerts.http_post``'s. This module is the
 sender: the queue, the worker thread, retries and the worker's health.
 
+Before each batch the worker waits (``persisted``) until the spool holds every change so far:
+the batch it sends, and the removal of the one it sent before. A restart, even after SIGKILL,
+then sends again at most the batch that was in flight, and the same notifications (the same
+``Notification.identity``), never states made afresh.
+
 Failures: connection errors, timeouts, 5xx and 429 are retried for ever with exponential
 backoff and jitter (429/503 ``Retry-After`` is honoured); other 4xx are logged and the
 alerts dropped (the receiver refuses them and would refuse them again).
@@ -22,6 +27,7 @@ judges it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -32,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpumon.alerts.config import ReceiverHttp, RetryConfig
+from gpumon.alerts.delivery_words import failure_line, receiver_words, recovery_line
 from gpumon.alerts.http_post import SendResult, new_session, post_json, safe_url
 from gpumon.alerts.notification import Notification, alertmanager_body, from_spool, webhook_body
 from gpumon.alerts.sender_health import ReceiverStats, SenderHealth, describe, judge_health, sender_json
@@ -71,7 +78,10 @@ class Receiver:
         rng: Callable[[], float] = random.random,
         session_factory: Callable[[], requests.Session] = new_session,
         http: ReceiverHttp | None = None,
+        persisted: Callable[[], object] = lambda: None,
     ) -> None:
+        """``persisted``: returns once the spool holds every change so far (or gives up waiting); called
+        before each batch is sent (``_run``)."""
         if kind not in ("alertmanager", "webhook"):
             raise ValueError(f"unknown receiver kind {kind!r}")
         self.kind = kind
@@ -88,6 +98,7 @@ class Receiver:
         """TLS and auth options; replaced on reload like ``retry``."""
         self.stats = ReceiverStats()
         self._on_change = on_change
+        self._persisted = persisted
         self._clock = clock
         self._rng = rng
         self._session_factory = session_factory
@@ -95,6 +106,9 @@ class Receiver:
         self._last_enqueued: dict[str, float] = {}
         self._seq = 0
         self._attempt = 0
+        self._failing_since_monotonic = 0.0
+        """When the failed attempts in a row began (for the recovery's line)."""
+        self._last_detail = ""
         self._next_attempt_monotonic = 0.0
         self._planned_retry_monotonic = 0.0
         """When the retry after the last failed delivery attempt is due (an internal error plans none)."""
@@ -132,6 +146,11 @@ class Receiver:
                     dropped.notification.labels.get("alertname"),
                     fp,
                 )
+            # marked for the spool before a worker can take it (it waits on this lock): the worker's
+            # wait for the spool (``persisted``) then covers this notification. A failure here is the
+            # worker's to meet and report (its own call after a delivery); the enqueuer never fails.
+            with contextlib.suppress(Exception):
+                self._on_change()
             self._cond.notify_all()
 
     def last_enqueued(self, fp: str) -> float | None:
@@ -203,6 +222,9 @@ class Receiver:
                     batch = self._wait_for_batch()
                     if batch is None:
                         return
+                    # What is sent is on disk first, and the last batch's settling too: a restart (even
+                    # after SIGKILL) sends again only the batch in flight, as the same notifications.
+                    self._persisted()
                     if session is None:
                         session = self._session_factory()
                     self._send(session, batch)
@@ -321,32 +343,33 @@ class Receiver:
             self.stats.last_attempt_at = self._clock()
             if result.outcome == "retry":
                 self._attempt += 1
+                if self._attempt == 1:
+                    self._failing_since_monotonic = self._progress_monotonic
                 delay = self._backoff(self._attempt)
                 if result.retry_after_seconds is not None:
                     delay = max(delay, min(result.retry_after_seconds, MAX_RETRY_AFTER_SECONDS))
                 self._next_attempt_monotonic = time.monotonic() + delay
                 self._planned_retry_monotonic = self._next_attempt_monotonic
                 self.stats.outcomes["failed"] += n
-                if self.stats.last_error != result.detail or self._attempt == 1:
-                    log.warning(
-                        "alert delivery to %s failed (%s); %d alert(s) kept, retry in %.1f s",
-                        self.name,
-                        result.detail,
-                        len(self._items),
-                        delay,
-                    )
-                self.stats.last_error = result.detail
+                line = failure_line(self.kind, self.name, result.detail, self._attempt, delay)
+                if self._last_detail != result.detail or self._attempt == 1:
+                    log.warning("alert delivery failed: %s; %d alert(s) kept", line, len(self._items))
+                self._last_detail = result.detail
+                self.stats.last_error = line
                 return
-            self._attempt = 0
+            failed_tries, self._attempt, self._last_detail = self._attempt, 0, ""
             self._next_attempt_monotonic = 0.0
             if result.outcome == "dropped":
                 self.stats.outcomes["dropped"] += n
-                self.stats.last_error = result.detail
+                self.stats.last_error = f"{receiver_words(self.kind, self.name)} refused them: {result.detail}"
                 log.error("%s refused %d alert(s) (%s); they are dropped, not retried", self.name, n, result.detail)
             else:
                 self.stats.outcomes["sent"] += n
                 self.stats.last_success_at = self.stats.last_attempt_at
                 self.stats.last_error = ""
+                if failed_tries:
+                    failing = self._progress_monotonic - self._failing_since_monotonic
+                    log.info("alert delivery: %s", recovery_line(self.kind, self.name, failing, failed_tries))
             for item in batch:
                 current = self._items.get(item.notification.fingerprint)
                 if current is not None and current.seq == item.seq:

@@ -55,6 +55,9 @@ TICK_SECONDS = 5.0
 the tick only keeps time between them (a snapshot gone stale, XIDs expiring, re-sending firing
 alerts, the finding rules), none of which needs a finer step: every wake costs CPU (docs/benchmarks.md)."""
 
+PERSIST_WAIT_SECONDS = 5.0
+"""How long a sender waits for the spool to hold what it is about to send (a write takes milliseconds)."""
+
 Handler = Callable[[], tuple[int, str, bytes]]
 
 
@@ -105,6 +108,8 @@ class AlertService:
         """The announced alerts by fingerprint (``delivery``)."""
         self._receivers: dict[str, Receiver] = {}
         self._errors_total = 0
+        self._spool_damaged = 0
+        """Damaged parts of the spool found at start (``restore_spool``), a spool set aside counting one."""
         self._last_error_logged = 0.0
         self._threads: list[threading.Thread] = []
         self._running = False
@@ -292,6 +297,7 @@ class AlertService:
             external_url=config.external_url,
             http=config.receiver_http.get(url, ReceiverHttp()),
             on_change=self._mark_dirty,
+            persisted=self._persisted,
             clock=self._clock,
             **extra,
         )
@@ -329,6 +335,12 @@ class AlertService:
     def _mark_dirty(self) -> None:
         self._spool_writer.mark_dirty()
 
+    def _persisted(self) -> bool:
+        """Wait (a sender, before each batch) until the spool holds every change so far; not while its
+        writes fail (a read-only state directory never holds deliveries back), at most PERSIST_WAIT_SECONDS."""
+        writer = self._spool_writer
+        return writer.sync(PERSIST_WAIT_SECONDS, lambda: self._running and not writer.failing)
+
     def _spool_document(self) -> dict[str, Any]:
         with self._lock:
             return {
@@ -344,7 +356,10 @@ class AlertService:
     def _restore(self) -> None:
         data = self._spool.load()
         if data:
-            restore_spool(data, self._engine, self._delivered, self._receivers, self._clock, self._spool.path, log)
+            self._spool_damaged = restore_spool(
+                data, self._engine, self._delivered, self._receivers, self._clock, self._spool.path, log
+            )
+        self._spool_damaged += self._spool.set_aside
 
     def _to_wall(self, seconds: float) -> float:
         """A time of the alert engine as the wall clock shows it (what is shown and sent)."""
@@ -358,6 +373,7 @@ class AlertService:
                 self._burn,
                 self._errors_total,
                 self._spool_writer.errors_total,
+                self._spool_damaged,
             )
 
 

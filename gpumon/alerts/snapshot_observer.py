@@ -51,10 +51,15 @@ class SnapshotObserver:
         }
 
     def restore_state(self, data: Mapping[str, Any]) -> None:
-        """Continue from ``export_state`` output (a missing key leaves its part as it is)."""
-        self.ecc_baseline.update({str(k): int(v) for k, v in dict(data.get("ecc_baseline") or {}).items()})
-        for uuid, links in dict(data.get("links_seen_up") or {}).items():
-            self.links_seen_up.setdefault(str(uuid), set()).update(str(x) for x in links)
+        """Continue from ``export_state`` output (a missing key leaves its part as it is); raises
+        TypeError or ValueError, having changed nothing, for a part not of that shape."""
+        baseline = {str(k): int(v) for k, v in dict(data.get("ecc_baseline") or {}).items()}
+        links_seen = {
+            str(uuid): {str(x) for x in links} for uuid, links in dict(data.get("links_seen_up") or {}).items()
+        }
+        self.ecc_baseline.update(baseline)  # all read first: a part not of that shape changes nothing
+        for uuid, links in links_seen.items():
+            self.links_seen_up.setdefault(uuid, set()).update(links)
         last = data.get("last_snapshot_at")
         if isinstance(last, (int, float)):
             self.last_snapshot_at = float(last)

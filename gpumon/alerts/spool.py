@@ -32,6 +32,8 @@ class Spool:
     def __init__(self, state_dir: Path) -> None:
         self.directory = Path(state_dir) / "alerts"
         self.path = self.directory / "spool.json"
+        self.set_aside = False
+        """Whether ``load`` found the spool damaged and moved it aside."""
 
     def load(self) -> dict[str, Any]:
         """The saved document, or {} when there is none. Read through the state directory's bounded reader
@@ -52,6 +54,7 @@ class Spool:
         except DamagedFile as exc:
             aside = self.path.with_name(self.path.name + ".corrupt")
             log.error("alert spool %s is not valid (%s); moved to %s, starting empty", self.path, exc, aside)
+            self.set_aside = True
             with contextlib.suppress(OSError):
                 os.replace(self.path, aside)
             return {}

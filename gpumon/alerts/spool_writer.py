@@ -41,7 +41,13 @@ class SpoolWriter:
         """Writes that failed."""
         self._dirty = 0
         self._written = 0
+        self._last_failed = False
         self._cond = threading.Condition()
+
+    @property
+    def failing(self) -> bool:
+        """Whether the last write failed (a full or read-only state directory): nothing waits for one then."""
+        return self._last_failed
 
     def mark_dirty(self) -> None:
         """Something to save changed: the thread writes it."""
@@ -73,9 +79,11 @@ class SpoolWriter:
         try:
             self.spool.save(self._document())
         except OSError as exc:
+            self._last_failed = True
             self.errors_total += 1
             self._failures.failed(self._action, str(exc))
             return False
+        self._last_failed = False
         self._failures.succeeded(self._action)
         with self._cond:
             self._written = max(self._written, target)

@@ -1,10 +1,17 @@
-"""Turn a backend spec (``nvml``, ``fake``, ``fake:NAME``, ``fake:PATH``) into a GpuBackend."""
+"""Turn a backend spec (``nvml``, ``fake``, ``fake:NAME``, ``fake:PATH``, ``replay:FILE``) into a GpuBackend."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from gpumon.backends.base import GpuBackend
+
+
+def simulated_spec(spec: str) -> str | None:
+    """The spec itself for simulated GPUs (``fake``, ``fake:NAME``, ``fake:PATH``) and a replayed host's
+    (``replay:FILE``), whose health state is kept apart from the node's (``gpumon.util.state.files.health_dir``'s
+    ``apart``); None for real ones."""
+    return spec if spec.startswith(("fake", "replay:")) else None
 
 
 def make_backend(spec: str, fake_gpus: int = 2, *, daemon: bool = False) -> GpuBackend:
@@ -15,8 +22,9 @@ def make_backend(spec: str, fake_gpus: int = 2, *, daemon: bool = False) -> GpuB
     ``ReaderSpec.every_seconds`` (docs/nvml-notes.md); the other commands read them fresh every time.
 
     ``fake:NAME`` plays a named scenario shipped with gpumon (``gpumon scenarios`` lists them);
-    anything else after ``fake:`` is a scenario file. Raises gpumon.backends.fake.ScenarioError
-    for a bad scenario file or a name that is neither.
+    anything else after ``fake:`` is a scenario file. ``replay:FILE`` answers the NVML backend's
+    calls from a recording (``gpumon record``) or a bug-report bundle (``gpumon bundle``). Raises
+    gpumon.backends.fake.ScenarioError for a bad scenario or recording file or a name that is neither.
     """
     if spec == "fake":
         from gpumon.backends.fake import FakeBackend
@@ -39,8 +47,12 @@ def make_backend(spec: str, fake_gpus: int = 2, *, daemon: bool = False) -> GpuB
                 ]
             )
         return FakeBackend.from_file(target)
+    if spec.startswith("replay:") and len(spec) > len("replay:"):
+        from gpumon.backends.replay import replay_backend
+
+        return replay_backend(spec[len("replay:") :], spaced=daemon)
     if spec == "nvml":
         from gpumon.backends.nvml import NvmlBackend
 
         return NvmlBackend.from_system(spaced=daemon)
-    raise ValueError(f"unknown backend {spec!r} (nvml, fake, fake:NAME, fake:PATH)")
+    raise ValueError(f"unknown backend {spec!r} (nvml, fake, fake:NAME, fake:PATH, replay:FILE)")

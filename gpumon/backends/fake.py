@@ -18,12 +18,14 @@ from __future__ import annotations
 import copy
 import math
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError, ScenarioError
+from gpumon.backends.fake_physics import energy_over_time, scenario_values
 from gpumon.backends.scenario import read_scenario, scenario_problems
 from gpumon.model.fields.spec import NO_FAKE
 from gpumon.model.nvml_vocabulary import CLOCK_EVENT_BITS
@@ -95,9 +97,7 @@ class FakeBackend:
         scripts = []
         for i, g in enumerate(gpus_raw):
             g = g or {}
-            values = dict(_static_defaults(i, len(gpus_raw)))
-            values.update(base_values)
-            values.update(g.get("values") or {})
+            values = scenario_values(_static_defaults(i, len(gpus_raw)), base_values, g.get("values") or {})
             scripts.append(
                 FakeGpuScript(
                     uuid=str(g.get("uuid") or _uuid(i)),
@@ -199,8 +199,6 @@ class FakeBackend:
 
     def wait_events(self, timeout_seconds: float) -> list[XidEvent]:
         """Scripted XIDs whose tick a FAST read has reached, each delivered once."""
-        import time
-
         with self._events_ready:
             events = self._due_events(time.time())
             if not events:
@@ -319,8 +317,6 @@ def _whole_mhz(hertz: float) -> float:
 
 def _plausible_script(i: int, count: int, clock: Callable[[], float] | None) -> FakeGpuScript:
     """Values that follow a slow sine per GPU: a job ramps up and down every few minutes."""
-    import time
-
     now = clock or time.time
     load = _load_curve(i, now)
     values: dict[str, Any] = dict(_static_defaults(i, count))
@@ -347,12 +343,14 @@ def _load_curve(i: int, now: Callable[[], float]) -> Callable[[int], float]:
 
 
 def _device_values(i: int, load: Callable[[int], float], now: Callable[[], float]) -> dict[str, Any]:
-    """Utilization, memory, temperatures, power, energy, clocks and the job's process, following ``load``."""
-    start = now()
+    """Utilization, memory, temperatures, power, energy (integrated), clocks and the process, following ``load``."""
     total, reserved = 143771 * MIB, 550 * MIB  # an H200's framebuffer, and what its driver reserves
 
     def used(tick: int) -> int:
         return int(2 * 1024 * MIB + load(tick) * 100 * 1024 * MIB)
+
+    def power(tick: int) -> float:
+        return round(75 + 600 * load(tick), 1)
 
     return {
         "utilization_ratio": lambda t: round(load(t), 2),
@@ -361,8 +359,8 @@ def _device_values(i: int, load: Callable[[int], float], now: Callable[[], float
         "memory_free_bytes": lambda t: total - reserved - used(t),
         "temperature_celsius": lambda t: round(32 + 38 * load(t)),
         "memory_temperature_celsius": lambda t: round(38 + 30 * load(t)),
-        "power_watts": lambda t: round(75 + 600 * load(t), 1),
-        "energy_joules_total": lambda _t: round(1_000_000 + (now() - start) * 400.0, 3),
+        "power_watts": power,
+        "energy_joules_total": energy_over_time(power, now),  # the power, integrated (fake_physics)
         "clocks_hertz": lambda t: {
             "sm": _whole_mhz(345e6 + load(t) * (1980e6 - 345e6)),
             "memory": 3201e6,

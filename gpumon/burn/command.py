@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from gpumon.burn.orchestration import slurm_launch
@@ -51,9 +52,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--quick", action="store_true", help="a verdict in under a minute: shorter load, smaller sizes")
     p.add_argument(
+        "--long",
+        action="store_true",
+        help="soak: matmul at full power for 15 min (or --duration) with settle and throttle-onset times, "
+        "then power steps (pulse)",
+    )
+    p.add_argument(
         "--dtype", default="auto", help=f"matmul dtype: {'|'.join(DTYPES)} (auto: bf16 on sm80+, fp16 before)"
     )
     add_json_option(p, "the report")
+    p.add_argument(
+        "--wide", action="store_true", help="verdict table with a column per test, however wide (default: fits)"
+    )
     p.add_argument("--force", action="store_true", help="burn even if other compute processes use the GPUs")
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (CPU tensors + gloo, for CI)")
     p.add_argument(
@@ -108,6 +118,20 @@ def _make_backend(spec: str, device: str) -> Any:
     return make_backend(spec)
 
 
+def burn_state_dir(state_dir: str, backend_spec: str, device: str) -> str:
+    """Where the burn keeps burn/last.json and burn/running.json: ``state_dir`` for a burn of the node's
+    GPUs; for a simulated run, whatever ``--state-dir`` says, a folder of its own so that it never
+    writes the node's burn verdict: ``STATE_DIR/simulated/<backend>`` for simulated GPUs (where the health
+    verdict of that backend reads it), ``STATE_DIR/simulated/cpu`` for ``--device cpu`` on real telemetry."""
+    from gpumon.backends.factory import simulated_spec
+    from gpumon.util.state.files import SIMULATED_DIR, health_dir
+
+    spec = simulated_spec(backend_spec)
+    if spec is not None:
+        return str(health_dir(state_dir, spec).parent)
+    return str(Path(state_dir) / SIMULATED_DIR / "cpu") if device == "cpu" else state_dir
+
+
 def _torchrun(env: dict[str, str]) -> bool:
     return "RANK" in env and "WORLD_SIZE" in env and "LOCAL_RANK" in env
 
@@ -115,7 +139,7 @@ def _torchrun(env: dict[str, str]) -> bool:
 def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOptions | None, Any, list[str]]:
     """Validate everything; returns (options, initialised backend, problems). Raises CannotRunError."""
     problems: list[str] = []
-    tests, p = parse_tests(args.tests)
+    tests, p = parse_tests(args.tests, long=bool(getattr(args, "long", False)))
     problems += p
     problems += _flag_problems(args)
     device = args.device if args.device in DEVICES else "cuda"
@@ -144,18 +168,22 @@ def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOp
     opts = BurnOptions(
         gpus=gpus,
         tests=tests,
-        duration_seconds=args.duration if args.duration is not None else default_duration(device, args.quick),
+        duration_seconds=args.duration
+        if args.duration is not None
+        else default_duration(device, args.quick, bool(getattr(args, "long", False))),
         quick=args.quick,
         dtype=args.dtype,
         json_path=args.json,
         force=args.force,
         device=device,
         backend_spec=spec,
-        state_dir=args.state_dir,
+        state_dir=burn_state_dir(args.state_dir, spec, device),
         heartbeat_timeout_seconds=args.heartbeat_timeout,
         startup_timeout_seconds=args.startup_timeout,
         launch=launch,
         gpus_per_agent=gpus_per_agent,
+        wide=bool(getattr(args, "wide", False)),
+        long=bool(getattr(args, "long", False)),
     )
     return opts, backend, []
 
@@ -163,6 +191,8 @@ def build_options(args: argparse.Namespace, env: dict[str, str]) -> tuple[BurnOp
 def _flag_problems(args: argparse.Namespace) -> list[str]:
     """What is wrong with --dtype, --device, --duration and the two timeouts (seconds)."""
     problems: list[str] = []
+    if args.quick and getattr(args, "long", False):
+        problems.append("--quick and --long: choose one")
     if args.dtype not in DTYPES:
         problems.append(f"--dtype: unknown dtype {args.dtype!r} (one of {'|'.join(DTYPES)})")
     if args.device not in DEVICES:

@@ -36,7 +36,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpumon.collect.store import SnapshotStore
 from gpumon.model.families import Family
 from gpumon.model.snapshot import ProcessSnapshot, Snapshot
 from gpumon.util.state.files import append_line
@@ -209,9 +208,3 @@ class OwnerEnergy:
             active.add([kind, name], 1.0 if account.active else 0.0)
         yield energy
         yield active
-
-
-def subscribed(energy: OwnerEnergy, store: SnapshotStore) -> OwnerEnergy:
-    """``energy``, listening to every snapshot of ``store`` (the daemon's wiring in one line)."""
-    store.subscribe(energy.on_snapshot)
-    return energy

@@ -16,8 +16,7 @@ from typing import Any
 from gpumon.collect.poll_state import POLLED_TIERS, GpuState
 from gpumon.model.snapshot import GpuSnapshot, ProcessSnapshot, Tier, counter_field_names
 
-log = logging.getLogger("gpumon.collect.poller")
-"""The poller's logger: these lines read ``gpumon.collect.poller: ...`` as before the merge had a module."""
+log = logging.getLogger(__name__)
 
 _IDENTITY_FIELDS = ("name", "pci_bus_id", "serial", "vbios_version", "compute_capability", "minor_number")
 _FAST = Tier.FAST

@@ -99,11 +99,16 @@ class Poller:
         """Per tier (by its value, as in Snapshot.tiers), as of the tier's last read."""
         self._tier_errors: dict[Tier, int] = {t: 0 for t in POLLED_TIERS}
         self._running_since: float | None = None
+        self._reading_gpu: int | None = None
+        """The GPU whose backend read the poll in progress is inside (``progress``)."""
         self._next_slower_due = 0.0
         """No slow or static read is due before this monotonic time (skips planning on most polls)."""
+        self._planned_with = intervals
+        """The intervals ``_next_slower_due`` was planned with: new ones (a reload) plan again at once."""
 
     def set_intervals(self, intervals: PollIntervals) -> None:
-        """Use new tier intervals from the next poll on (SIGHUP)."""
+        """Use new tier intervals from the next poll on (SIGHUP): that poll plans with them, so a shortened
+        interval is honoured at once (a tier read longer ago than its new interval is read then)."""
         self._intervals = intervals
 
     @property
@@ -136,6 +141,7 @@ class Poller:
             )
         finally:
             self._running_since = None
+            self._reading_gpu = None
         self._store.publish(snapshot)
         return snapshot
 
@@ -148,6 +154,11 @@ class Poller:
         """True while a poll is inside the backend (a hung NVML call keeps it True)."""
         return self._running_since is not None
 
+    def progress(self) -> tuple[float | None, int | None]:
+        """(when the poll in progress started, monotonic seconds; the GPU whose read it is inside), each
+        None when not known: what names the GPU of a read that hangs (gpumon.health.poll_watch)."""
+        return self._running_since, self._reading_gpu
+
     # ------------------------------------------------------------------
     def _poll(self, start: float) -> Snapshot:
         if not self._nvml_up and start >= self._init_at:
@@ -156,12 +167,15 @@ class Poller:
             return self._snapshot_without_gpus(False, self._nvml_error)
         try:
             durations: dict[Tier, float] | None = None
-            if start < self._next_slower_due:  # most polls: the fast tier of every GPU, nothing slower
+            if (
+                start < self._next_slower_due and self._planned_with is self._intervals
+            ):  # most polls: the fast tier of every GPU, nothing slower
                 gpus = self._read_fast_tier(start)
                 end = self._mono()  # one clock read for the duration and the snapshot (µs each on some VMs)
             else:
                 gpus, durations = self._read_planned_tiers(start)
                 end = self._mono()
+            self._reading_gpu = None
             self._count_backend_errors()
         except NvmlUnavailableError as exc:
             # the driver went away under us (unloaded, upgraded): re-initialise with backoff
@@ -193,6 +207,7 @@ class Poller:
             if state.lost_reason is not None:  # re-probed with every tier, when its backoff allows
                 out.append(self._read_gpu(index, state, _FAST_ONLY, {}, now, timed=False))
                 continue
+            self._reading_gpu = index
             try:
                 state.cache[_FAST] = read(index, _FAST)
             except GpuLostError as exc:
@@ -210,7 +225,8 @@ class Poller:
     def _read_planned_tiers(self, start: float) -> tuple[tuple[GpuSnapshot, ...], dict[Tier, float]]:
         """A poll that reads a slower tier of some GPU: (GPU snapshots, each tier read and its duration,
         slowest tier first)."""
-        plan, due, self._next_slower_due = plan_tiers(self._gpus, self._intervals, start)
+        self._planned_with = intervals = self._intervals
+        plan, due, self._next_slower_due = plan_tiers(self._gpus, intervals, start)
         durations = dict.fromkeys(due, 0.0)
         # A fast-only poll (a GPU re-probed later, say) is timed as a whole: clock reads cost µs on some VMs.
         timed = len(due) > 1
@@ -248,9 +264,9 @@ class Poller:
             self._init_backoff = min(self._init_backoff * 2, 60.0)
             return
         if self._nvml_error is not None:
-            log.warning("NVML is back: %d GPU(s)", len(gpus))
+            log.info("NVML is back: %d GPU(s)", len(gpus))  # its going was the ERROR; coming back is good news
         elif self._backend.simulated:
-            log.info("fake backend: %d simulated GPU(s), no NVML in use", len(gpus))
+            log.info("fake backend: %d simulated GPU(s) behind a simulated NVML (no NVIDIA driver in use)", len(gpus))
         else:
             log.info("NVML initialised: %d GPU(s), driver %s", len(gpus), self._host.driver_version)
         self._nvml_up = True
@@ -272,6 +288,7 @@ class Poller:
         if reprobing and now < state.reprobe_at:
             return self._lost_snapshot(index, state)
         tiers = list(POLLED_TIERS) if reprobing else planned
+        self._reading_gpu = index
         for tier in tiers:
             t0 = self._mono() if timed else 0.0
             try:

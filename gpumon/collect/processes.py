@@ -8,6 +8,7 @@ NVML gives the pid and the memory of each compute process (nvidia-smi
 * where it runs, from ``/proc/PID/cgroup`` (cgroup v1 and v2, systemd and cgroupfs
   drivers): the systemd unit, the container id (docker, containerd, CRI-O, podman),
   the Kubernetes pod uid and the Slurm job id;
+* ``state``, from ``/proc/PID/stat`` every poll (``D``: uninterruptible sleep, gpumon.health.stuck_processes);
 * ``launcher_pid``, from ``/proc/PID/stat`` and its parent's: the process that launched it as
   part of one job (its parent, or itself when the parent is a session leader or init), which
   the straggler detector groups GPUs by when no Slurm job, pod or container says more.
@@ -193,15 +194,22 @@ def _read(path: Path) -> str | None:
 
 def start_time_ticks(proc_root: Path, pid: int) -> int | None:
     """Field 22 of /proc/PID/stat (start time in clock ticks since boot); None when the process is gone."""
+    return state_and_start(proc_root, pid)[1]
+
+
+def state_and_start(proc_root: Path, pid: int) -> tuple[str | None, int | None]:
+    """Fields 3 (the state letter: R, S, D, Z...) and 22 (start time in clock ticks since boot) of
+    /proc/PID/stat, in one read; (None, None) when the process is gone."""
     stat = _read(proc_root / str(pid) / "stat")
     if stat is None:
-        return None
+        return None, None
     after_comm = stat.rpartition(")")[2].split()
     # after the comm come field 3 (state) onwards; starttime is field 22
+    state = after_comm[0] if after_comm and after_comm[0].isalpha() else None
     try:
-        return int(after_comm[22 - 3])
+        return state, int(after_comm[22 - 3])
     except (IndexError, ValueError):
-        return None
+        return state, None
 
 
 def _stat_fields(proc_root: Path, pid: int) -> list[str] | None:
@@ -290,7 +298,8 @@ class ProcessEnricher:
         return tuple(self._one(p) for p in processes)
 
     def _one(self, process: ProcessSnapshot) -> ProcessSnapshot:
-        info = self._info(process.pid)
+        state, start = state_and_start(self._proc_root, process.pid)
+        info = None if start is None else self._info(process.pid, start)
         if info is None:
             return process
         return dataclasses.replace(
@@ -302,12 +311,10 @@ class ProcessEnricher:
             pod_uid=process.pod_uid or info.place.pod_uid,
             slurm_job_id=process.slurm_job_id or info.place.slurm_job_id,
             launcher_pid=process.launcher_pid if process.launcher_pid is not None else info.launcher_pid,
+            state=process.state or state,  # read every poll (not cached): a process changes state
         )
 
-    def _info(self, pid: int) -> ProcessInfo | None:
-        start = start_time_ticks(self._proc_root, pid)
-        if start is None:
-            return None
+    def _info(self, pid: int, start: int) -> ProcessInfo | None:
         key = (pid, start)
         cached = self._cache.get(key)
         if cached is not None:

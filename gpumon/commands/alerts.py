@@ -10,12 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
 
 from gpumon.util.jsonout import add_json_option, emit_json, to_stdout
 
 DEFAULT_URL = "http://127.0.0.1:10480"
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 _STATE_STYLE = {"firing": "bold", "pending": "dim", "suppressed": "magenta"}
+
+
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+"""The largest /api/alerts answer read (thousands of alerts are a few MiB)."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -59,17 +64,24 @@ def run(args: argparse.Namespace) -> int:
     import requests
     from rich.console import Console
 
+    from gpumon.util.bounded_reply import get_json
+
     console = Console()
-    try:
-        response = requests.get(url, timeout=getattr(args, "timeout", 5.0))
-        response.raise_for_status()
-        data = response.json()
+    try:  # read only so far: whatever answers on that port may send gigabytes
+        status, data = get_json(url, getattr(args, "timeout", 5.0), MAX_REPLY_BYTES)
     except requests.RequestException as exc:
-        reason = type(exc).__name__ if not isinstance(exc, requests.HTTPError) else str(exc)
-        print(f"gpumon alerts: cannot reach the gpumon daemon at {url} ({reason})", file=sys.stderr)
+        from gpumon.commands.support import terminal_columns, wrapped
+        from gpumon.util.net_words import request_failure
+
+        reason = request_failure(exc, getattr(args, "timeout", 5.0))
+        line = f"gpumon alerts: no answer from a gpumon daemon at {url}: {reason}"
+        print(wrapped("", line, 2, terminal_columns(sys.stderr)), file=sys.stderr)
         return 1
-    except ValueError:
+    except ValueError:  # not JSON, or larger than any answer of a gpumon daemon
         print(f"gpumon alerts: {url} did not answer JSON (is it a gpumon daemon?)", file=sys.stderr)
+        return 1
+    if status != 200:
+        print(f"gpumon alerts: cannot reach the gpumon daemon at {url} (it answered HTTP {status})", file=sys.stderr)
         return 1
     if args.json is not None:
         try:
@@ -95,47 +107,60 @@ def _age(seconds: float | None, now: float) -> str:
 
 
 def print_table(console: Console, data: dict[str, Any], now: float | None = None) -> None:
-    """The alerts as a rich table, then one line per receiver with a queue, an error or a sender not up."""
+    """The alerts as a rich table, then one line per receiver with a queue, an error or a sender not up.
+
+    The table fits 80 columns: each alert's summary is under its name, in the ALERT column. Every
+    string from the daemon's answer (names, labels, a receiver's error, which may quote a reply's
+    body) is shown as text: never read as markup, escape sequences and hyperlinks shown escaped."""
+    from rich import box
     from rich.table import Table
+    from rich.text import Text
+
+    from gpumon.util.outside_text import shown
 
     now = time.time() if now is None else now
     alerts = data.get("alerts") or []
-    host = data.get("host", "")
+    host = shown(data.get("host", ""), "")
     if not alerts:
-        console.print(f"No active alerts on {host}.", highlight=False)
+        console.print(Text("No active alerts on ") + host + Text("."))
     else:
-        table = Table(title=f"Active alerts on {host}", title_justify="left")
-        for column in ("STATE", "SEVERITY", "ALERT", "GPU", "SINCE"):
-            table.add_column(column, no_wrap=True)
-        table.add_column("SUMMARY", overflow="fold", ratio=1)
+        table = Table(title=Text("Active alerts on ") + host, title_justify="left", box=box.SIMPLE_HEAD,
+                      show_edge=False, pad_edge=False)  # fmt: skip
+        for column in ("STATE", "SEVERITY", "ALERT / SUMMARY", "GPU", "SINCE"):
+            table.add_column(column, no_wrap=column != "ALERT / SUMMARY", overflow="fold", ratio=None)
         for a in alerts:
-            labels = a.get("labels") or {}
-            gpu = a.get("gpu", "")
-            extra = [f"{k} {labels[k]}" for k in ("link", "xid") if k in labels]
-            where = " ".join([gpu, *extra]).strip() or "host"
-            summary = (a.get("annotations") or {}).get("summary", "")
-            if a.get("held_back"):
-                summary = f"{summary} ({a['held_back']})"
-            since = a.get("starts_at") if a.get("starts_at") is not None else a.get("active_since")
-            state = str(a.get("state", ""))
-            severity = str(a.get("severity", ""))
-            table.add_row(
-                f"[{_STATE_STYLE.get(state, '')}]{state}[/]" if state in _STATE_STYLE else state,
-                f"[{_SEVERITY_STYLE[severity]}]{severity}[/]" if severity in _SEVERITY_STYLE else severity,
-                str(a.get("alertname", "")),
-                where,
-                _age(since, now),
-                summary,
-            )
+            table.add_row(*_alert_cells(a, now))
         console.print(table)
     for r in data.get("receivers") or []:
         sender = r.get("sender", "up")
         if r.get("queue_length") or r.get("last_error") or sender != "up":
-            parts = [f"{r.get('queue_length', 0)} queued"]
+            line = Text("receiver ") + shown(r.get("name")) + Text(f": {r.get('queue_length', 0)} queued")
             if sender != "up":
-                parts.append(
-                    f"[bold red]sender {sender}[/]" + (f" ({r['sender_problem']})" if r.get("sender_problem") else "")
-                )
+                line += Text(", ") + Text("sender ", style="bold red") + shown(sender)
+                if r.get("sender_problem"):
+                    line += Text(" (") + shown(r["sender_problem"]) + Text(")")
             if r.get("last_error"):
-                parts.append(f"last error: {r['last_error']}")
-            console.print(f"receiver {r.get('name')}: " + ", ".join(parts), highlight=False)
+                line += Text(", last error: ") + shown(r["last_error"])
+            console.print(line)
+
+
+def _alert_cells(alert: dict[str, Any], now: float) -> tuple[Text, ...]:
+    """One alert's cells: state, severity, name with the summary under it, where, since."""
+    from rich.text import Text
+
+    from gpumon.util.outside_text import shown
+
+    labels = alert.get("labels") or {}
+    extra = [f"{k} {labels[k]}" for k in ("link", "xid") if k in labels]
+    where = " ".join([str(alert.get("gpu", "")), *extra]).strip() or "host"
+    summary = shown((alert.get("annotations") or {}).get("summary", ""), "")
+    if alert.get("held_back"):
+        summary += Text(" (") + shown(alert["held_back"]) + Text(")")
+    since = alert.get("starts_at") if alert.get("starts_at") is not None else alert.get("active_since")
+    state, severity = shown(alert.get("state", ""), ""), shown(alert.get("severity", ""), "")
+    state.stylize(_STATE_STYLE.get(state.plain, ""))
+    severity.stylize(_SEVERITY_STYLE.get(severity.plain, ""))
+    name = shown(alert.get("alertname", ""), "")
+    if summary.plain:
+        name += Text("\n") + summary
+    return state, severity, name, shown(where, ""), Text(_age(since, now))

@@ -1,8 +1,10 @@
 """``gpumon assets``: the deployment files that come with gpumon, from an installed package too.
 
-A fleet installs gpumon from the package index, without a checkout; what it needs to deploy comes
-inside the package: the Grafana dashboards, the Prometheus alert and recording rules, the systemd
-unit and the deploy/ examples (config, web config, Alertmanager, Prometheus scrape, Kubernetes).
+A fleet installs gpumon from a wheel, without a checkout; what it needs to deploy comes inside the
+package: the Grafana dashboards, the Prometheus alert and recording rules with their promtool tests
+(prometheus/tests: ``promtool test rules`` where they are written), the systemd unit, the deploy/
+examples (config, web config, Alertmanager, Prometheus scrape and federation, Kubernetes) and the
+LICENSE.
 
 ``gpumon assets list`` names them, ``gpumon assets show NAME`` prints one, ``gpumon assets write DIR``
 writes them all under DIR (their layout kept; an existing file that differs is left alone and
@@ -18,13 +20,13 @@ import sys
 from pathlib import Path
 
 ASSET_PATTERNS = (
+    "LICENSE",
     "dashboards/*.json",
     "prometheus/*.rules.yml",
+    "prometheus/tests/*.yml",
     "systemd/*.service",
-    "deploy/*.yml",
-    "deploy/*.yaml",
-    "deploy/kubernetes/*.yml",
-    "deploy/kubernetes/*.yaml",
+    "deploy/**/*.yml",
+    "deploy/**/*.yaml",
 )
 """What is shipped, as globs relative to the checkout's root (the layout in the package is the same)."""
 PACKAGED_DIR = "deploy_assets"
@@ -56,8 +58,9 @@ def assets_root() -> Path | None:
 def configure(parser: argparse.ArgumentParser) -> None:
     """Give ``gpumon assets``'s parser (made by gpumon.cli) its description, options and commands."""
     parser.description = (
-        "The deployment files that come with gpumon: Grafana dashboards, Prometheus rules, the systemd "
-        "unit and the deploy/ examples. list names them, show NAME prints one, write DIR writes them all."
+        "The deployment files that come with gpumon: Grafana dashboards, Prometheus rules and their promtool "
+        "tests, the systemd unit, the deploy/ examples and the LICENSE. list names them, show NAME prints one, "
+        "write DIR writes them all."
     )
     sub = parser.add_subparsers(dest="assets_command", metavar="SUBCOMMAND")
     listing = sub.add_parser("list", help="name every file (the default)", description="Name every file.")

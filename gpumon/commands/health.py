@@ -5,7 +5,8 @@ Exit codes (one table in docs/health.md):
 * default (Nagios / NHC / HealthCheckProgram): 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN;
 * ``--mode npd`` (Kubernetes node-problem-detector custom plugin): 0 OK (also WARNING),
   1 problem (CRITICAL), 2 UNKNOWN; one line of at most 80 bytes;
-* ``--slurm-prolog``: 1 when the node is CRITICAL (Slurm requeues the job), else 0;
+* ``--slurm-prolog``: 1 when the node is CRITICAL and drained (Slurm requeues the job), else 0 (also when
+  the circuit breaker refused the drain or the Slurm step is UNKNOWN: slurmd would drain on a 1);
 * ``--slurm-epilog``: 0 (a failed epilog makes slurmd drain the node; gpumon drains it itself);
 * a check that cannot judge (a bad command line or config, a daemon named with ``--daemon-url``
   that does not answer, GPUs that do not answer within the prolog's budget) is UNKNOWN with the
@@ -30,7 +31,16 @@ from gpumon.commands.health_admin import cmd_accept_inventory, cmd_clear
 from gpumon.commands.health_daemon import DAEMON_TIMEOUT_SECONDS, DaemonSilent, ask_daemon, daemon_url, health_url
 from gpumon.commands.health_local import BackendProblem, CannotJudge, local_report
 from gpumon.commands.health_slurm import burn_outcome, epilog_burn, let_through
-from gpumon.commands.support import add_common_options, add_tick_option, checked_config, config_flags, usable_state_dir
+from gpumon.commands.support import (
+    add_common_options,
+    add_tick_option,
+    checked_config,
+    config_flags,
+    problem_line,
+    terminal_columns,
+    usable_state_dir,
+    wrapped,
+)
 from gpumon.config.file import DEFAULT_STATE_DIR, Config
 from gpumon.health.config import HealthConfig
 from gpumon.health.service import STATUS_VALUES
@@ -140,15 +150,15 @@ def cannot_judge(
     report = unknown_report(reason)
     if mode in HOOKS:
         return let_through(mode, report.reason(), state_dir, env)
-    if mode == "npd":
-        print(npd_line(report))
-        print(f"gpumon health: UNKNOWN - {report.reason()}", file=sys.stderr)  # whole: NPD logs a plugin's stderr
-        return NPD_EXIT[UNKNOWN]
-    if json_to is not None:
+    if json_to is not None and not (mode == "npd" and to_stdout(json_to)):
         try:
             emit_json(report.to_json(), json_to)
         except OSError as exc:
             print(f"gpumon: cannot write {json_to}: {exc.strerror or exc}", file=sys.stderr)
+    if mode == "npd":
+        print(npd_line(report))
+        print(f"gpumon health: UNKNOWN - {report.reason()}", file=sys.stderr)  # whole: NPD logs a plugin's stderr
+        return NPD_EXIT[UNKNOWN]
     if not to_stdout(json_to):
         print(f"gpumon health: UNKNOWN - {report.reason()}")
     return STATUS_VALUES[UNKNOWN]
@@ -178,7 +188,7 @@ def _judge_setup(args: argparse.Namespace) -> tuple[Config, Path]:
     if not isinstance(config, Config):
         print(f"gpumon: {len(config)} problem(s) in the configuration:", file=sys.stderr)
         for problem in config:
-            print(f"  - {problem}", file=sys.stderr)
+            print(problem_line(problem), file=sys.stderr)
         more = f" (and {len(config) - 1} more)" if len(config) > 1 else ""
         raise CannotJudge(f"configuration: {config[0]}{more}")
     _logging(args)
@@ -237,18 +247,20 @@ def npd_line(report: HealthReport) -> str:
     return line
 
 
-def print_report(report: HealthReport) -> None:
+def print_report(report: HealthReport, columns: int | None = None) -> None:
+    """The verdict, one row per GPU and node finding; in a terminal of ``columns`` the reasons wrap
+    between words under their own column (None: lines whole, as a pipe gets them)."""
     where = "from the daemon" if report.source == "daemon" else "polled here"
-    print(f"gpumon health: {report.status} - {report.reason()} ({where})")
+    print(wrapped("", f"gpumon health: {report.status} - {report.reason()} ({where})", 2, columns))
     if report.gpus:
         print(f"{'GPU':<4} {'STATUS':<9} {'ACTION':<17} REASON")
         for g in report.gpus:
-            print(f"{g.index:<4} {g.status:<9} {g.action:<17} {g.reason}")
+            print(wrapped(f"{g.index:<4} {g.status:<9} {g.action:<17} ", g.reason, 33, columns))
     host = [f for f in report.findings if f.gpu is None]
     if host:
         print("node:")
         for f in host:
-            print(f"  {f.severity:<9} {f.action:<17} {f.summary}")
+            print(wrapped(f"  {f.severity:<9} {f.action:<17} ", f.summary, 30, columns))
     if report.action != "none":
         print(f"recommended: {ACTION_WORDS[report.action]}" if report.action in ACTION_WORDS else report.action)
 
@@ -259,8 +271,19 @@ def with_finding(report: HealthReport, finding: Finding) -> HealthReport:
 
 
 # ---- commands -----------------------------------------------------------------
+def process_age_seconds() -> float:
+    """How long ago this process started (Linux: /proc/self/stat's start time against /proc/uptime), 0 when
+    not known: the prolog's budget counts Python's start-up and gpumon's imports too."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime_seconds = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime_seconds - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def cmd_health(args: argparse.Namespace) -> int:
-    started = time.monotonic()
+    started = time.monotonic() - process_age_seconds()  # the prolog's budget runs from the process's start
     mode = mode_of(args)
     given = args.state_dir or os.environ.get("GPUMON_STATE_DIR")
     state_dir: Path | None = Path(given) if given else DEFAULT_STATE_DIR
@@ -269,16 +292,14 @@ def cmd_health(args: argparse.Namespace) -> int:
         report, decision = _judge_alone(args, mode, config, state_dir, started)
     except (CannotJudge, BackendProblem) as exc:
         return cannot_judge(mode, str(exc), state_dir, os.environ, args.json)
-    if mode == "npd":
-        print(npd_line(report))
-        return NPD_EXIT[report.status]
     if report.source == "local" and config.backend.startswith("fake"):  # on stderr: stdout stays the verdict
         given = getattr(args, "tick", None)
         when = "its last scripted event" if given is None else f"tick {given} (--tick)"
         played = f", played to {when}" if config.backend != "fake" else ", not real hardware"
-        print(f"gpumon health: simulated GPUs ({config.backend}){played}", file=sys.stderr)
+        simulated = f"gpumon health: simulated GPUs ({config.backend}){played}"
+        print(wrapped("", simulated, 2, terminal_columns(sys.stderr)), file=sys.stderr)
     json_failed = False
-    if args.json is not None:
+    if args.json is not None and not (mode == "npd" and to_stdout(args.json)):  # npd's stdout is its one line
         data = report.to_json()
         if decision is not None:
             data["slurm"] = decision.to_json()
@@ -287,14 +308,17 @@ def cmd_health(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"gpumon: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
             json_failed = True
+    if mode == "npd":
+        print(npd_line(report))
+        return NPD_EXIT[UNKNOWN] if json_failed else NPD_EXIT[report.status]
     if not to_stdout(args.json):
-        print_report(report)
+        print_report(report, terminal_columns(sys.stdout))
         if decision is not None:
             print(f"slurm: {decision.step}: {decision.message}")
     if mode in HOOKS and report.status == UNKNOWN:
         return let_through(mode, report.reason(), state_dir, os.environ)
-    if mode == "prolog":
-        return 1 if report.status == CRITICAL and decision is not None and decision.step != "refused" else 0
+    if mode == "prolog":  # 1 requeues the job and slurmd drains the node: never past the breaker or unjudged
+        return 1 if report.status == CRITICAL and decision is not None and decision.step in ("drain", "none") else 0
     if mode == "epilog":
         return 0
     return STATUS_VALUES[UNKNOWN] if json_failed else STATUS_VALUES[report.status]
@@ -344,10 +368,16 @@ def _judge(
     decision = None
     if slurm_mode:
         from gpumon.health.slurm import act
+        from gpumon.health.slurm_commands import Scontrol
 
-        if budget is not None:  # scontrol too must answer within the prolog's budget
-            slurm = dataclasses.replace(slurm, timeout_seconds=max(1.0, min(slurm.timeout_seconds, budget())))
-        decision = act(report, slurm, state_dir)
+        if budget is None:
+            decision = act(report, slurm, state_dir)
+        else:  # sinfo and scontrol too, and the breaker's wait, within what is left of the prolog's budget
+            left = budget
+            client = Scontrol(slurm, seconds_left=left)
+            decision = act(
+                report, slurm, state_dir, client=client, sleep=lambda s: time.sleep(max(0.0, min(s, left())))
+            )
     return report, decision
 
 

@@ -88,8 +88,8 @@ def cmd_clear(args: argparse.Namespace) -> int:
 def _admin_state(args: argparse.Namespace, what: str) -> tuple[Config, str | None] | int:
     """The configuration, whose state directory the caller may ``what`` in, and the simulated backend's spec
     (its state apart, gpumon.util.state.files.health_dir) or None; else an exit code."""
-    from gpumon.util.state.access import refusal
-    from gpumon.util.state.files import simulated_spec
+    from gpumon.backends.factory import simulated_spec
+    from gpumon.commands.admin_access import refusal
 
     config = load_or_report(args)
     if config is None:

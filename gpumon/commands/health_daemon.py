@@ -26,6 +26,10 @@ def health_url(url: str) -> str:
     return base if base.endswith("/api/health") else base + "/api/health"
 
 
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+"""The largest /api/health answer read (a report of hundreds of GPUs is well under a MiB)."""
+
+
 class DaemonSilent(Exception):
     """No health report from the daemon; the message says what happened, e.g. ``answered HTTP 404``."""
 
@@ -34,15 +38,19 @@ def ask_daemon(url: str, timeout_seconds: float = DAEMON_TIMEOUT_SECONDS) -> Hea
     """The daemon's verdict from ``url`` (its /api/health); DaemonSilent when none comes."""
     import requests
 
-    try:
-        response = requests.get(url, timeout=timeout_seconds)
+    from gpumon.util.bounded_reply import get_json
+
+    try:  # read only so far: whatever answers on that port may send gigabytes
+        status, data = get_json(url, timeout_seconds, MAX_REPLY_BYTES)
     except requests.Timeout as exc:
         raise DaemonSilent(f"did not answer within {timeout_seconds:g} s") from exc
     except requests.RequestException as exc:
         raise DaemonSilent(f"cannot be reached ({type(exc).__name__})") from exc
-    if response.status_code != 200:
-        raise DaemonSilent(f"answered HTTP {response.status_code}")
+    except ValueError as exc:  # not JSON, or larger than any report of a gpumon daemon
+        raise DaemonSilent("answered something that is not a gpumon health report") from exc
+    if status != 200:
+        raise DaemonSilent(f"answered HTTP {status}")
     try:
-        return HealthReport.from_json(response.json(), source="daemon")
+        return HealthReport.from_json(data, source="daemon")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DaemonSilent("answered something that is not a gpumon health report") from exc

@@ -3,18 +3,20 @@ directory remembers, and judge."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from pathlib import Path
 
 from gpumon.backends.base import GpuBackend
+from gpumon.backends.factory import simulated_spec
 from gpumon.config.file import Config
 from gpumon.health.config import HealthConfig
 from gpumon.health.service import HealthService
 from gpumon.model.findings import CRITICAL, Finding, HealthReport
 from gpumon.model.snapshot import Snapshot
-from gpumon.util.state.files import simulated_spec
+from gpumon.model.xid import XidEvent
 
 log = logging.getLogger("gpumon")
 
@@ -71,7 +73,7 @@ def local_report(
     tracker.subscribe(service.on_xid)
     if snapshot.nvml_up and backend.simulated:  # scripted XIDs; real ones come from the kernel log
         try:
-            for event in backend.wait_events(0.0):
+            for event in scripted_records(backend.wait_events(0.0)):
                 tracker.record(event)
         except Exception:
             log.debug("no simulated XID events", exc_info=True)
@@ -86,16 +88,29 @@ def local_report(
     return service.report(source="local")
 
 
+def scripted_records(events: list[XidEvent]) -> list[XidEvent]:
+    """A scenario's scripted XIDs as one-shot runs replay them: the n-th of each GPU named like a kernel-log
+    record (``kernel_usec`` n, this boot), so the same scenario played again over the same state directory
+    counts each of them once, as a restarted daemon counts the kernel log's (not again each run)."""
+    nth: dict[int | None, int] = {}
+    out = []
+    for event in events:
+        nth[event.gpu_index] = nth.get(event.gpu_index, 0) + 1
+        out.append(dataclasses.replace(event, kernel_usec=nth[event.gpu_index]))
+    return out
+
+
 def poll_within(backend: GpuBackend, timeout_seconds: float, tick: int | None = None) -> Snapshot | None:
     """One poll (a scenario: played to ``tick``), or None when it does not finish in time (the stuck
     thread is left behind, a daemon thread)."""
-    from gpumon.backends.play import play
+    from gpumon.backends.play import PlayClock, play
     from gpumon.collect.poller import Poller
     from gpumon.collect.store import SnapshotStore
 
     result: list[Snapshot] = []
+    clock = PlayClock()  # a scenario without NVML at first is played until its GPUs appear
     thread = threading.Thread(
-        target=lambda: result.append(play(Poller(backend, SnapshotStore()).poll, tick)),
+        target=lambda: result.append(play(Poller(backend, SnapshotStore(), monotonic=clock).poll, tick, clock)),
         name="gpumon-health-poll",
         daemon=True,
     )

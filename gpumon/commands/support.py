@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from gpumon.config.file import DEFAULT_STATE_DIR, Config, ConfigError, load
 from gpumon.util.state.files import close_to_others, ensure_dir, tree_folders
@@ -23,7 +23,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend",
         help="nvml (real GPUs, the default), fake (simulated GPUs), fake:NAME (a named scenario: gpumon scenarios), "
-        "fake:PATH (a scenario file)",
+        "fake:PATH (a scenario file), replay:FILE (a recording or bundle of a real host: gpumon record, gpumon bundle)",
     )
     parser.add_argument("--fake-gpus", type=int, dest="fake_gpus", help="number of simulated GPUs for --backend fake")
     parser.add_argument(
@@ -82,7 +82,7 @@ def load_or_report(args: argparse.Namespace) -> Config | None:
         return config
     print(f"gpumon: {len(config)} problem(s) in the configuration:", file=sys.stderr)
     for problem in config:
-        print(f"  - {problem}", file=sys.stderr)
+        print(problem_line(problem), file=sys.stderr)
     return None
 
 
@@ -105,3 +105,29 @@ def usable_state_dir(config: Config, explicit: bool) -> Path | None:
                 log.warning("state directory %s is not writable; using %s", config.state_dir, path)
             return path
     return None
+
+
+def terminal_columns(stream: TextIO) -> int | None:
+    """The terminal's width when ``stream`` is one, else None: a pipe (Nagios, NHC, a log) gets whole lines."""
+    import shutil
+
+    return shutil.get_terminal_size().columns if stream.isatty() else None
+
+
+def wrapped(first: str, text: str, indent: int, columns: int | None) -> str:
+    """``first`` then ``text``, wrapped between words to ``columns`` with later lines indented by
+    ``indent`` (None: one line); a figure and its unit (``90 °C``) stay together."""
+    if columns is None:
+        return first + text
+    import textwrap
+
+    kept = text.replace(" °C", "\u00a0°C")
+    lines = textwrap.wrap(kept, max(20, columns - indent), break_long_words=False, break_on_hyphens=False) or [""]
+    lines = [line.replace("\u00a0", " ") for line in lines]
+    return "\n".join([first + lines[0], *(" " * indent + line for line in lines[1:])])
+
+
+def problem_line(problem: str) -> str:
+    """One problem of a list on stderr: ``  - `` and the problem, wrapped between words under itself in a
+    terminal (whole in a pipe or a log)."""
+    return wrapped("  - ", problem, 4, terminal_columns(sys.stderr))

@@ -3,7 +3,9 @@
 The default table fits 80 columns, as nvidia-smi's does: GPU, Temp, Power, Util, Memory, Throttle,
 Procs, with the GPU name in the title when every GPU has the same one (a Name column otherwise).
 ``wide`` (``gpumon once --wide``, or a terminal of WIDE_COLUMNS or more) adds Bus-Id, SM clock,
-P-state, ECC and NVLink. Simulated GPUs (the fake backend) say so in the title and below the table.
+P-state, ECC and NVLink; in a terminal narrower than that table it comes in parts one under the
+other, each part led by the GPU and Name columns (no column dropped or cut). Simulated GPUs (the
+fake backend) say so in the title and below the table.
 
 Every string that comes from outside gpumon (a process's name and user, a GPU's name, a driver's
 version, a lost GPU's reason) is shown as text: never read as rich markup (a process named ``[/]``
@@ -14,7 +16,6 @@ or ``[bold]``), and with control characters (an ANSI escape sequence, a bidi ove
 from __future__ import annotations
 
 import sys
-import unicodedata
 
 from rich import box
 from rich.console import Console
@@ -22,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpumon.model.snapshot import GpuSnapshot, ProcessSnapshot, Snapshot
+from gpumon.util.outside_text import shown
 
 GIB = 1024**3
 NARROW_COLUMNS = 80
@@ -29,25 +31,6 @@ NARROW_COLUMNS = 80
 WIDE_COLUMNS = 150
 """A terminal this wide (or wider) gets the wide table without asking."""
 SIMULATED_NOTE = "simulated GPUs (--backend fake): not real hardware"
-
-
-def shown(value: object, missing: str = "?") -> Text:
-    """``value`` (from outside: a process name, a user, a GPU name) as plain text for the terminal:
-    no markup, and every control or format character (C0, C1, DEL, bidi overrides) as an escape."""
-    if value is None or value == "":
-        return Text(missing)
-    text = str(value)
-    return Text("".join(_escape(c) if unicodedata.category(c) in _HIDDEN else c for c in text))
-
-
-_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-"""Unicode categories never written raw: controls, format characters, surrogates, private use,
-unassigned, line and paragraph separators."""
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def _fmt(value: float | None, fmt: str, missing: str = "n/a") -> str:
@@ -115,49 +98,100 @@ def _title(snapshot: Snapshot, name_in_title: bool) -> Text:
     return title
 
 
-def wide_table(snapshot: Snapshot) -> Table:
-    """Every column (about 150 characters wide)."""
-    table = Table(title=_title(snapshot, name_in_title=False), title_justify="left")
-    for column in (
-        "GPU",
-        "Name",
-        "Bus-Id",
-        "Temp",
-        "Power / Cap",
-        "Util",
-        "Memory",
-        "SM clock",
-        "Perf",
-        "Throttle",
-        "ECC",
-        "NVLink",
-        "Procs",
-    ):
-        table.add_column(column, no_wrap=column not in ("Name", "Throttle"))
-    for gpu in snapshot.gpus:
-        if not gpu.up:
-            table.add_row(str(gpu.index), shown(gpu.name), shown(gpu.pci_bus_id), _lost(gpu, "LOST: "))
+WIDE_HEADERS = (
+    "GPU",
+    "Name",
+    "Bus-Id",
+    "Temp",
+    "Power / Cap",
+    "Util",
+    "Memory",
+    "SM clock",
+    "Perf",
+    "Throttle",
+    "ECC",
+    "NVLink",
+    "Procs",
+)
+IDENTIFYING = ("GPU", "Name")
+"""The wide table's columns that every part of it repeats when it is cut to fit the terminal."""
+_WRAPS = ("Name", "Throttle")
+
+
+def _wide_cells(gpu: GpuSnapshot) -> tuple[Text | str, ...]:
+    """One GPU's cells, in WIDE_HEADERS' order; a lost GPU's reason stands in every figure's place."""
+    if not gpu.up:
+        return (str(gpu.index), shown(gpu.name), shown(gpu.pci_bus_id), _lost(gpu, "LOST: "), *([""] * 9))
+    memory = "n/a"
+    if gpu.memory_used_bytes is not None and gpu.memory_total_bytes:
+        memory = f"{gpu.memory_used_bytes / GIB:.1f} / {gpu.memory_total_bytes / GIB:.1f} GiB"
+    clocks = gpu.clocks_hertz or {}
+    return (
+        str(gpu.index),
+        shown(gpu.name),
+        shown(gpu.pci_bus_id),
+        _fmt(gpu.temperature_celsius, ".0f") + "°C",
+        f"{_fmt(gpu.power_watts, '.0f')} / {_fmt(gpu.power_limit_watts, '.0f')} W",
+        _fmt(None if gpu.utilization_ratio is None else gpu.utilization_ratio * 100, ".0f") + "%",
+        memory,
+        _fmt(None if "sm" not in clocks else clocks["sm"] / 1e6, ".0f") + " MHz",
+        "P" + _fmt(gpu.performance_state, "d", "?"),
+        shown(_throttle(gpu)),
+        _ecc(gpu),
+        _nvlinks(gpu),
+        _procs(gpu),
+    )
+
+
+def _column_widths(rows: list[tuple[Text | str, ...]]) -> list[int]:
+    """Each column's width in the terminal with its padding and rule (3 characters)."""
+    cells = [WIDE_HEADERS, *rows]
+    return [3 + max(_cell_len(row[i]) for row in cells) for i in range(len(WIDE_HEADERS))]
+
+
+def _cell_len(cell: Text | str) -> int:
+    return (Text(cell) if isinstance(cell, str) else cell).cell_len
+
+
+def _column_groups(widths: list[int], columns: int) -> list[list[int]]:
+    """WIDE_HEADERS' indexes in groups that each fit ``columns``, every group led by the identifying
+    columns; one group when the whole table fits."""
+    lead = [WIDE_HEADERS.index(h) for h in IDENTIFYING]
+    lead_width = 1 + sum(widths[i] for i in lead)
+    groups: list[list[int]] = [list(lead)]
+    used = lead_width
+    for i in range(len(WIDE_HEADERS)):
+        if i in lead:
             continue
-        memory = "n/a"
-        if gpu.memory_used_bytes is not None and gpu.memory_total_bytes:
-            memory = f"{gpu.memory_used_bytes / GIB:.1f} / {gpu.memory_total_bytes / GIB:.1f} GiB"
-        clocks = gpu.clocks_hertz or {}
-        table.add_row(
-            str(gpu.index),
-            shown(gpu.name),
-            shown(gpu.pci_bus_id),
-            _fmt(gpu.temperature_celsius, ".0f") + "°C",
-            f"{_fmt(gpu.power_watts, '.0f')} / {_fmt(gpu.power_limit_watts, '.0f')} W",
-            _fmt(None if gpu.utilization_ratio is None else gpu.utilization_ratio * 100, ".0f") + "%",
-            memory,
-            _fmt(None if "sm" not in clocks else clocks["sm"] / 1e6, ".0f") + " MHz",
-            "P" + _fmt(gpu.performance_state, "d", "?"),
-            shown(_throttle(gpu)),
-            _ecc(gpu),
-            _nvlinks(gpu),
-            _procs(gpu),
-        )
-    return table
+        if used + widths[i] > columns and len(groups[-1]) > len(lead):
+            groups.append(list(lead))
+            used = lead_width
+        groups[-1].append(i)
+        used += widths[i]
+    return groups
+
+
+def wide_tables(snapshot: Snapshot, columns: int | None = None) -> list[Table]:
+    """Every column (about 150 characters wide): one table when it fits ``columns`` (None: always),
+    else parts of it one under the other, each part with the GPU and Name columns, so no column is
+    dropped or cut."""
+    rows = [_wide_cells(gpu) for gpu in snapshot.gpus]
+    widths = _column_widths(rows)
+    groups = _column_groups(widths, columns) if columns is not None else [list(range(len(WIDE_HEADERS)))]
+    tables = []
+    for number, group in enumerate(groups):
+        title = _title(snapshot, name_in_title=False) if number == 0 else None
+        table = Table(title=title, title_justify="left")
+        for i in group:
+            header = WIDE_HEADERS[i]
+            table.add_column(header, no_wrap=header not in _WRAPS, overflow="fold" if header in _WRAPS else "ellipsis")
+        for gpu, row in zip(snapshot.gpus, rows, strict=True):
+            cells = [row[i] for i in group]
+            if not gpu.up and 3 not in group:  # the part without the lost reason says LOST
+                cells[len(IDENTIFYING)] = Text("LOST", style="red")
+            table.add_row(*cells)
+        tables.append(table)
+    return tables
 
 
 def narrow_table(snapshot: Snapshot) -> Table:
@@ -226,7 +260,8 @@ def print_snapshot(snapshot: Snapshot, console: Console | None = None, wide: boo
         console = Console(width=None if tty else (160 if wide else NARROW_COLUMNS))
     if wide is None:
         wide = console.width >= WIDE_COLUMNS and console.is_terminal
-    console.print(wide_table(snapshot) if wide else narrow_table(snapshot))
+    for table in wide_tables(snapshot, console.width) if wide else [narrow_table(snapshot)]:
+        console.print(table)
     if snapshot.host.simulated:
         console.print(f"[yellow]{SIMULATED_NOTE}[/yellow]")
     procs = processes_table(snapshot, wide)

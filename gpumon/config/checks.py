@@ -54,7 +54,7 @@ def validate_listen(value: str, problems: list[str], where: str) -> None:
 
 
 def validate_backend(value: str, problems: list[str], where: str) -> None:
-    """``backend``: nvml, fake, or a scenario (named or a file) that reads without problems."""
+    """``backend``: nvml, fake, a scenario (named or a file) or a recording (replay:FILE) that reads without problems."""
     if value in ("nvml", "fake"):
         return
     if value.startswith("fake:") and len(value) > 5:
@@ -80,7 +80,20 @@ def validate_backend(value: str, problems: list[str], where: str) -> None:
         except ScenarioError as exc:
             problems.extend(exc.problems)
         return
-    problems.append(f"{where}: backend must be nvml, fake, fake:NAME or fake:PATH, got {brief(value)}")
+    if value.startswith("replay:") and len(value) > 7:
+        from gpumon.backends.base import ScenarioError
+        from gpumon.backends.recording import load
+
+        problem = path_problem(value[7:])
+        if problem is not None:
+            problems.append(f"{where}: backend {brief(value)}: the recording {problem}")
+            return
+        try:
+            load(value[7:])
+        except ScenarioError as exc:
+            problems.extend(exc.problems)
+        return
+    problems.append(f"{where}: backend must be nvml, fake, fake:NAME, fake:PATH or replay:FILE, got {brief(value)}")
 
 
 def web_config_problems(path: Path) -> list[str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpumon.config.checks import named_path_problems, validate_backend, validate_listen, web_config_problems
-from gpumon.config.exporter import EXPORTER_KEYS, ExporterConfig, parse_exporter, set_exporter
+from gpumon.config.exporter import EXPORTER_KEYS, ExporterConfig, parse_exporter, set_exporter_checked
 from gpumon.config.scalars import convert
 from gpumon.util.yamlfile import MAX_FILE_BYTES, YamlFileError, brief, read_yaml
 
@@ -252,9 +252,12 @@ def load(
     _apply_environment(values, os.environ if env is None else env, problems)
     if flags:
         _apply_flags(values, flags, problems)
-    _check_values(values, source or "config", problems)
+    checked: list[str] = []
+    _check_values(values, source or "config", checked)
+    problems.extend(_attributed(checked, source or "config", _origins(os.environ if env is None else env, flags)))
     _parse_sections(values, source or "config", problems)
     if problems:
+        problems = _suggested(problems)
         raise ConfigError(_located(problems, source) if readable else problems)
     known = {f.name for f in fields(Config)}
     return replace(Config(), source=source, **{k: v for k, v in values.items() if k in known})
@@ -264,6 +267,7 @@ def _apply_environment(values: dict[str, Any], env: Mapping[str, str], problems:
     """The ``GPUMON_*`` variables over the file's values: scalars by their upper-cased names, the
     exporter's as ``GPUMON_EXPORTER_<KEY>``; any other ``GPUMON_*`` variable is a problem."""
     env_raw = {}
+    exporter: dict[str, Any] = {}
     for name, value in env.items():
         if not name.startswith("GPUMON_"):
             continue
@@ -271,11 +275,13 @@ def _apply_environment(values: dict[str, Any], env: Mapping[str, str], problems:
         if key in _SCALARS:
             env_raw[key] = value
         elif key.startswith("exporter_") and key[len("exporter_") :] in EXPORTER_KEYS:
-            set_exporter(values, key[len("exporter_") :], value)
+            exporter[key[len("exporter_") :]] = value
         elif key in _NOT_CONFIGURATION:
             continue
         else:
             problems.append(f"environment: unknown variable {brief(name)}")
+    names = {key: f"GPUMON_EXPORTER_{key.upper()}" for key in exporter}
+    set_exporter_checked(values, exporter, "environment", names, problems)
     _apply(values, env_raw, "environment", problems, sections=False)
 
 
@@ -283,11 +289,48 @@ def _apply_flags(values: dict[str, Any], flags: Mapping[str, Any], problems: lis
     """The options given on the command line over the environment and the file."""
     flag_values = {k: v for k, v in flags.items() if k in _SCALARS and v is not None}
     _apply(values, flag_values, "command line", problems, sections=False)
-    for key in ("compat", "compat_hostname_label", "compat_labels"):
-        if flags.get(key) is not None:
-            set_exporter(values, key, flags[key])
+    exporter = {key: flags[key] for key in _EXPORTER_FLAGS if flags.get(key) is not None}
     if flags.get("processes"):
-        set_exporter(values, "processes", True)
+        exporter["processes"] = True
+    set_exporter_checked(values, exporter, "command line", _EXPORTER_FLAGS, problems)
+
+
+_EXPORTER_FLAGS = {
+    "compat": "--compat",
+    "compat_hostname_label": "--compat-hostname-label",
+    "compat_labels": "--compat-labels",
+    "processes": "--processes",
+}
+"""The exporter settings gpumon run takes as options: key -> the option."""
+
+
+def _suggested(problems: list[str]) -> list[str]:
+    """Each unknown key or variable with the known one closest to it (gpumon.config.suggest)."""
+    from gpumon.alerts.rule_config import _RULE_KEYS as rule_keys
+    from gpumon.config.suggest import with_suggestions
+
+    variables = [f"GPUMON_{k.upper()}" for k in _SCALARS] + [f"GPUMON_EXPORTER_{k.upper()}" for k in EXPORTER_KEYS]
+    return with_suggestions(problems, [*_SCALARS, *_SECTIONS], rule_keys, variables)
+
+
+def _origins(env: Mapping[str, str], flags: Mapping[str, Any] | None) -> dict[str, str]:
+    """Setting -> how the user gave it, for those not from the file: ``--listen``, ``GPUMON_LISTEN``."""
+    given = {n[len("GPUMON_") :].lower(): n for n in env if n.startswith("GPUMON_") and n[7:].lower() in _SCALARS}
+    given.update({k: "--" + k.replace("_", "-") for k, v in (flags or {}).items() if k in _SCALARS and v is not None})
+    return given
+
+
+def _attributed(problems: list[str], where: str, origins: Mapping[str, str]) -> list[str]:
+    """``problems`` about a setting the environment or the command line gave said as theirs
+    (``command line: --listen must be ...``), not the file's."""
+    out = []
+    for problem in problems:
+        key = problem.removeprefix(f"{where}: ").split(" ", 1)[0]
+        if problem.startswith(f"{where}: ") and key in origins:
+            origin = "command line" if origins[key].startswith("--") else "environment"
+            problem = f"{origin}: {origins[key]}" + problem[len(where) + 2 + len(key) :]
+        out.append(problem)
+    return out
 
 
 def _parse_sections(values: dict[str, Any], where: str, problems: list[str]) -> None:

@@ -16,9 +16,11 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_PATH = r"[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*|\[\d+\])*"
-_UNKNOWN_KEY = re.compile(rf"^(?:({_PATH})(?:\([^)]*\))?: )?unknown key '?([^'\s(]+)'?")
+_PATH = r"[A-Za-z_][\w-]*(?:\.[\w-]+|\[\d+\])*"
+_UNKNOWN_KEY = re.compile(rf"^(?:({_PATH})(?:\([^)]*\))?: )?(?:unknown key|no built-in rule named) '?([^'\s(]+)'?")
 _SETTING = re.compile(rf"^({_PATH})")
+_ITEM_SETTING = re.compile(rf"^({_PATH})(?:\(([^)]*)\))?: ([A-Za-z_][\w-]*)\b")
+"""``alerting.rules[1](GpuCold): threshold must be ...``: a setting inside a list item or section."""
 
 
 def node_positions(text: str) -> dict[str, tuple[Node, Node]]:
@@ -60,6 +62,20 @@ def _position(found: dict[str, tuple[Node, Node]], path: str, key: bool) -> str 
     return None
 
 
+def _inner_setting(rest: str, found: dict[str, tuple[Node, Node]]) -> str | None:
+    """The path of the setting a problem inside a list item or a named entry is about, where the file
+    has it: ``alerting.rules[1](GpuCold): threshold ...`` -> ``alerting.rules[1].threshold``,
+    ``alerting.builtin(GpuMemoryHigh): threshold ...`` -> ``alerting.builtin.GpuMemoryHigh.threshold``."""
+    inner = _ITEM_SETTING.match(rest)
+    if inner is None:
+        return None
+    path, name, key = inner.groups()
+    for candidate in (f"{path}.{key}", f"{path}.{name}.{key}" if name else None):
+        if candidate is not None and candidate in found:
+            return candidate
+    return None
+
+
 def with_positions(problems: list[str], where: str, text: str) -> list[str]:
     """``problems`` with ``line L, column C:`` after ``where: `` for those about a setting of the file
     ``where`` whose text is ``text`` (unchanged when the text cannot be composed)."""
@@ -80,6 +96,8 @@ def with_positions(problems: list[str], where: str, text: str) -> list[str]:
         if unknown is not None:
             parent = unknown.group(1) or ""
             at = _position(found, f"{parent}.{unknown.group(2)}" if parent else unknown.group(2), key=True)
+        elif (inner := _inner_setting(rest, found)) is not None:
+            at = _position(found, inner, key=False)  # the bad value, not the rule or section it is in
         elif setting is not None:
             at = _position(found, setting.group(1), key=False)
         out.append(prefix + at + rest if at else problem)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpumon.model.bus_id import normalize_bus_id
 from gpumon.model.xid import XidEvent
 
 log = logging.getLogger(__name__)
@@ -39,10 +40,6 @@ DEFAULT_JOURNAL_COMMAND: tuple[str, ...] = ("journalctl", "-k", "-b", "-o", "jso
 _MAX_RECORDS = 1_000_000
 _READ_SIZE = 64 * 1024
 
-_BUS_RE = re.compile(
-    r"^(?:PCI:)?(?:(?P<domain>[0-9A-Fa-f]{1,8}):)?(?P<bus>[0-9A-Fa-f]{1,2}):(?P<device>[0-9A-Fa-f]{1,2})"
-    r"(?:\.(?P<function>[0-7]))?$"
-)
 _XID_RE = re.compile(
     r"NVRM: Xid \((?P<bus>(?:PCI:)?(?:[0-9A-Fa-f]{1,8}:)?[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?)\): "
     r"(?P<xid>\d{1,9})(?:,\s?(?P<rest>.*))?$"
@@ -55,20 +52,6 @@ _DMESG_RE = re.compile(r"^\[\s*(?P<sec>\d+)\.(?P<frac>\d+)\]\s?(?P<msg>.*)$")
 _ISO_RE = re.compile(
     r"^(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)\s(?P<msg>.*)$"
 )
-
-
-def normalize_bus_id(text: str) -> str | None:
-    """``0000:06:00`` / ``PCI:0000:3b:00`` / ``00000000:06:00.0`` -> ``00000000:06:00.0``; None if not a bus id.
-
-    NVML's ``pciInfo.busId`` (nvidia-smi ``pci.bus_id``) is 8 hex digits of domain,
-    then bus, device and function, upper case.
-    """
-    m = _BUS_RE.match(text.strip())
-    if m is None:
-        return None
-    domain = int(m.group("domain") or "0", 16)
-    function = int(m.group("function") or "0")
-    return f"{domain:08X}:{int(m.group('bus'), 16):02X}:{int(m.group('device'), 16):02X}.{function:X}"
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from gpumon.events.kernel_log import normalize_bus_id
+from gpumon.events.xid_log import XidLog
+from gpumon.model.bus_id import normalize_bus_id
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
 
@@ -74,10 +75,14 @@ class _Counts:
 class XidTracker:
     """Thread-safe XID counts by GPU index (None: a GPU gpumon does not know) and code."""
 
-    def __init__(self, live_since_seconds: float, logger: logging.Logger | None = None) -> None:
-        """``live_since_seconds``: Unix time the daemon started (earlier kernel-log XIDs are "since boot")."""
+    def __init__(
+        self, live_since_seconds: float, logger: logging.Logger | None = None, xid_log: XidLog | None = None
+    ) -> None:
+        """``live_since_seconds``: Unix time the daemon started (earlier kernel-log XIDs are "since boot");
+        ``xid_log``: the log lines of live XIDs, one per distinct fault (gpumon.events.xid_log)."""
         self._live_since = live_since_seconds
         self._log = logger or log
+        self._xid_log = xid_log or XidLog(self._log)
         self._lock = threading.Lock()
         self._bus_to_index: dict[str, int] = {}
         self._by_gpu: dict[int | None, _Counts] = {}
@@ -89,6 +94,8 @@ class XidTracker:
         """(source, code) -> recent counted events of that source, for pairing with the other source."""
         self._none = _Counts()
         """What ``for_gpu`` gives for a GPU without XIDs: the same empty mappings every time (never changed)."""
+        self._said_buses: set[str] = set()
+        """Bus ids whose XIDs were said to be on no GPU gpumon watches (said once GPUs are known, never before)."""
         self._last_snapshot_buses: dict[str, int] | None = None
         """The bus ids -> index of the last snapshot ``set_gpus_from_snapshot`` saw (polling thread only)."""
 
@@ -119,12 +126,15 @@ class XidTracker:
             listeners = list(self._attributed_listeners)
         for event in rehomed:  # counted before its GPU was known: those that wait for a GPU hear it now
             self._notify(listeners, event)
+        if normalized:  # read before the first poll named the GPUs: said now, for those still on no GPU
+            self._say_unmatched(still)
 
     def set_gpus_from_snapshot(self, snapshot: Snapshot) -> None:
         """``set_gpus`` from a snapshot's pci_bus_id of each GPU; a no-op when nothing changed.
 
         Fits ``SnapshotStore.subscribe``, so GPUs that appear after a late NVML start are learnt too.
         """
+        self._xid_log.flush()  # every poll: the summaries of repeated XIDs that are due
         mapping = {g.pci_bus_id: g.index for g in snapshot.gpus if g.pci_bus_id}
         if mapping == self._last_snapshot_buses:
             return  # every poll but the first: the same GPUs at the same bus ids
@@ -180,12 +190,15 @@ class XidTracker:
             )
             self._notify(listeners, attributed)
             return False
-        if index is None and warn_unmatched:
-            self._log.warning(
-                "XID %d on PCI %s, which is none of the GPUs gpumon watches; counted without a GPU",
-                event.xid,
-                bus or "(no bus id)",
+        # live: one line per distinct fault (the backfill is said in one line by its reader); an XID on no GPU
+        # before the GPUs are known is said by set_gpus
+        if warn_unmatched and (index is not None or self._bus_to_index):
+            where = (
+                f"GPU {index}"
+                if index is not None
+                else f"PCI {bus or '(no bus id)'}, which is none of the GPUs gpumon watches; counted without a GPU"
             )
+            self._xid_log.note(attributed, where, event.message or "")
         self._notify(listeners, attributed)
         return True
 
@@ -218,22 +231,26 @@ class XidTracker:
         for event in events:
             counted += self._record(event, warn_unmatched=False)
         with self._lock:
-            unknown_buses = sorted({e.pci_bus_id or "(no bus id)" for e in self._unmatched})
-        for bus in unknown_buses:
-            n = sum(
-                1
-                for e in events
-                if e.timestamp_seconds < self._live_since
-                and (normalize_bus_id(e.pci_bus_id or "") or "(no bus id)") == bus
-            )
-            if n:
-                self._log.warning(
-                    "%d XID(s) in the kernel log on PCI %s, which is none of the GPUs gpumon watches; "
-                    "counted without a GPU",
-                    n,
-                    bus,
-                )
+            unmatched, known = list(self._unmatched), bool(self._bus_to_index)
+        if known:  # before the first poll every bus is unknown: set_gpus says what stays so
+            self._say_unmatched(unmatched)
         return counted
+
+    def _say_unmatched(self, unmatched: list[XidEvent]) -> None:
+        """One log line per bus id of XIDs on no GPU gpumon watches (once per bus id)."""
+        by_bus: dict[str, int] = {}
+        for e in unmatched:
+            bus = normalize_bus_id(e.pci_bus_id or "") or "(no bus id)"
+            by_bus[bus] = by_bus.get(bus, 0) + 1
+        for bus, n in sorted(by_bus.items()):
+            if bus in self._said_buses:
+                continue
+            self._said_buses.add(bus)
+            self._log.warning(
+                "%d XID(s) in the kernel log on PCI %s, which is none of the GPUs gpumon watches; counted without a GPU",
+                n,
+                bus,
+            )
 
     # ---- outputs -------------------------------------------------------------
     def counts(self, gpu_index: int | None) -> dict[str, int]:

@@ -81,7 +81,7 @@ class XidEventThread:
                 self._stop.wait(min(30.0, self._wait * 2**failures))
                 continue
             for event in events:
-                log.warning("XID %d on GPU %s (%s)", event.xid, event.gpu_index, event.message or "")
+                # logged by the tracker, one line per distinct fault (gpumon.events.xid_log): not per event
                 try:
                     self._on_event(event)
                 except Exception:

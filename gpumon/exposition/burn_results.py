@@ -10,6 +10,9 @@ Reads ``<state_dir>/burn/last.json`` (re-read only when its mtime changes) and
 * ``gpumon_burn_bandwidth_bytes_per_second{gpu,uuid,test,peer_gpu}`` — memory (device copy,
   read+write), p2p (to ``peer_gpu``), allreduce (busbw at the largest size); only p2p
   series carry ``peer_gpu`` (no empty label on the others)
+* ``gpumon_burn_fingerprint_info{gpu,uuid,model,software,dtype,digest}`` — 1 per digest of the
+  fleet-wide SDC fingerprint (seeded GEMMs per dtype, ``memory``: a pattern read back): GPUs of one
+  model and software must show the same ``digest``, in this run and in any other
 * ``gpumon_burn_running{gpu,uuid}`` — 1 while a burn runs on the GPU (from the marker)
 
 A missing or unreadable file yields no series; a scrape never fails because of it, nor waits: both are
@@ -78,6 +81,7 @@ class BurnResultsCollector:
                 seen.add(str(gpu))
         if report is not None:
             yield from self._report_families(report, running, seen)
+            yield _fingerprints(report)
         yield running
 
     def _report_families(self, report: dict[str, Any], running: Family, seen: set[str]) -> Iterator[Family]:
@@ -140,3 +144,25 @@ class BurnResultsCollector:
         yield passed
         yield tflops
         yield bandwidth
+
+
+def _fingerprints(report: dict[str, Any]) -> Family:
+    """This node's GPUs' digests (other nodes' are exported by their own daemons)."""
+    node = report.get("node", 0)
+    gpus = [g for g in report.get("gpus") or [] if isinstance(g, dict) and g.get("node", 0) == node]
+    family = Family(
+        "gpumon_burn_fingerprint_info",
+        "gauge",
+        "1 per digest of the last gpumon burn's SDC fingerprint: the same model and software must give the "
+        "same digest for each dtype, on every GPU and in every run.",
+        ("gpu", "uuid", "model", "software", "dtype", "digest"),
+    )
+    for g in gpus:
+        fp = g.get("fingerprint")
+        if not isinstance(fp, dict) or not isinstance(fp.get("digests"), dict):
+            continue
+        gpu, uuid, model = str(g.get("gpu")), str(g.get("uuid") or ""), str(g.get("model") or "")
+        software = str(fp.get("software") or "")
+        for dtype, digest in fp["digests"].items():
+            family.add([gpu, uuid, model, software, str(dtype), str(digest)], 1)
+    return family

@@ -20,7 +20,7 @@ import platform
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpumon import __version__
 from gpumon.collect.store import SnapshotStore
@@ -35,11 +35,15 @@ from gpumon.exposition.text import Heads, render
 from gpumon.model.families import Family, FamilySource
 from gpumon.model.poll_intervals import PollIntervals
 from gpumon.model.snapshot import Snapshot, Tier
+from gpumon.util.budget import Budgeted
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
 log = logging.getLogger(__name__)
+
+SUCCESS, DURATION = "gpumon_collector_success", "gpumon_collector_duration_seconds"
+"""The families that report each source of a scrape (after every other)."""
 
 
 class GpumonCollector:
@@ -68,7 +72,6 @@ class GpumonCollector:
         self._processes = processes
         self._detail = detail
         self._gpu = GpuFamilies(intervals, processes=processes, detail=detail)
-        self._extras = ExtraSources(extra)
         self._last_head = FamilyReuse()
         """gpumon's own families of the last scrape: most hold the same samples every scrape."""
         self._version = version
@@ -82,6 +85,7 @@ class GpumonCollector:
         """The snapshot ``prepare`` renders ahead of the scrapes right now."""
         self._text_heads: Heads = {}
         """The HELP and TYPE lines and templates of the head's and tail's families, made anew every scrape."""
+        self._extras = ExtraSources(extra)
         self._extras_rendered: tuple[Rendered, list[tuple[str, float, float]]] | None = None
         """The extra sources' families of the last scrape and their bytes, and the sources' timings."""
 
@@ -93,11 +97,21 @@ class GpumonCollector:
         if detail is not None:
             self._detail = detail  # a snapshot rendered with other opt-ins is rendered again
 
-    def add(self, name: str, source: FamilySource, *, per_snapshot: bool = False) -> None:
+    def add(
+        self,
+        name: str,
+        source: FamilySource,
+        *,
+        per_snapshot: bool = False,
+        budget_seconds: float | None = None,
+        also: Sequence[Budgeted[..., Any]] = (),
+    ) -> None:
         """Take ``source``'s families in every scrape, guarded and timed as ``name``.
         ``per_snapshot``: the source builds its families once per snapshot (and reuses them for
-        later scrapes of it); ``prepare`` then asks it ahead of the scrapes when it renders ahead."""
-        self._extras.add(name, source, per_snapshot=per_snapshot)
+        later scrapes of it); ``prepare`` then asks it ahead of the scrapes when it renders ahead.
+        ``budget_seconds``: the longest a scrape (or ``prepare``) waits for it; ``also``: calls made
+        elsewhere under its name that fail it when they overran (gpumon.exposition.extra_sources)."""
+        self._extras.add(name, source, per_snapshot=per_snapshot, budget_seconds=budget_seconds, also=also)
 
     # ------------------------------------------------------------------
     def render(self) -> bytes:
@@ -144,7 +158,7 @@ class GpumonCollector:
             extras = last[0]  # as the last scrape got them, before the polling thread's listeners ran
             timings += last[1]
         else:
-            extra = self._extras.families(timings, self._mono)
+            extra = self._extras.families(timings, self._mono, self._served_by_gpumon(head))
             extras = last[0] if last is not None and last[0].holds(extra) else Rendered(extra)
             self._extras_rendered = (extras, timings[1:])
         openmetrics = fmt == OPENMETRICS
@@ -173,8 +187,13 @@ class GpumonCollector:
         start = self._mono()
         out = self.own_families()
         timings = [("gpumon", 1.0, self._mono() - start)]
-        out += self._extras.families(timings, self._mono)
+        out += self._extras.families(timings, self._mono, self._served_by_gpumon(out))
         return out + self._meta(timings)
+
+    def _served_by_gpumon(self, own: list[Family]) -> set[str]:
+        """The names of the families gpumon serves itself in a scrape whose own families are
+        ``own``: the head, every per-GPU family these options can serve, the sources' report."""
+        return {f.family_name for f in own} | self._gpu.names | {SUCCESS, DURATION}
 
     def _head_families(self, snapshot: Snapshot | None) -> list[Family]:
         """gpumon's own families before the per-GPU ones, for ``snapshot``."""
@@ -184,13 +203,13 @@ class GpumonCollector:
 
     def _meta(self, timings: list[tuple[str, float, float]]) -> list[Family]:
         success = Family(
-            "gpumon_collector_success",
+            SUCCESS,
             "gauge",
             "1 when the named collector ran without error in this scrape.",
             ("collector",),
         )
         duration = Family(
-            "gpumon_collector_duration_seconds",
+            DURATION,
             "gauge",
             "Time the named collector took in this scrape, seconds.",
             ("collector",),

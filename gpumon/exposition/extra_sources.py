@@ -1,7 +1,11 @@
 """The extra sources of a scrape (alerts, burn results, health, DCGM names): asked, timed and guarded.
 
 Each source gives its families in every scrape; one that raises is logged and counted as
-failed (``gpumon_collector_success 0``) and the scrape goes on without its families. A family
+failed (``gpumon_collector_success 0``) and the scrape goes on without its families. A source is
+added once by its name, and one that serves a family whose name the scrape serves already (gpumon's
+own, or an earlier source's) is refused the same way: a twin is never served. A source given a
+budget (``exporter.sources``) is asked on a thread of its own and waited for that long at most: one
+that overruns is reported failed and left out, not waited on (gpumon.util.budget). A family
 that holds the same samples as the one of its name the scrape before gave is replaced by
 that one, so its text, once rendered, is reused.
 """
@@ -9,43 +13,104 @@ that one, so its text, once rendered, is reused.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
+from typing import Any
 
 from gpumon.exposition.family_reuse import FamilyReuse
-from gpumon.model.families import Family, FamilySource
+from gpumon.model.families import Family, FamilySource, refuse_twins
+from gpumon.util.budget import Budgeted, OverBudget
 
-log = logging.getLogger("gpumon.exposition.collector")
-"""The logger name these log lines have always carried (they lived in collector.py)."""
+log = logging.getLogger(__name__)
+
+
+class NoFamilies:
+    """A source of no families: a row of ``gpumon_collector_success`` for calls made elsewhere (``also``)."""
+
+    def families(self) -> list[Family]:
+        return []
+
+
+class BudgetedSource:
+    """A source whose families are waited for ``budget_seconds`` at most (None: as long as it takes);
+    ``also``: calls made elsewhere under its name (a store listener, the poller's read of the host's
+    figures): while one of them overran at its last call, the source fails too."""
+
+    def __init__(
+        self, name: str, source: FamilySource, budget_seconds: float | None, also: Sequence[Budgeted[..., Any]] = ()
+    ) -> None:
+        self._source = source
+        self._budgeted = None if budget_seconds is None else Budgeted(name, self._ask, budget_seconds)
+        self._also = tuple(also)
+
+    def _ask(self) -> list[Family]:
+        return list(self._source.families())
+
+    def families(self) -> list[Family]:
+        late = next((call for call in self._also if call.overran), None)
+        if late is not None:
+            raise OverBudget(f"{late.name} took longer than its budget of {late.budget_seconds:g} s at its last call")
+        return self._ask() if self._budgeted is None else self._budgeted()
 
 
 class ExtraSources:
     """The extra sources by name, in the order they were added, and the families they gave last."""
 
     def __init__(self, sources: Sequence[tuple[str, FamilySource]]) -> None:
-        self._sources = list(sources)
+        self._sources: list[tuple[str, FamilySource]] = []
         self._per_snapshot: set[str] = set()
         self._last = FamilyReuse()
         """The extra sources' families of the last scrape (their text, once rendered, is reused)."""
+        self._late: set[str] = set()
+        """The sources that overran their budget in the last scrape (logged once, until they answer again)."""
+        for name, source in sources:
+            self.add(name, source, per_snapshot=False)
 
-    def add(self, name: str, source: FamilySource, *, per_snapshot: bool) -> None:
+    def add(
+        self,
+        name: str,
+        source: FamilySource,
+        *,
+        per_snapshot: bool,
+        budget_seconds: float | None = None,
+        also: Sequence[Budgeted[..., Any]] = (),
+    ) -> None:
         """Ask ``source`` in every scrape as ``name``; ``per_snapshot``: it builds its families once
-        per snapshot, and ``warm_per_snapshot`` asks it ahead of the scrapes."""
+        per snapshot, and ``warm_per_snapshot`` asks it ahead of the scrapes; ``budget_seconds`` and
+        ``also``: see BudgetedSource. ValueError when a source of that name was added already (its
+        ``gpumon_collector_success`` row would be twice)."""
+        if name == "gpumon" or any(name == known for known, _ in self._sources):
+            raise ValueError(f"collector {name} is added twice")
+        if budget_seconds is not None or also:
+            source = BudgetedSource(name, source, budget_seconds, also)
         self._sources.append((name, source))
         if per_snapshot:
             self._per_snapshot.add(name)
 
-    def families(self, timings: list[tuple[str, float, float]], monotonic: Callable[[], float]) -> list[Family]:
+    def families(
+        self, timings: list[tuple[str, float, float]], monotonic: Callable[[], float], served: Set[str]
+    ) -> list[Family]:
         """Every extra source's families, each timed (seconds of ``monotonic``) and guarded (its
-        (name, success, seconds) appended to ``timings``)."""
+        (name, success, seconds) appended to ``timings``); ``served``: the family names the scrape
+        serves besides, which no source may serve again."""
         out: list[Family] = []
+        served = set(served)
         for name, source in self._sources:
             start = monotonic()
             try:
                 families = list(source.families())
+                served |= refuse_twins((f.family_name for f in families), served)
                 ok = 1.0
+            except OverBudget as exc:
+                if name not in self._late:
+                    log.warning("collector %s left out of the scrape: %s", name, exc)
+                self._late.add(name)
+                families, ok = [], 0.0
             except Exception:
                 log.exception("collector %s failed; its metrics are left out of this scrape", name)
                 families, ok = [], 0.0
+            if ok and name in self._late:
+                self._late.discard(name)
+                log.warning("collector %s answers within its budget again", name)
             timings.append((name, ok, monotonic() - start))
             out.extend(self._last.reuse(families))
         return out

@@ -17,7 +17,7 @@ from operator import itemgetter
 
 from gpumon.exposition.metrics import gpu_rows
 from gpumon.exposition.text import header, render, sample_lines, sample_template
-from gpumon.model.families import Family
+from gpumon.model.families import Family, family_name, refuse_twins
 from gpumon.model.poll_intervals import PollIntervals
 from gpumon.model.snapshot import GpuSnapshot, Snapshot, Tier
 from gpumon.util.reuse import Reuse, ReuseSealed
@@ -32,6 +32,12 @@ INFO_LABELS = (
     "cuda_driver_version",
     "compute_capability",
 )
+GPU_INFO, GPU_UP = "gpumon_gpu_info", "gpumon_gpu_up"
+PROCESS_MEMORY, PROCESS_SM = "gpumon_process_used_memory_bytes", "gpumon_process_sm_utilization_ratio"
+FIXED_FAMILIES = (GPU_INFO, GPU_UP)
+"""The per-GPU families made here, not from the metric table."""
+PROCESS_FAMILIES = (PROCESS_MEMORY, PROCESS_SM)
+"""The per-process families (``exporter.processes``)."""
 PROCESS_LABELS = ("pid", "name", "user", "systemd_unit", "container_id", "pod_uid", "slurm_job_id")
 
 
@@ -100,7 +106,12 @@ class GpuFamilies:
     def _setup(self, detail: frozenset[str]) -> None:
         """The rows served with the ``detail`` opt-ins (``exporter.detail``), and nothing kept yet."""
         self._detail = detail
-        self._rows = tuple(served for row in gpu_rows() if (served := row.served(detail)) is not None)
+        rows = gpu_rows()
+        # every family a per-GPU part could serve, with any opt-ins, once: a twin is refused here
+        refuse_twins([*FIXED_FAMILIES, *(family_name(row.name, row.kind) for row in rows), *PROCESS_FAMILIES])
+        self._rows = tuple(served for row in rows if (served := row.served(detail)) is not None)
+        self.names = frozenset((*FIXED_FAMILIES, *(family_name(r.name, r.kind) for r in self._rows), *PROCESS_FAMILIES))
+        """The names of the families these options serve (some only where a GPU has the samples)."""
         self._values_of = [_values_of(row.fields) for row in self._rows]
         kept = {Tier.SLOW, Tier.STATIC}
         self._groups = tuple(
@@ -179,11 +190,9 @@ class GpuFamilies:
     def _build_gpu_metrics(self, snapshot: Snapshot) -> list[Family]:
         if not snapshot.gpus:
             return []
-        info = Family(
-            "gpumon_gpu_info", "gauge", "Identity of the GPU; always 1 (nvidia-smi -q).", (*GPU_LABELS, *INFO_LABELS)
-        )
+        info = Family(GPU_INFO, "gauge", "Identity of the GPU; always 1 (nvidia-smi -q).", (*GPU_LABELS, *INFO_LABELS))
         up = Family(
-            "gpumon_gpu_up",
+            GPU_UP,
             "gauge",
             "1 when the GPU answers NVML, 0 when it is lost (fallen off the bus, needs reset).",
             GPU_LABELS,
@@ -327,13 +336,13 @@ class GpuFamilies:
 
     def _process_metrics(self, gpus: Sequence[GpuSnapshot]) -> list[Family]:
         memory = Family(
-            "gpumon_process_used_memory_bytes",
+            PROCESS_MEMORY,
             "gauge",
             "GPU memory held by one compute process, bytes (nvidia-smi --query-compute-apps used_memory).",
             (*GPU_LABELS, *PROCESS_LABELS),
         )
         sm = Family(
-            "gpumon_process_sm_utilization_ratio",
+            PROCESS_SM,
             "gauge",
             "Share of SM time used by one compute process, 0-1 (nvidia-smi pmon sm / 100).",
             (*GPU_LABELS, *PROCESS_LABELS),

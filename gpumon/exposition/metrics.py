@@ -47,10 +47,18 @@ class MetricRow:
         if self.keep is None:
             return None
         keep, samples = self.keep, self.samples
+        counter = self.kind == "counter" and self.detail == "zero_rows"  # per-link rows have their GPU's sum
+
+        def kept(gpu: GpuSnapshot) -> list[Sample]:
+            every = list(samples(gpu))
+            said = [s for s in every if keep(s)]
+            return said if said or not counter else every[:1]  # a counter keeps one row at 0: never blank
+
         return replace(
             self,
-            help=f"{self.help} Only the rows that say something (exporter.detail {self.detail}: every row).",
-            samples=lambda gpu: [s for s in samples(gpu) if keep(s)],
+            help=f"{self.help} Only the rows that say something (exporter.detail {self.detail}: every row)"
+            + ("; a GPU where none does: its first row, at 0." if counter else "."),
+            samples=kept,
         )
 
 

@@ -2,7 +2,9 @@
 (the daemon reads them whoever wrote them: root, the admin group, the service user), made under a
 temporary name and linked in, so a clear is never replaced by a later one: together they are the audit
 trail. ``clears.json``, where an older gpumon kept them all in one file, is still read. What cannot be
-read is listed (the health service says so), never silently ignored.
+read is listed (the health service says so), never silently ignored. Files are named by the clear's time
+(nanoseconds, 20 digits), so their names sort as their times: the newest _MAX_CLEAR_FILES are read (a
+clear older than those stays on disk for the audit; what it cleared is already resolved in xid.json).
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def read_clears(folder: Path) -> ClearsRead:
             folder / CLEARS_DIR / name
             for name in os.listdir(folder / CLEARS_DIR)
             if name.endswith(".json") and not name.startswith(".")
-        )[:_MAX_CLEAR_FILES]
+        )[-_MAX_CLEAR_FILES:]  # named by time: the newest, so a new clear always counts
     except FileNotFoundError:
         pass
     except OSError as exc:

@@ -5,6 +5,7 @@ health:
   sysfs_root: /sys
   defer_window_seconds: 60         # an XID that follows another within this defers to it
   transient_window_seconds: 3600   # how long a non-fatal XID shows as WARNING
+  stuck_process_seconds: 300       # a process holding a GPU in D state this long is a finding
   xid_escalation:                  # per code; overrides the catalog's escalate
     48: {count: 3, window_seconds: 86400, action: replace}
   slurm:
@@ -12,6 +13,8 @@ health:
     node_name: gpu017              # default: $SLURMD_NODENAME, else the short host name
     partition: gpu                 # the breaker's partition (default: the node's partitions)
     max_drained_share: 0.25        # never let more than this share of the partition be unable to take work
+    max_drained_nodes: 10          # ...nor more than this many nodes (the lower wins; default: no cap)
+    bring_up: false                # true while nodes join at once: only drains count against the breaker
     reason_prefix: "gpumon:"
     sinfo: sinfo                   # reads the nodes (sinfo --json; scontrol show node -o without it)
     scontrol: scontrol             # drains and undrains
@@ -50,14 +53,20 @@ class SlurmConfig:
     node_name: str | None = None
     partition: str | None = None
     max_drained_share: float = 0.25
+    max_drained_nodes: int | None = None
+    """An absolute cap beside the share: never more than this many nodes unable to take work (the lower
+    of the two wins); None: the share alone."""
+    bring_up: bool = False
+    """The cluster is being brought up (nodes joining at once): only drains count against the breaker,
+    not nodes that are DOWN, NOT_RESPONDING or FUTURE while their slurmd registers."""
     reason_prefix: str = "gpumon:"
     scontrol: str = "scontrol"
     sinfo: str = "sinfo"
     timeout_seconds: float = 10.0
     epilog_burn: bool = False
     prolog_timeout_seconds: float = 5.0
-    """``--slurm-prolog``: gpumon's own work (daemon, poll, scontrol) within this, well inside Slurm's
-    default 10 s MessageTimeout; a node not judged in time is UNKNOWN and the job goes through."""
+    """``--slurm-prolog``: the whole run (from the process's start: daemon, poll, every sinfo / scontrol call)
+    within this, well inside Slurm's default 10 s MessageTimeout; not judged in time: UNKNOWN, the job goes on."""
     slurm_conf: Path | None = None
     """Given to scontrol as SLURM_CONF (slurmd gives HealthCheckProgram none); None: the environment's,
     else scontrol's built-in default (/etc/slurm/slurm.conf)."""
@@ -73,6 +82,8 @@ class HealthConfig:
     transient_window_seconds: float = 3600.0
     poll_timeout_seconds: float = 20.0
     """gpumon health without a daemon: how long one poll of the GPUs may take before the verdict is CRITICAL."""
+    stuck_process_seconds: float = 300.0
+    """A process holding a GPU in uninterruptible sleep (D state) this long is a finding (gpumon.health.stuck_processes)."""
     xid_escalation: Mapping[int, Escalation] = field(default_factory=dict)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     stragglers: StragglerConfig = field(default_factory=StragglerConfig)
@@ -88,6 +99,7 @@ _HEALTH_KEYS = {
     "defer_window_seconds",
     "transient_window_seconds",
     "poll_timeout_seconds",
+    "stuck_process_seconds",
     "xid_escalation",
     "slurm",
 }
@@ -100,11 +112,13 @@ HIGHEST = {
     "defer_window_seconds": 86400.0,
     "transient_window_seconds": 30 * 86400.0,
     "poll_timeout_seconds": 3600.0,
+    "stuck_process_seconds": 86400.0,
     "count": MAX_COUNT,
     "window_seconds": 30 * 86400.0,
     "timeout_seconds": 600.0,
     "prolog_timeout_seconds": 600.0,
     "max_drained_share": 1.0,
+    "max_drained_nodes": 100_000,
 }
 """Each number's largest value: finite and bounded (``.inf`` passed check-config and made ``gpumon
 health`` exit 1, a WARNING to Nagios and a drain from an epilog), in check-config and run alike."""
@@ -146,7 +160,7 @@ def parse_health(raw: Any, where: str = "health") -> tuple[HealthConfig, list[st
             problems.append(f"{where}: unknown key {key!r} ({', '.join(sorted(_HEALTH_KEYS))})")
     if "expected_gpu_count" in raw:
         values["expected_gpu_count"] = _number(raw, "expected_gpu_count", where, problems, integer=True)
-    for key in ("defer_window_seconds", "transient_window_seconds", "poll_timeout_seconds"):
+    for key in ("defer_window_seconds", "transient_window_seconds", "poll_timeout_seconds", "stuck_process_seconds"):
         if key in raw:
             values[key] = _number(raw, key, where, problems)
     for key in ("sysfs_root", "boot_id_path"):
@@ -202,6 +216,8 @@ _SLURM_KEYS = {
     "node_name",
     "partition",
     "max_drained_share",
+    "max_drained_nodes",
+    "bring_up",
     "reason_prefix",
     "scontrol",
     "sinfo",
@@ -222,7 +238,7 @@ def parse_slurm(raw: Any, where: str = "health.slurm") -> tuple[SlurmConfig, lis
     for key in raw:
         if key not in _SLURM_KEYS:
             problems.append(f"{where}: unknown key {key!r} ({', '.join(sorted(_SLURM_KEYS))})")
-    for key in ("enabled", "epilog_burn"):
+    for key in ("enabled", "epilog_burn", "bring_up"):
         if key in raw:
             if isinstance(raw[key], bool):
                 values[key] = raw[key]
@@ -239,6 +255,8 @@ def parse_slurm(raw: Any, where: str = "health.slurm") -> tuple[SlurmConfig, lis
         values["slurm_conf"] = Path(text) if text else None
     if "max_drained_share" in raw:
         values["max_drained_share"] = _number(raw, "max_drained_share", where, problems)
+    if "max_drained_nodes" in raw:
+        values["max_drained_nodes"] = _number(raw, "max_drained_nodes", where, problems, integer=True)
     values = {k: v for k, v in values.items() if v is not None}
     return SlurmConfig(**values), problems
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpumon.events.kernel_log import normalize_bus_id
 from gpumon.health.inventory import Inventory, InventoryGpu
+from gpumon.model.bus_id import normalize_bus_id
 from gpumon.model.findings import CRITICAL, WARNING, Finding
 from gpumon.model.snapshot import Snapshot
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gpumon.health.drift import drift, drift_inputs
 from gpumon.health.inventory import Inventory, pci_gpus
+from gpumon.health.peers import peer_findings
 from gpumon.model.findings import Finding
 from gpumon.model.snapshot import Snapshot
 from gpumon.util.reuse import Reuse
@@ -38,12 +39,18 @@ class DriftCheck:
         return self._pci_cache[1]
 
     def drift(self, baseline: Inventory | None, snapshot: Snapshot, expected_gpu_count: int | None) -> list[Finding]:
-        """drift() of ``baseline`` and ``snapshot``, worked out again only when the baseline, the PCI scan or
+        """drift() of ``baseline`` and ``snapshot`` and the links judged against the model and the peers
+        (gpumon.health.peers), worked out again only when the baseline, the PCI scan or
         what drift reads of the snapshot changed (a new snapshot comes every poll, yet its identity, links
         and PCIe widths rarely change)."""
         pci = self.pci_gpus()
+
+        def judged() -> list[Finding]:
+            found = drift(baseline, snapshot, pci, expected_gpu_count)
+            return found + peer_findings(baseline, snapshot, found)  # links from the first poll on
+
         return self._drift.get(
-            lambda: drift(baseline, snapshot, pci, expected_gpu_count),
+            judged,
             same=(baseline, pci),
             equal=(expected_gpu_count, drift_inputs(snapshot)),
         )

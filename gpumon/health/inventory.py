@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpumon.events.kernel_log import normalize_bus_id
+from gpumon.model.bus_id import normalize_bus_id
 from gpumon.model.snapshot import Snapshot
 
 NVIDIA_VENDOR = "0x10de"

@@ -10,6 +10,7 @@ read). Each read-modify-write holds ``.lock`` (gpumon.util.state.lock): runs tha
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -24,6 +25,7 @@ from gpumon.health.clears import Clear
 from gpumon.health.clears import add_clear as add_clear  # gpumon health clear, tests: where it always was
 from gpumon.health.clears_watch import ClearsWatch
 from gpumon.health.config import HealthConfig
+from gpumon.health.detectors import Detectors
 from gpumon.health.drift_check import DriftCheck
 from gpumon.health.gpu_state import snapshot_findings
 from gpumon.health.health_files import read_boot_id
@@ -35,8 +37,9 @@ from gpumon.health.inventory import (
     inventory_of,
     missing_from_nvml,
 )
-from gpumon.health.stragglers import Deviation, StragglerDetector
-from gpumon.health.trends import Increase, TrendTracker
+from gpumon.health.poll_watch import PollWatch
+from gpumon.health.stragglers import Deviation
+from gpumon.health.trends import Increase
 from gpumon.health.xid_lifecycle import XidLifecycle, XidPolicy
 from gpumon.model.findings import WARNING, Finding, HealthReport, verdict
 from gpumon.model.snapshot import Snapshot
@@ -75,23 +78,18 @@ class HealthService:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         simulated: bool | str = False,
+        poll_watch: PollWatch | None = None,
+        lock_wait_seconds: float = 30.0,
     ) -> None:
-        """``simulated``: the GPUs are a simulated backend's (its spec, e.g. ``fake:xid-storm``; True: ``fake``),
-        so the host's PCI bus is not theirs and their state goes to a folder of its own (``health_dir``)."""
+        """``simulated``: the GPUs are a simulated backend's (its spec, e.g. ``fake:xid-storm``; True: ``fake``):
+        the host's PCI bus is not theirs, their state has a folder of its own (``_place``). ``poll_watch``: the
+        daemon's poll (gpumon.health.poll_watch). ``lock_wait_seconds``: how long a save waits for the folder's
+        lock; the daemon's 0 never waits (a gpumon health run holding it stalls no poll: saved at the next input)."""
+        self._poll_watch = poll_watch
+        self._lock_wait = lock_wait_seconds
         self.state_dir = Path(state_dir)
         spec = "fake" if simulated is True else (simulated or None)
-        self.folder = health_dir(self.state_dir, spec)
-        """Where this service's files are: ``STATE_DIR/health``, or the simulated backend's own."""
-        if spec is not None:
-            log.info("simulated GPUs (%s): health state in %s, apart from the node's own", spec, self.folder)
-        self._clears_watch = ClearsWatch(
-            [self.folder] + ([health_dir(self.state_dir)] if spec is not None else []), log
-        )
-        """Where clears are read: a simulated backend's folder, and the node's (read, never written: a clear
-        made without --backend fake, e.g. of a failed burn, which lives in the node's burn results)."""
-        self._inventory_path = self.folder / "inventory.json"
-        self._burn_results_path = burn_dir(self.state_dir) / LAST_NAME
-        """The files a report reads, whose stat keys decide whether a cached report still holds."""
+        self._place(spec)
         self.config = config or HealthConfig()
         self._monotonic = monotonic
         self._drift_check = DriftCheck(
@@ -105,7 +103,7 @@ class HealthService:
         self._set_aside: list[Finding] = []
         """State files found damaged and moved aside (shown as findings while this process runs)."""
         if self.folder.is_dir():  # what a writer killed mid-write left (no writer runs while the lock is held)
-            with state_lock(self.folder):
+            with contextlib.suppress(TimeoutError), state_lock(self.folder, self._lock_wait):
                 remove_stale_temporaries(self.folder, ("xid.json", "inventory.json"))
         self._xid_key = stat_key(self._xid_path)  # before the read: a write in between is merged at the next save
         self.lifecycle = self._new_lifecycle()
@@ -116,9 +114,8 @@ class HealthService:
         self._baseline_mtime = self._inventory_mtime()
         self._baseline_refused: str | None = None
         """Why the baseline was not recorded (said once per reason)."""
-        self.stragglers = StragglerDetector(self.config.stragglers)
-        self.trends = TrendTracker(self.config.trends, words=lambda code: self._xid_name(catalog, code))
-        self._burn = BurnMarkerReader(self.state_dir)
+        self.detectors = Detectors.of(self.config, catalog)
+        self._burn = BurnMarkerReader(self.state_dir)  # a burn running on the node's GPUs (alerts read it too)
         self._boot_id = read_boot_id(self.config.boot_id_path)  # it changes only at a reboot, which restarts us
         self._generation = 0
         """Bumped by every input (snapshot, XID, accepted inventory): a cached report is then stale."""
@@ -126,6 +123,18 @@ class HealthService:
         """The last report and when it was made (``monotonic``), with what it read (``current_report``)."""
         self._burn_read: Reuse[list[Finding]] = Reuse()
         """The last burn's findings, of the very clears and the results file's stat key."""
+
+    def _place(self, spec: str | None) -> None:
+        """Where the files are: ``folder`` (``STATE_DIR/health``, or a simulated backend's own), the clears (a
+        simulated backend's also in the node's folder: read, never written), whose burn results count
+        (``burn_root``: gpumon.burn.command.burn_state_dir); their stat keys decide if a cached report holds."""
+        self.folder = health_dir(self.state_dir, spec)
+        if spec is not None:
+            log.info("simulated GPUs (%s): health state in %s, apart from the node's own", spec, self.folder)
+        self._clears_watch = ClearsWatch([self.folder] + ([health_dir(self.state_dir)] if spec else []), log)
+        self._inventory_path = self.folder / "inventory.json"
+        self.burn_root = self.folder.parent if spec is not None else self.state_dir
+        self._burn_results_path = burn_dir(self.burn_root) / LAST_NAME
 
     def _new_lifecycle(self) -> XidLifecycle:
         """The XID lifecycle as the file has it now."""
@@ -178,31 +187,26 @@ class HealthService:
             )
         )
 
-    @staticmethod
-    def _xid_name(catalog: XidCatalog, code: str) -> str:
-        try:
-            return catalog.lookup(int(code)).meaning
-        except (ValueError, AttributeError):
-            return ""
-
     @property
     def _xid_path(self) -> Path:
         return self.folder / "xid.json"
 
     # ---- inputs ------------------------------------------------------------
     def on_xid(self, event: XidEvent) -> None:
+        """Take an XID in. Written at once when the verdict changed (a fault opened or rose, a first XID of a
+        code on a GPU); a repeat of a known fault (an XID storm) is written with the next poll or report."""
         with self._lock:
             self._generation += 1
             self.lifecycle.record(event, self._boot_id)
             self._pending.append((True, event))
-            self._save()
+            if self.lifecycle.urgent:
+                self._save()
 
     def on_xid_paired(self, event: XidEvent) -> None:
         """The other source's copy of a counted XID (``XidTracker.subscribe_paired``): remembered as seen."""
         with self._lock:
             self.lifecycle.note_seen(event, self._boot_id)
             self._pending.append((False, event))
-            self._save()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         """Store subscriber: never raises into the poller."""
@@ -215,8 +219,7 @@ class HealthService:
         with self._lock:
             self._generation += 1
             self._snapshot = snapshot
-            self.stragglers.observe(snapshot, burning=self._burn.read() is not None)
-            self.trends.observe(snapshot)
+            self.detectors.observe(snapshot, burning=self._burn.read() is not None)
             self.lifecycle.observe(snapshot, self._boot_id)
             if self.baseline is None and complete(snapshot):
                 self._record_baseline(snapshot)
@@ -239,15 +242,15 @@ class HealthService:
                 self._baseline_refused = why
             return
         try:
-            with state_lock(self.folder):
+            with state_lock(self.folder, self._lock_wait):
                 self._reload_baseline()  # another run may have recorded it meanwhile
                 if self.baseline is None:
                     self.baseline = inventory_of(snapshot, self._clock())
                     self._write_baseline()
                     log.info("recorded the inventory baseline: %d GPU(s)", len(snapshot.gpus))
-            self._writes.succeeded(f"recording the inventory baseline in {self.folder}")
+            self._writes.succeeded(f"saving the inventory baseline in {self.folder}")
         except (OSError, TimeoutError) as exc:
-            self._writes.failed(f"recording the inventory baseline in {self.folder}", str(exc))
+            self._not_saved("the inventory baseline", exc)
 
     def accept_inventory(self) -> Inventory | None:
         """Make the latest snapshot the baseline; None when there is no usable snapshot."""
@@ -269,13 +272,12 @@ class HealthService:
             clears = self._clears_watch.clears()
             self.lifecycle.apply_clears(clears)
             snapshot = self._snapshot
-            findings = [*extra, *self.lifecycle.findings(now)]  # first: an XID names a fault best
+            hung = self._poll_watch.findings(snapshot) if self._poll_watch is not None else []
+            findings = [*extra, *hung, *self.lifecycle.findings(now)]  # first: an XID names a fault best
             findings += snapshot_findings(snapshot) if snapshot is not None or not extra else []
             findings += self._burn_findings(clears)
             findings += self._clears_watch.findings() + self._set_aside
-            if self._burn.read() is None:  # a burn makes its GPUs unequal on purpose
-                findings += self.stragglers.findings(now)
-            findings += self.trends.findings(now)
+            findings += self.detectors.findings(now, burning=self._burn.read() is not None)
             if snapshot is not None:
                 findings += self._drift_check.drift(self.baseline, snapshot, self.config.expected_gpu_count)
             self._save()
@@ -313,7 +315,7 @@ class HealthService:
         """The stragglers' deviations and the error counters' increases now (for the exported series)."""
         now = self._clock()
         with self._lock:
-            return self.stragglers.deviations(now), self.trends.increases(now)
+            return self.detectors.signals(now)
 
     def collector(self) -> HealthCollector:
         return HealthCollector(self)
@@ -326,16 +328,23 @@ class HealthService:
         if not self.lifecycle.changed:
             return
         try:
-            with state_lock(self.folder):
+            with state_lock(self.folder, self._lock_wait):
                 if stat_key(self._xid_path) != self._xid_key:
                     self._merge_from_file()
                 write_json(self._xid_path, self.lifecycle.to_json(), mode=STATE_FILE_MODE)
                 self._xid_key = stat_key(self._xid_path)
-            self.lifecycle.changed = False
+            self.lifecycle.changed = self.lifecycle.urgent = False
             self._pending.clear()
-            self._writes.succeeded(f"writing the XID lifecycle state {self._xid_path}")
+            self._writes.succeeded(f"saving the XID lifecycle state in {self.folder}")
         except (OSError, TimeoutError) as exc:
-            self._writes.failed(f"writing the XID lifecycle state {self._xid_path}", str(exc))
+            self._not_saved("the XID lifecycle state", exc)
+
+    def _not_saved(self, what: str, exc: Exception) -> None:
+        """A save that failed; one the daemon did not wait for (another run holds the lock) is tried again."""
+        if isinstance(exc, TimeoutError) and self._lock_wait == 0:
+            log.debug("%s not saved now (%s); saved at the next input", what, exc)
+        else:
+            self._writes.failed(f"saving {what} in {self.folder}", str(exc))
 
     def _merge_from_file(self) -> None:
         """The lifecycle as the file has it, with this process's snapshot, XIDs and clears taken in again."""
@@ -368,7 +377,7 @@ class HealthService:
     def _burn_findings(self, clears: list[Clear]) -> list[Finding]:
         """The last burn's findings, worked out again only when its results file or the clears changed."""
         return self._burn_read.get(
-            lambda: burn_findings(self.state_dir, clears), same=(clears,), equal=(stat_key(self._burn_results_path),)
+            lambda: burn_findings(self.burn_root, clears), same=(clears,), equal=(stat_key(self._burn_results_path),)
         )
 
     def _inventory_mtime(self) -> float | None:

@@ -51,7 +51,7 @@ from typing import Any
 
 from gpumon.health.config import SlurmConfig
 from gpumon.health.slurm_commands import Scontrol
-from gpumon.health.slurm_nodes import NodeState, SlurmError
+from gpumon.health.slurm_nodes import UNUSABLE, NodeState, SlurmError
 from gpumon.model.findings import CRITICAL, OK, HealthReport
 from gpumon.util.state.files import append_line, health_dir, read_json, write_json
 
@@ -168,8 +168,30 @@ def _peers(me: NodeState, nodes: Sequence[NodeState], config: SlurmConfig) -> tu
 
 
 def allowed_unusable(total: int, config: SlurmConfig) -> int:
-    """How many of ``total`` nodes may be unable to take work before gpumon stops draining."""
-    return math.floor(total * config.max_drained_share + 1e-9)
+    """How many of ``total`` nodes may be unable to take work before gpumon stops draining: the share
+    ``max_drained_share`` of them, and never more than ``max_drained_nodes`` (the lower wins)."""
+    by_share = math.floor(total * config.max_drained_share + 1e-9)
+    return by_share if config.max_drained_nodes is None else min(by_share, config.max_drained_nodes)
+
+
+def limit_words(config: SlurmConfig) -> str:
+    """The breaker's limits as configured, for messages: ``max_drained_share 25%`` (and the cap)."""
+    cap = "" if config.max_drained_nodes is None else f", max_drained_nodes {config.max_drained_nodes}"
+    return f"max_drained_share {config.max_drained_share:.0%}{cap}"
+
+
+def counts_against_breaker(node: NodeState, config: SlurmConfig) -> bool:
+    """``node`` takes a place of the breaker's allowance: it cannot take work; during a bring-up
+    (``health.slurm.bring_up``) only a drain does, since nodes that are joining read DOWN, NOT_RESPONDING
+    or FUTURE until their slurmd registers, which is no failure."""
+    return node.drained if config.bring_up else node.unusable
+
+
+def only_not_responding(node: NodeState) -> bool:
+    """Unusable only because Slurm has not heard from it (no drain, not DOWN): what Slurm shows for about
+    a second after it undrains a node, and what a node that really stopped answering shows until Slurm
+    marks it DOWN (``SlurmdTimeout``)."""
+    return node.words & UNUSABLE == {"NOT_RESPONDING"}
 
 
 def decide(
@@ -191,15 +213,15 @@ def decide(
         if me.drained:
             return Decision("none", me.name, f"drained by someone else ({me.reason or 'no reason'}): left alone")
         peers, where = _peers(me, nodes, config)
-        others = [n for n in peers if n.name != me.name and n.unusable]
+        others = [n for n in peers if n.name != me.name and counts_against_breaker(n, config)]
         allowed = allowed_unusable(len(peers), config)
         if len(others) + 1 > allowed:
             return Decision(
                 "refused",
                 me.name,
                 f"circuit breaker: {len(others)} of {len(peers)} nodes of {where} cannot take work "
-                f"(drained or down); draining {me.name} would exceed max_drained_share "
-                f"{config.max_drained_share:.0%} ({allowed} of {len(peers)}); "
+                f"(drained or down); draining {me.name} would exceed {limit_words(config)} "
+                f"({allowed} of {len(peers)}); "
                 f"NOT draining {me.name} although: {report.reason()}",
                 reason,
             )
@@ -216,10 +238,16 @@ def keeps_drain(me: NodeState, nodes: Sequence[NodeState], config: SlurmConfig) 
 
     Rank: nodes unusable for another reason than a gpumon drain first, then gpumon drains (reason
     with ``reason_prefix``, ``me`` included) by (drain time, node name). ``me`` keeps its drain when
-    its rank is within the allowed number. Returns (keep, explanation)."""
+    its rank is within the allowed number. Returns (keep, explanation).
+
+    A node that is only NOT_RESPONDING is not ranked: Slurm shows a node so for about a second after
+    it undrains it, so a node that just gave way would rank first and make the drain that should stay
+    give way too (zero drained). It counts before a drain (``decide``), and once Slurm marks it DOWN."""
     peers, where = _peers(me, nodes, config)
     allowed = allowed_unusable(len(peers), config)
-    unusable = [n for n in peers if n.unusable or n.name == me.name]
+    unusable = [
+        n for n in peers if n.name == me.name or (counts_against_breaker(n, config) and not only_not_responding(n))
+    ]
     if len(unusable) <= allowed:
         return True, f"{len(unusable)} of {len(peers)} nodes of {where} cannot take work (allowed {allowed})"
 
@@ -234,7 +262,7 @@ def keeps_drain(me: NodeState, nodes: Sequence[NodeState], config: SlurmConfig) 
     order = ", ".join(n.name for n in [*fixed, *ranked])
     return rank < allowed, (
         f"{len(unusable)} of {len(peers)} nodes of {where} cannot take work after simultaneous drains "
-        f"(allowed {allowed} by max_drained_share {config.max_drained_share:.0%}); "
+        f"(allowed {allowed} by {limit_words(config)}); "
         f"in order ({order}) {me.name} is number {rank + 1}"
     )
 

@@ -95,12 +95,21 @@ def _local_seconds(stamp: str) -> float | None:
         return None
 
 
+class ControllerSilent(SlurmError):
+    """sinfo ran but the controller did not answer it (``errors`` and no node in ``sinfo --json``)."""
+
+
 def parse_sinfo_json(text: str) -> list[NodeState]:
     """Nodes from ``sinfo --json`` (22.05: ``state`` + ``state_flags``; later: a list ``state`` and
     numbers as ``{"set": .., "number": ..}``). Raises SlurmError on anything else."""
     try:
         data = json.loads(text)
         raw_nodes = data["nodes"]
+        errors = data.get("errors") or []
+        if errors and not raw_nodes:  # sinfo exits 0 when slurmctld does not answer
+            first = errors[0]
+            said = (first.get("description") or first.get("error")) if isinstance(first, dict) else first
+            raise ControllerSilent(f"the Slurm controller did not answer sinfo: {said or 'no nodes, errors only'}")
         out = []
         for raw in raw_nodes:
             state = raw.get("state", "")

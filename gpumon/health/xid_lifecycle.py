@@ -31,16 +31,19 @@ Pure and clock-free: events, snapshots, boot ids and operator clears come in; fi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon.health.clears import Clear as Clear  # where the lifecycle's users always found it
 from gpumon.health.wording import duration, short_meaning
+from gpumon.health.xid_recent import PER_CODE, RecentXids, events_of
 from gpumon.health.xid_state_checks import entries, finite_number, valid_clear, valid_fault, valid_recent
 from gpumon.model.findings import ACTIONS, CRITICAL, LIFECYCLE_OF_ACTION, WARNING, Finding, ladder_action
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
+from gpumon.model.xid74 import Xid74, decode_xid74
 from gpumon.model.xid_catalog import Escalation, XidCatalog, XidInfo
 
 _MAX_SEEN = 4000
@@ -71,13 +74,24 @@ class XidLifecycle:
         self.driver_version: str | None = None
         self.faults: list[dict[str, Any]] = []
         self.resolved: list[dict[str, Any]] = []
-        self.recent: list[dict[str, Any]] = []
-        """Every counted event within the defer / transient / escalation windows: {gpu, uuid, xid, ts}."""
-        self.seen: list[str] = []
+        self.recent = RecentXids(per_code=self._per_code())
+        """Every counted event within the defer / transient / escalation windows: {gpu, uuid, xid, ts}, a storm's
+        repeats folded (gpumon.health.xid_recent)."""
+        self.seen: dict[str, None] = {}
+        """The identities of the events taken in (the newest _MAX_SEEN, oldest first): each counts once."""
         self.clears_applied: list[dict[str, Any]] = []
         self._last_up: dict[str, bool] = {}
         self._energy: dict[str, float] = {}
         self.changed = False
+        self.urgent = False
+        """Something the findings show changed since the last save (a fault opened or its action rose, a GPU's
+        first XID of a code): the owner writes at once. Repeats of a known fault only set ``changed``."""
+
+    def _per_code(self) -> int:
+        """Recent entries kept per GPU and code: enough for every escalation's count."""
+        counts = [e.count for e in self.policy.escalations.values()]
+        counts += [i.escalate.count for i in self.catalog.entries.values() if i.escalate]
+        return max([PER_CODE, *counts])
 
     # ---- persistence -------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -87,8 +101,8 @@ class XidLifecycle:
             "driver_version": self.driver_version,
             "faults": self.faults,
             "resolved": self.resolved[-_MAX_RESOLVED:],
-            "recent": self.recent,
-            "seen": self.seen[-_MAX_SEEN:],
+            "recent": self.recent.entries,
+            "seen": list(self.seen),
             "clears_applied": self.clears_applied[-_MAX_RESOLVED:],
             "energy_joules": self._energy,
         }
@@ -116,8 +130,9 @@ class XidLifecycle:
                 raise ValueError(f"{key}: not a string")
         self.boot_id = raw.get("boot_id")
         self.driver_version = raw.get("driver_version")
-        self.faults, self.resolved, self.recent, self.clears_applied = faults, resolved, recent, clears
-        self.seen = list(seen)
+        self.faults, self.resolved, self.clears_applied = faults, resolved, clears
+        self.recent.replace(recent)
+        self.seen = dict.fromkeys(seen[-_MAX_SEEN:])
         self._energy = {str(k): float(v) for k, v in energy.items()}
 
     # ---- inputs ------------------------------------------------------------
@@ -133,23 +148,31 @@ class XidLifecycle:
             return
         if any(c["gpu"] == event.gpu_index and event.timestamp_seconds <= c["at_seconds"] for c in self.clears_applied):
             return  # from before an operator clear (e.g. the kernel log read again)
-        self.seen.append(key)
-        del self.seen[:-_MAX_SEEN]
-        self.changed = True
-        if event.kernel_usec is not None and self._recorded_before_identities(event):
-            return
+        self._remember(key)
+        if event.kernel_usec is not None and self.recent.match_legacy(
+            event.gpu_index, event.xid, event.timestamp_seconds, LEGACY_MATCH_SECONDS
+        ):
+            return  # recorded by a gpumon before identities (matched once each: the log read again after an upgrade)
         gpu, ts, code = event.gpu_index, event.timestamp_seconds, event.xid
         info = self.catalog.lookup(code)
-        predecessor = self._predecessor(gpu, code, ts, info.follows)
-        self.recent.append(
-            {"gpu": gpu, "uuid": event.uuid, "xid": code, "ts": ts, "deferred": predecessor is not None, "id": key}
+        nvlink = decode_xid74(event.message) if code == 74 else None
+        if nvlink is not None:  # the NVLink problem the registers name decides the action (gpumon.model.xid74)
+            info = dataclasses.replace(info, action=nvlink.action)
+        predecessor = (
+            None if info.follows == () else self.recent.predecessor(gpu, code, ts, info.follows, self._defer_window)
         )
+        entry = {"gpu": gpu, "uuid": event.uuid, "xid": code, "ts": ts, "deferred": predecessor is not None, "id": key}
+        first = self.recent.add({**entry, "ignored": True} if info.action == "ignore" and nvlink else entry)
+        if first and predecessor is None and info.severity != "info":
+            self.urgent = True  # a new WARNING at least
+        if info.resolves:
+            self._cancel(gpu, info, ts)
         if predecessor is not None:
             self._add_follower(gpu, predecessor, code)
             return
         if info.action == "follow_other_xid":
             return  # cleanup after an error that is no longer in view: not a fault by itself
-        self._count_fault(event, gpu, info)
+        self._count_fault(event, gpu, info, nvlink)
 
     def _add_follower(self, gpu: int, predecessor: int, code: int) -> None:
         """``code`` deferred to ``predecessor``: named in that fault's evidence (``followed_by``), not counted."""
@@ -159,13 +182,23 @@ class XidLifecycle:
                 if code not in open_fault["followed_by"]:
                     open_fault["followed_by"].append(code)
 
-    def _count_fault(self, event: XidEvent, gpu: int, info: XidInfo) -> None:
+    def _cancel(self, gpu: int, info: XidInfo, ts: float) -> None:
+        """``info``'s XID came on ``gpu`` at ``ts``: what the codes it ``resolves`` asked for before is void (their
+        open fault resolved, their recent XIDs no longer shown), e.g. 162 (PSHC re-engaged) after 163's reset."""
+        how = f"resolved by XID {info.code} ({short_meaning(info.meaning)})"
+        self._resolve(lambda f: f["gpu"] == gpu and f["xid"] in info.resolves and f["first_seconds"] <= ts, how, at=ts)
+        for e in self.recent:
+            if e["gpu"] == gpu and e["xid"] in info.resolves and e["ts"] <= ts and not e.get("resolved"):
+                e["resolved"] = True
+                self.changed = self.urgent = True
+
+    def _count_fault(self, event: XidEvent, gpu: int, info: XidInfo, nvlink: Xid74 | None = None) -> None:
         """A counted XID of ``gpu``: its action on the ladder (escalated when the catalog or the config says so)
         opens or adds to the GPU's fault of that code; a transient one opens none (shown while recent)."""
         ts, code = event.timestamp_seconds, event.xid
         action = ladder_action(info.action)
         escalation = self.policy.escalations.get(code, info.escalate)
-        count = self._count(gpu, code, ts, escalation.window_seconds if escalation else 0.0)
+        count = self.recent.count(gpu, code, ts, escalation.window_seconds) if escalation is not None else 0
         escalated = escalation is not None and count >= escalation.count
         if escalated and escalation is not None and ACTIONS.index(escalation.action) > ACTIONS.index(action):
             action = escalation.action
@@ -185,12 +218,17 @@ class XidLifecycle:
                 "source": event.source,
             }
             self.faults.append(fault)
+            self.urgent = True
         fault["count"] += 1
         fault["last_seconds"] = max(ts, fault.get("last_seconds", ts))
         if ACTIONS.index(action) >= ACTIONS.index(fault.get("action", "none")):
+            self.urgent = self.urgent or action != fault.get("action")
             fault["action"] = action
+            if nvlink is not None:
+                fault["nvlink"] = {"class": nvlink.kind, "link": nvlink.link, "registers": list(nvlink.registers)}
             fault["lifecycle"] = LIFECYCLE_OF_ACTION[action]
         if escalated and escalation is not None:
+            self.urgent = self.urgent or "escalated" not in fault
             fault["escalated"] = {
                 "count": count,
                 "window_seconds": escalation.window_seconds,
@@ -202,9 +240,7 @@ class XidLifecycle:
         kernel-log record of an XID that NVML reported first is not counted when the log is read again)."""
         key = event.identity(boot_id)
         if key not in self.seen:
-            self.seen.append(key)
-            del self.seen[:-_MAX_SEEN]
-            self.changed = True
+            self._remember(key)
 
     def observe(self, snapshot: Snapshot, boot_id: str | None) -> None:
         """Look for evidence of recovery in a snapshot and the host's boot id."""
@@ -259,8 +295,8 @@ class XidLifecycle:
                 f"cleared by operator{' ' + clear.user if clear.user else ''}: {clear.reason}",
                 at=clear.at_seconds,
             )
-            self.recent = [e for e in self.recent if not (e["gpu"] == clear.gpu and e["ts"] <= clear.at_seconds)]
-            self.changed = True
+            self.recent.replace([e for e in self.recent if not (e["gpu"] == clear.gpu and e["ts"] <= clear.at_seconds)])
+            self.changed = self.urgent = True
 
     # ---- outputs -----------------------------------------------------------
     def findings(self, now_seconds: float) -> list[Finding]:
@@ -269,6 +305,8 @@ class XidLifecycle:
         out: list[Finding] = []
         for f in self.faults:
             summary = f"xid {f['xid']} {f['meaning']}"
+            if isinstance(f.get("nvlink"), dict):
+                summary += f" ({str(f['nvlink'].get('class', '')).replace('_', ' ')}, link {f['nvlink'].get('link')})"
             if f.get("escalated"):
                 esc = f["escalated"]
                 summary += f" ({esc['count']} in {duration(esc['window_seconds'], style='spelled')})"
@@ -288,6 +326,7 @@ class XidLifecycle:
                         "last_seconds": f.get("last_seconds"),
                         "followed_by": f.get("followed_by", []),
                         "source": f.get("source"),
+                        **({"nvlink": f["nvlink"]} if f.get("nvlink") else {}),
                         **({"escalated": f["escalated"]} if f.get("escalated") else {}),
                     },
                 )
@@ -295,7 +334,7 @@ class XidLifecycle:
         faulted = {(f["gpu"], f["xid"]) for f in self.faults}
         transient: dict[tuple[int, int], list[dict[str, Any]]] = {}
         for e in self.recent:
-            if e.get("deferred") or e.get("resolved") or (e["gpu"], e["xid"]) in faulted:
+            if e.get("deferred") or e.get("resolved") or e.get("ignored") or (e["gpu"], e["xid"]) in faulted:
                 continue
             if now_seconds - e["ts"] > self.policy.transient_window_seconds:
                 continue
@@ -305,59 +344,37 @@ class XidLifecycle:
             transient.setdefault((e["gpu"], e["xid"]), []).append(e)
         for (gpu, code), events in sorted(transient.items()):
             info = self.catalog.lookup(code)
+            times = sum(events_of(e) for e in events)
             out.append(
                 Finding(
                     kind="xid",
                     severity=WARNING,
                     action=ladder_action(info.action),
-                    summary=f"xid {code} {short_meaning(info.meaning)}"
-                    + (f" ({len(events)} times)" if len(events) > 1 else ""),
+                    summary=f"xid {code} {short_meaning(info.meaning)}" + (f" ({times} times)" if times > 1 else ""),
                     gpu=gpu,
                     uuid=events[-1].get("uuid"),
-                    evidence={"xid": code, "count": len(events), "last_seconds": events[-1]["ts"]},
+                    evidence={"xid": code, "count": times, "last_seconds": events[-1]["ts"]},
                 )
             )
         return out
 
     # ---- helpers -----------------------------------------------------------
-    def _recorded_before_identities(self, event: XidEvent) -> bool:
-        """A kernel-log XID that a gpumon before XID identities recorded (its ``recent`` entry has no ``id``):
-        the same GPU and code within LEGACY_MATCH_SECONDS. Matched once each, so the first start after an
-        upgrade does not count again what the log still holds (XID 79 twice in a week escalates)."""
-        for entry in self.recent:
-            if (
-                "id" not in entry
-                and not entry.get("matched")
-                and entry["gpu"] == event.gpu_index
-                and entry["xid"] == event.xid
-                and abs(entry["ts"] - event.timestamp_seconds) <= LEGACY_MATCH_SECONDS
-            ):
-                entry["matched"] = True
-                return True
-        return False
+    @property
+    def _defer_window(self) -> float:
+        return self.policy.defer_window_seconds
 
-    def _predecessor(self, gpu: int, code: int, ts: float, follows: tuple[int, ...] | None) -> int | None:
-        if follows == ():
-            return None
-        window = self.policy.defer_window_seconds
-        for e in reversed(self.recent):
-            if e["gpu"] != gpu or e["xid"] == code or e.get("deferred"):
-                continue
-            if 0 <= ts - e["ts"] <= window and (follows is None or e["xid"] in follows):
-                return int(e["xid"])
-        return None
-
-    def _count(self, gpu: int, code: int, ts: float, window: float) -> int:
-        return sum(
-            1
-            for e in self.recent
-            if e["gpu"] == gpu and e["xid"] == code and not e.get("deferred") and 0 <= ts - e["ts"] <= window
-        )
+    def _remember(self, key: str) -> None:
+        """``key`` is seen: kept among the newest _MAX_SEEN identities."""
+        self.seen[key] = None
+        while len(self.seen) > _MAX_SEEN:
+            del self.seen[next(iter(self.seen))]
+        self.changed = True
 
     def _resolve(self, match: Any, how: str, at: float | None = None) -> None:
         keep = []
         for f in self.faults:
             if match(f):
+                self.urgent = True
                 self.resolved.append({**f, "resolved_by": how, **({"resolved_seconds": at} if at else {})})
                 for e in self.recent:  # still counted for escalation, no longer shown
                     if e["gpu"] == f["gpu"] and e["xid"] == f["xid"]:
@@ -375,6 +392,6 @@ class XidLifecycle:
             + [i.escalate.window_seconds for i in self.catalog.entries.values() if i.escalate]
         )
         kept = [e for e in self.recent if now_seconds - e["ts"] <= longest][-_MAX_HISTORY * 10 :]
-        if len(kept) != len(self.recent):
-            self.recent = kept
+        if len(kept) != len(self.recent.entries):
+            self.recent.replace(kept)
             self.changed = True

@@ -6,8 +6,9 @@ and slow-handshake connections cost a file descriptor and a few kilobytes, never
 thread. Complete requests are answered (``_respond``, which a subclass gives) with a
 small, fixed pool of worker threads at hand; bcrypt runs in the web config's own pool.
 Limits (``HttpLimits``): a header timeout for a new connection, an idle timeout between
-keep-alive requests, a header size limit, and a connection limit. At the limit the
-connection that has waited longest without a request is closed to make room, so a new
+keep-alive requests (each the time to a complete request, body included), a header size
+limit, and a connection limit. At the limit the connection that has waited longest without
+a complete request (idle, or trickling its headers or body) is closed to make room, so a new
 scraper always gets in; only when every connection is busy with a request is the new
 one closed at once.
 
@@ -45,8 +46,7 @@ from gpumon.util.repeat_log import RepeatLog
 if TYPE_CHECKING:  # the web config's modules are loaded only where a web config is given
     from gpumon.http.webconfig_watcher import WebConfigWatcher
 
-log = logging.getLogger("gpumon.http.server")
-"""The logger name these log lines have always carried (they lived in server.py)."""
+log = logging.getLogger(__name__)
 
 _DISCONNECTS = (ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError, EOFError)
 _ACCEPT_RETRY_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -292,15 +292,17 @@ class HttpConnectionServer:
         client: str,
         deadline: float,
     ) -> bool:
-        """Read (headers by ``deadline``) and answer one request; True to keep the connection for another."""
+        """Read (headers and body by ``deadline``) and answer one request; True to keep the connection for
+        another. Until its request is complete a connection counts as waiting: one that trickles its body
+        is evicted for a new scraper like an idle one, never holding a place a scrape needs."""
         self._set_waiting(conn, True)
         head = await read_head(reader, writer, self._responses, client, deadline)
         if head is None:
             return False
-        self._set_waiting(conn, False)
-        request = await read_request(head, reader, writer, self._responses, client, self._limits.header_timeout_seconds)
+        request = await read_request(head, reader, writer, self._responses, client, deadline)
         if request is None:
             return False
+        self._set_waiting(conn, False)
         close = wants_close(request)
         status, headers, body = await self._respond(request)
         await self._responses.send(writer, request, status, headers, body, close=close)

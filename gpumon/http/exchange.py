@@ -21,8 +21,7 @@ from gpumon.http.messages import REASONS, TEXT_PLAIN, BadRequest, Request, parse
 if TYPE_CHECKING:  # the web config's modules are loaded only where a web config is given
     from gpumon.http.webconfig_watcher import WebConfigWatcher
 
-log = logging.getLogger("gpumon.http.server")
-"""The logger name these log lines have always carried (they lived in server.py)."""
+log = logging.getLogger(__name__)
 
 _MAX_DISCARDED_BODY_BYTES = 65536
 _COALESCE_BYTES = 1 << 20
@@ -133,10 +132,12 @@ async def read_request(
     writer: asyncio.StreamWriter,
     responses: ResponseWriter,
     client: str,
-    body_timeout_seconds: float,
+    deadline: float,
 ) -> Request | None:
-    """The request of ``head``, its body (if any, small) read and dropped; None when it was answered
-    with an error (malformed, chunked, a body too large) and the connection is to close."""
+    """The request of ``head``, its body (if any, small) read by ``deadline`` (loop time, the same as its
+    headers': a body trickled byte by byte cannot stretch it) and dropped; None when it was answered with
+    an error (malformed, chunked, a body too large) or the body did not come in time, and the connection is
+    to close."""
     try:
         request = parse_head(head, client)
     except BadRequest as exc:
@@ -153,6 +154,10 @@ async def read_request(
         await responses.error(writer, request, 413, b"request body too large\n")
         return None
     if int(length_text):
-        async with asyncio.timeout(body_timeout_seconds):
-            await reader.readexactly(int(length_text))
+        try:
+            async with asyncio.timeout_at(deadline):
+                await reader.readexactly(int(length_text))
+        except TimeoutError:
+            log.debug("client %s sent no complete request body in time; closing", client)
+            return None
     return request

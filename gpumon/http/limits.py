@@ -11,8 +11,7 @@ import resource
 import socket
 from dataclasses import dataclass
 
-log = logging.getLogger("gpumon.http.server")
-"""The logger name these log lines have always carried (they lived in server.py)."""
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

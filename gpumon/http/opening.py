@@ -18,8 +18,7 @@ from gpumon.http.limits import HttpLimits
 if TYPE_CHECKING:  # the web config's modules are loaded only where a web config is given
     from gpumon.http.webconfig_watcher import WebConfigWatcher
 
-log = logging.getLogger("gpumon.http.server")
-"""The logger name these log lines have always carried (they lived in server.py)."""
+log = logging.getLogger(__name__)
 
 
 class Connection:

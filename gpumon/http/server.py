@@ -190,8 +190,8 @@ class MetricsServer(HttpConnectionServer):
         key = (kind, use_gzip)
         pending = self._inflight.get(key)
         if pending is None:
+            self._rendering_since[key] = self._mono()  # before the worker may start: its wait counts from here
             pending = asyncio.get_running_loop().run_in_executor(self._workers, self._made, kind, use_gzip)
             self._inflight[key] = pending
-            self._rendering_since[key] = self._mono()
             pending.add_done_callback(lambda _f: (self._inflight.pop(key, None), self._rendering_since.pop(key, None)))
         return await asyncio.shield(pending)

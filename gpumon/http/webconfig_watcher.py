@@ -27,8 +27,7 @@ from gpumon.http.basic_auth import DECOY_HASH, AuthCache, BcryptPool, parse_basi
 from gpumon.http.webconfig import WebConfig, WebConfigError
 from gpumon.util.file_stamp import FileStamp, file_stamp
 
-LOGGER_NAME = "gpumon.http.webconfig"
-"""The logger name these log lines have always carried (the watcher lived in webconfig.py)."""
+LOGGER_NAME = __name__
 
 
 Fingerprint = tuple[tuple[str, FileStamp | None], ...]

@@ -7,11 +7,32 @@ prometheus_client sees them through gpumon.exposition.registry.FamilyMetric.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Protocol
 
 KINDS = ("gauge", "counter", "untyped")
+
+
+class DuplicateFamilyError(ValueError):
+    """Two families of one name in one exposition (as prometheus_client's registry refuses a second
+    collector whose names are registered): Prometheus would keep one of them, or refuse the scrape."""
+
+
+def family_name(name: str, kind: str) -> str:
+    """The family a sample name belongs to: a counter's sample name without its ``_total``."""
+    return name.removesuffix("_total") if kind == "counter" else name
+
+
+def refuse_twins(names: Iterable[str], served: Set[str] = frozenset()) -> frozenset[str]:
+    """``names`` (family names, ``family_name``) as a set; DuplicateFamilyError naming the first that comes
+    twice, or that ``served`` (the names an exposition serves already) holds."""
+    seen = set(served)
+    for name in names:
+        if name in seen:
+            raise DuplicateFamilyError(f"metric family {name} is served twice")
+        seen.add(name)
+    return frozenset(seen - served)
 
 
 class SealedFamilyError(RuntimeError):
@@ -70,7 +91,7 @@ class Family:
 
     @property
     def family_name(self) -> str:
-        return self.name.removesuffix("_total") if self.kind == "counter" else self.name
+        return family_name(self.name, self.kind)
 
 
 class FamilySource(Protocol):

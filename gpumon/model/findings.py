@@ -91,11 +91,12 @@ class Finding:
         return f"GPU {self.gpu}" if self.gpu is not None else "node"
 
     def reason(self) -> str:
-        """``GPU 1 xid 79 fallen off the bus: reboot node`` — the line a drain reason and an alert show
-        (no action part when the action is ``none``)."""
+        """``GPU 1 xid 79 fallen off the bus: reboot node`` (a node's finding: ``node: 1 GPUs seen, 2 expected:
+        reboot node``) — the line a drain reason and an alert show (no action part when the action is ``none``)."""
+        said = f"{self.subject if self.gpu is not None else 'node:'} {self.summary}"
         if self.action == "none":
-            return f"{self.subject} {self.summary}"
-        return f"{self.subject} {self.summary}: {ACTION_WORDS.get(self.action, self.action).replace(' the ', ' ')}"
+            return said
+        return f"{said}: {ACTION_WORDS.get(self.action, self.action).replace(' the ', ' ')}"
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -7,8 +7,9 @@ neutral default (warning, investigate) so an unknown XID is never dropped.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -33,8 +34,8 @@ ACTIONS = (
 """The actions the shipped catalog uses. Overrides may name others (they are shown as given)."""
 
 _FIELDS = ("meaning", "severity", "action")
-_RELATION_FIELDS = ("follows", "escalate")
-"""Optional keys of the shipped catalog for the health verdict (gpumon.health)."""
+_RELATION_FIELDS = ("follows", "escalate", "resolves", "nvidia", "differs")
+"""Optional keys of the shipped catalog: for the health verdict (gpumon.health), and where the entry comes from."""
 
 
 class XidCatalogError(ValueError):
@@ -61,6 +62,14 @@ class XidInfo:
     """Codes this XID is a consequence of (it defers to them); None means any other XID."""
     escalate: Escalation | None = None
     """How many of this XID in a window raise the recommended action."""
+    resolves: tuple[int, ...] = ()
+    """Codes whose fault (or warning) on the same GPU this XID resolves when it comes after them."""
+    nvidia_bucket: str | None = None
+    """NVIDIA's resolution bucket (immediate action) for the code, e.g. RESET_GPU; None when not recorded."""
+    nvidia_source: str | None = None
+    """Which of NVIDIA's documents (``XidCatalog.sources``) the bucket was read from."""
+    differs: str | None = None
+    """Why gpumon's severity or action differs from NVIDIA's bucket, where it does."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +145,8 @@ class XidCatalog:
     """Lookup of XID codes; build it with ``XidCatalog.load``."""
 
     entries: Mapping[int, XidInfo]
+    sources: Mapping[str, str] = field(default_factory=dict)
+    """The shipped catalog's sources (``nvidia.source`` of an entry -> which document, version and date)."""
 
     @classmethod
     def load(cls, overrides: Mapping[int, Mapping[str, str]] | None = None) -> XidCatalog:
@@ -144,7 +155,7 @@ class XidCatalog:
         An override may give only some fields (``{79: {action: contact_support}}``);
         the others keep the shipped value. Raises XidCatalogError on bad overrides.
         """
-        shipped = _read_shipped()
+        shipped, sources = _read_shipped()
         overrides = overrides or {}
         problems = override_problems(overrides)
         if problems:
@@ -152,16 +163,14 @@ class XidCatalog:
         entries = dict(shipped)
         for code, entry in normalize_overrides(overrides).items():
             base = entries.get(code, unknown_xid(code))
-            entries[code] = XidInfo(
-                code=code,
+            entries[code] = dataclasses.replace(
+                base,
                 meaning=str(entry.get("meaning", base.meaning)),
                 severity=str(entry.get("severity", base.severity)),
                 action=str(entry.get("action", base.action)),
                 known=True,
-                follows=base.follows,
-                escalate=base.escalate,
             )
-        return cls(entries=entries)
+        return cls(entries=entries, sources=sources)
 
     def lookup(self, code: int) -> XidInfo:
         """The entry for ``code``; a default (warning, investigate) for an unknown code."""
@@ -171,11 +180,12 @@ class XidCatalog:
         return sorted(self.entries)
 
 
-def _read_shipped() -> dict[int, XidInfo]:
+def _read_shipped() -> tuple[dict[int, XidInfo], dict[str, str]]:
     text = resources.files("gpumon.model").joinpath("xid_catalog.yaml").read_text(encoding="utf-8")
     raw = yaml.safe_load(text)
     if not isinstance(raw, dict):
         raise XidCatalogError(["shipped xid_catalog.yaml: top level must be a mapping"])
+    sources = {str(k): str(v) for k, v in (raw.pop("_sources", None) or {}).items()}
     relations = {code: _relations(code, e) for code, e in raw.items() if isinstance(e, Mapping)}
     raw = {code: _without_relations(e) for code, e in raw.items()}
     problems = override_problems(raw, where="shipped xid_catalog.yaml")
@@ -186,15 +196,10 @@ def _read_shipped() -> dict[int, XidInfo]:
         raise XidCatalogError(problems)
     return {
         int(code): XidInfo(
-            code=int(code),
-            meaning=e["meaning"],
-            severity=e["severity"],
-            action=e["action"],
-            follows=relations[code][0],
-            escalate=relations[code][1],
+            code=int(code), meaning=e["meaning"], severity=e["severity"], action=e["action"], **relations[code]
         )
         for code, e in raw.items()
-    }
+    }, sources
 
 
 def _without_relations(entry: Any) -> Any:
@@ -203,8 +208,9 @@ def _without_relations(entry: Any) -> Any:
     return {k: v for k, v in entry.items() if k not in _RELATION_FIELDS}
 
 
-def _relations(code: Any, entry: Mapping[str, Any]) -> tuple[tuple[int, ...] | None, Escalation | None]:
-    """``follows`` and ``escalate`` of a shipped entry; a malformed one is a bug in the shipped file."""
+def _relations(code: Any, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """``follows``, ``escalate``, ``resolves`` and the source fields of a shipped entry, as XidInfo's keyword
+    arguments; a malformed one is a bug in the shipped file."""
     raw_follows = entry.get("follows", [])
     follows = None if raw_follows == "any" else tuple(int(c) for c in raw_follows)
     raw_escalate = entry.get("escalate")
@@ -215,4 +221,12 @@ def _relations(code: Any, entry: Mapping[str, Any]) -> tuple[tuple[int, ...] | N
             window_seconds=float(raw_escalate["window_seconds"]),
             action=str(raw_escalate["action"]),
         )
-    return follows, escalate
+    nvidia = entry.get("nvidia") or {}
+    return {
+        "follows": follows,
+        "escalate": escalate,
+        "resolves": tuple(int(c) for c in entry.get("resolves", [])),
+        "nvidia_bucket": str(nvidia["bucket"]) if "bucket" in nvidia else None,
+        "nvidia_source": str(nvidia["source"]) if "source" in nvidia else None,
+        "differs": str(entry["differs"]) if "differs" in entry else None,
+    }

@@ -132,7 +132,8 @@ class TestReceiver:
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         if tls is not None:
-            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+            # the handshake on the handler thread: a client that never completes one cannot block the accept loop
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True, do_handshake_on_connect=False)
         scheme = "https" if tls is not None else "http"
         self.url = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()

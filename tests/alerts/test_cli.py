@@ -73,7 +73,7 @@ def test_unreachable_daemon_is_one_clear_line_and_exit_1(capsys: pytest.CaptureF
     url = f"http://127.0.0.1:{free_port()}"
     assert cli.run(parse("--url", url)) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"gpumon alerts: cannot reach the gpumon daemon at {url}/api/alerts (ConnectionError)"]
+    assert err == [f"gpumon alerts: no answer from a gpumon daemon at {url}/api/alerts: connection refused"]
 
 
 def test_default_url_comes_from_the_config_listen_address(tmp_path: Path) -> None:

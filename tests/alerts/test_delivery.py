@@ -147,7 +147,7 @@ def test_connection_refused_until_the_receiver_starts(tmp_path: Path, services: 
     service = start(services, config(alertmanagers=[f"http://127.0.0.1:{port}"]), tmp_path)
     fire(service)
     wait_for(lambda: service.receivers()[0]["notifications"]["failed"] >= 2, 5, what="failed attempts")
-    assert "connection failed" in service.receivers()[0]["last_error"]
+    assert "connection refused" in service.receivers()[0]["last_error"]
     receiver = TestReceiver().start(port)
     try:
         wait_for(lambda: receiver.alerts(), 10, what="delivery once the receiver is up")
@@ -241,7 +241,16 @@ def test_webhook_gets_alertmanagers_webhook_body(
     assert body["commonLabels"]["alertname"] == "GpuHot"
     assert "summary" in body["commonAnnotations"]
     [alert] = body["alerts"]
-    assert set(alert) == {"status", "labels", "annotations", "startsAt", "endsAt", "generatorURL", "fingerprint"}
+    assert set(alert) == {
+        "status",
+        "labels",
+        "annotations",
+        "startsAt",
+        "endsAt",
+        "generatorURL",
+        "fingerprint",
+        "notificationID",
+    }
     assert alert["status"] == "firing" and len(alert["fingerprint"]) == 16
     assert alert["generatorURL"] == "http://node1:10480/api/alerts"
     clock.advance(100)
@@ -291,9 +300,9 @@ def test_https_webhook_whose_certificate_is_not_trusted_is_retried_with_the_reas
 ) -> None:
     service = start(services, config(webhooks=[tls_receiver.url + "/hook"]), tmp_path)  # no ca_file
     fire(service)
-    wait_for(lambda: (service.receivers()[0]["last_error"] or "").startswith("TLS failed"), 5, what="a TLS error")
+    wait_for(lambda: "TLS failed" in (service.receivers()[0]["last_error"] or ""), 5, what="a TLS error")
     [r] = service.receivers()
-    assert r["last_error"].startswith("TLS failed: certificate verify failed: ") and "set ca_file" in r["last_error"]
+    assert "TLS failed: certificate verify failed: " in r["last_error"] and "set ca_file" in r["last_error"]
     assert r["queue_length"] == 1
     assert not tls_receiver.received
 
@@ -335,7 +344,7 @@ def test_alertmanager_down_for_thousands_of_attempts_then_up_gets_the_alert_once
     wait_for(lambda: service.receivers()[0]["notifications"]["failed"] > 2000, 120, what="> 2,000 failed attempts")
     assert metric(service, "gpumon_alert_notifications_total", receiver=url, outcome="failed") > 2000  # type: ignore[operator]
     [r] = service.receivers()
-    assert r["sender"] == "up" and r["sender_errors"] == 0 and "connection failed" in r["last_error"]
+    assert r["sender"] == "up" and r["sender_errors"] == 0 and "connection refused" in r["last_error"]
     assert metric(service, "gpumon_alert_sender_up", receiver=url) == 1.0
     hook = TestReceiver().start()
     try:

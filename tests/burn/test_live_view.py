@@ -35,4 +35,16 @@ def test_a_rank_that_reports_shows_its_rate_and_one_waiting_in_a_collective_says
     view.update({0: busy, 1: waiting})
     text = out.getvalue()
     assert "655.4 TFLOP/s" in text
-    assert "allreduce (waiting: barrier) waiting 7 s" in text
+    assert "allreduce (waiting: barrier): waiting 7 s" in text
+
+
+def test_piped_progress_names_each_figure_and_a_cpu_rate_is_not_zero_tflops():
+    """Issue 46.6: piped lines read "sim. sim. sim." with no rate, and a CPU showed "0.0 TFLOP/s"."""
+    view, out = _view()
+    cpu = RankState(rank=0, gpu=0, node=0, test="matmul", collective=None, ready=True)
+    cpu.metrics = {"tflops": 0.0312}
+    view.update({0: cpu})
+    line = out.getvalue()
+    assert "rate 31.2 GFLOP/s" in line and "0.0 TFLOP/s" not in line
+    for label in ("temperature —", "power —", "SM clock —", "errors 0"):
+        assert label in line, line

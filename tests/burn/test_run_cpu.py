@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from gpumon.util.state.files import health_dir
 from tests.burn.conftest import CPU
 from tests.helpers import wait_for
 
@@ -21,13 +22,15 @@ def test_healthy_run_passes_writes_reports_and_removes_the_marker(burn, tmp_path
     r = burn([*CPU, "--gpus", "0,1"])
     assert r.code == 0, r.out + r.err
     assert "burn: PASS — 2 GPU(s)" in r.out
-    assert "gpu 1 rank 1 matmul" in r.out  # plain progress lines when stdout is not a terminal
+    assert "GPU 1 rank 1 matmul: rate " in r.out  # plain progress lines when stdout is not a terminal
     rep = r.report
     assert rep["verdict"] == "pass" and rep["exit_code"] == 0 and rep["faults"] == []
     assert [g["gpu"] for g in rep["gpus"]] == [0, 1]
     for g in rep["gpus"]:
         assert g["tests"] == {
             "sw": True,
+            "fingerprint": True,
+            "pcie": True,
             "matmul": True,
             "memory": True,
             "p2p": None,
@@ -39,7 +42,7 @@ def test_healthy_run_passes_writes_reports_and_removes_the_marker(burn, tmp_path
         assert g["allreduce"]["busbw_bytes_per_second"] > 0
     assert rep["thresholds"]["straggler_fraction"] == 0.5
     assert any(c["test"] == "p2p" and c["passed"] is None and "device cpu" in c["detail"] for c in rep["checks"])
-    state = tmp_path / "state" / "burn"
+    state = health_dir(tmp_path / "state", "fake").parent / "burn"  # a simulated run's, apart from the node's
     assert json.loads((state / "last.json").read_text())["finished_at"] == rep["finished_at"]
     assert not (state / "running.json").exists()
 
@@ -58,7 +61,7 @@ def test_corrupted_results_and_an_allocation_failure_are_each_attributed_to_thei
     (oom,) = gpu0  # the first large allocation (matmul's) fails; GPU 0's other tests pass
     assert oom.startswith("GPU 0 (rank 0): out of memory (injected out of memory allocating"), oom
     assert any("silent data corruption" in f for f in gpu1)
-    assert any("words read back wrong" in f for f in gpu1)
+    assert any("read back wrong" in f for f in gpu1)
     assert any("all-reduce result wrong on rank 1" in f for f in gpu1)
     assert r.report["gpus"][0]["tests"] == {"matmul": False, "memory": True, "allreduce": True, "telemetry": True}
 
@@ -119,7 +122,7 @@ def test_ctrl_c_stops_workers_and_removes_the_marker(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    marker = state / "burn" / "running.json"
+    marker = health_dir(state, "fake").parent / "burn" / "running.json"  # a simulated run's, apart from the node's
     try:
         wait_for(marker.exists, 60, what="the running marker")
         data = json.loads(marker.read_text())

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from gpumon.events import kernel_log
 from gpumon.events.kernel_log import (
-    normalize_bus_id,
     parse_journal_json_line,
     parse_log_line,
     parse_xid_message,
     read_boot_xids,
 )
+from gpumon.model.bus_id import normalize_bus_id
 
 BOOT = 1_700_000_000.0
 NOW = 1_700_100_000.0

@@ -168,3 +168,21 @@ def test_a_gpus_counts_handed_out_are_not_changed_by_later_events() -> None:
     assert tracker.for_gpu(0) == ({"13": 2, "31": 1}, {"13": START + 2, "31": START + 3})
     assert tracker.counts(0) == {"13": 2, "31": 1}
     assert tracker.for_gpu(1) == ({}, {})
+
+
+def test_xids_read_before_the_first_poll_are_said_to_be_on_no_gpu_only_when_they_are(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Start-up reads the kernel log before the first poll names the GPUs: GPU 1's old XID is not logged
+    as on "none of the GPUs gpumon watches" (issue 41, item 10); one on a bus no GPU has is, once known."""
+    tracker = XidTracker(live_since_seconds=START)
+    caplog.set_level(logging.WARNING)
+    tracker.record_all([from_log(79, "00000000:28:00.0", START - 10), from_log(13, "00000000:AA:00.0", START - 9)])
+    assert "none of the GPUs" not in caplog.text
+    tracker.set_gpus(GPUS)
+    tracker.set_gpus({**GPUS, "00000000:38:00.0": 2})  # GPUs known again: said once, not again
+    lines = [r.getMessage() for r in caplog.records if "none of the GPUs" in r.getMessage()]
+    assert lines == [
+        "1 XID(s) in the kernel log on PCI 00000000:AA:00.0, which is none of the GPUs gpumon watches; "
+        "counted without a GPU"
+    ]

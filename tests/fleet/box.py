@@ -43,6 +43,8 @@ from tests.helpers import REPO, free_port, wait_for
 PROMETHEUS = shutil.which("prometheus")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 STATE_FILE = Path("/run/gpumon-fleet-box.json")
+KEEPER_LOG = STATE_FILE.with_name("gpumon-fleet-box.log")
+"""What the keeper writes while the box is up; make cluster-down removes it."""
 RULE_FILES = (REPO / "prometheus" / "gpumon-recording.rules.yml", REPO / "prometheus" / "gpumon-alerts.rules.yml")
 
 SCENARIOS = ("healthy-job", "gpu-lost", "straggler", "xid-storm", "overheating", "nvlink-degraded", "healthy")
@@ -62,6 +64,8 @@ SHOWS = {
     "nvlink-degraded": "NVLink 3 of GPUs 0 and 1 down: NVLink alerts",
 }
 MAX_DRAINED_SHARE = 0.5
+DRAINED_SCENARIOS = ("gpu-lost", "xid-storm")
+"""Scenarios whose node gpumon drains on purpose (the breaker allowing): a job asking for it waits."""
 
 
 def job_scenario() -> str:
@@ -122,6 +126,22 @@ class Box:
         alerts = requests.get(f"{am.url}/api/v2/alerts", timeout=5).json()
         return [a for a in alerts if all(a["labels"].get(k) == v for k, v in filters.items())]
 
+    def _srun_lines(self) -> list[str]:
+        """A fleet burn on the nodes that stay in service (a drained node would keep srun waiting)."""
+        serving = [n for n in self.fleet.nodes if self.scenarios[n] not in DRAINED_SCENARIOS]
+        drained = [n for n in self.fleet.nodes if n not in serving]
+        lines = [
+            f"  srun -N{len(serving)} -w {','.join(serving)} {sys.executable} -m gpumon burn --device cpu"
+            " --backend fake --gpus 0 --tests matmul,allreduce --duration 3 --state-dir /tmp/burn-state"
+            "   # a fleet burn, one report"
+        ]
+        if drained:
+            lines.append(
+                f"    ({', '.join(drained)}: drained on purpose by gpumon's health check, so not in the srun:"
+                f" srun -N{len(self.fleet.nodes)} would wait for it, 'Required node not available')"
+            )
+        return lines if serving else []
+
     def guide(self) -> str:
         """Where to look and what each node should show."""
         fleet = self.fleet
@@ -129,8 +149,7 @@ class Box:
             f"gpumon fleet box: {len(fleet.nodes)} nodes (keeper pid {fleet.run_id}, files in {fleet.base})",
             f"  export SLURM_CONF={fleet.conf}",
             "  sinfo -N -o '%N %T %E'          # Slurm's view (gpumon drains through its health check)",
-            f"  srun -N{len(fleet.nodes)} {sys.executable} -m gpumon burn --device cpu --backend fake --gpus 0"
-            " --tests matmul,allreduce --duration 3 --state-dir /tmp/burn-state   # a fleet burn, one report",
+            *self._srun_lines(),
         ]
         if self.prometheus is not None:
             lines.append(f"  Prometheus:    {self.prometheus.url}  (alerts: {self.prometheus.url}/alerts)")
@@ -399,9 +418,7 @@ def up(nodes: int) -> int:
         return 0
     os.close(read_end)
     os.setsid()
-    log = os.open(
-        os.path.join(os.path.dirname(STATE_FILE), "gpumon-fleet-box.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    )
+    log = os.open(KEEPER_LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log, 1)
     os.dup2(log, 2)
     stop = False
@@ -431,6 +448,7 @@ def up(nodes: int) -> int:
 def down() -> int:
     running = _running()
     if running is None:
+        KEEPER_LOG.unlink(missing_ok=True)  # a box that ended on its own leaves no log behind either
         print("make cluster-down: no fleet box is up")
         return 0
     pid = int(running["pid"])
@@ -441,7 +459,8 @@ def down() -> int:
     if _alive(pid):
         print(f"make cluster-down: the keeper (pid {pid}) did not stop in 120 s", file=sys.stderr)
         return 1
-    print(f"make cluster-down: stopped; {running['base']} removed")
+    KEEPER_LOG.unlink(missing_ok=True)
+    print(f"make cluster-down: stopped; {running['base']} and the keeper's log removed")
     return 0
 
 

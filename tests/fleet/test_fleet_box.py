@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import requests
 
+from gpumon.util.state.files import health_dir
 from tests.alerts.helpers import TestReceiver
 from tests.fleet import box as box_mod
 from tests.fleet.box import Box
@@ -208,8 +209,36 @@ def test_srun_burn_on_three_nodes_gives_one_report_naming_the_node_made_slow(box
     assert len(report["faults"]) == 1 and report["faults"][0].startswith("node 1 (n2) GPU 0"), report["faults"]
     assert "matmul" in report["faults"][0]
     assert done.stdout.count("gpumon burn — verdict") == 1 and "FAULT node 1 (n2) GPU 0" in done.stdout
-    for name in ("n2", "n3"):  # each node keeps the fleet report for its own daemon
-        assert json.loads((out / f"state-{name}" / "burn" / "last.json").read_text())["faults"] == report["faults"]
+    for name in ("n2", "n3"):  # each node keeps the fleet report for its own daemon (a simulated run's: apart)
+        simulated = health_dir(out / f"state-{name}", "fake").parent
+        assert json.loads((simulated / "burn" / "last.json").read_text())["faults"] == report["faults"]
+
+
+def test_srun_fingerprint_names_the_node_whose_gpu_computes_the_same_wrong_answer_every_time(box: Box) -> None:
+    """One GPU per node, n2's made to flip the same bit every time (sdc:0): its repeated GEMMs agree, so
+    only the fleet-wide fingerprint (each digest against the majority of the same model) can name it."""
+    fleet = box.fleet
+    fleet.reset()
+    out = fleet.base / "fingerprint"
+    out.mkdir(exist_ok=True)
+    script = (
+        'if [ "$SLURM_NODEID" = 1 ]; then export GPUMON_BURN_INJECT=sdc:0; fi; '
+        f"exec {sys.executable} -m gpumon burn --device cpu --backend fake --gpus 0 --tests fingerprint,matmul "
+        f"--duration 1 --state-dir {out}/state-$SLURMD_NODENAME --json {out}/report-$SLURMD_NODENAME.json"
+    )
+    env = {k: v for k, v in fleet.env.items() if not k.startswith(("GPUMON_BURN_", "GLOO_"))}
+    env["PYTHONPATH"] = str(REPO)
+    done = subprocess.run(["srun", "-N3", "bash", "-c", script], capture_output=True, text=True, env=env, timeout=240)
+    print(done.stdout[-3000:], done.stderr[-3000:])
+    assert done.returncode == 1, done.stderr[-2000:]
+    report = json.loads((out / "report-n1.json").read_text())
+    assert report["faults"][0].startswith("node 1 (n2) GPU 0"), report["faults"]
+    assert "fingerprint: bf16, fp32, fp64, memory results differ from the majority" in report["faults"][0]
+    assert all(f.startswith("node 1 (n2) GPU 0") for f in report["faults"]), report["faults"]
+    repeat = [c for c in report["checks"] if c["check"] == "bit_exact_repeat"]
+    assert repeat and all(c["passed"] for c in repeat)  # the self-check cannot see a consistent error
+    digests = {g["hostname"]: g["fingerprint"]["digests"] for g in report["gpus"]}
+    assert digests["n1"] == digests["n3"] != digests["n2"]
 
 
 def test_a_node_lost_mid_srun_burn_is_named_within_the_heartbeat_timeout(box: Box) -> None:
@@ -225,7 +254,7 @@ def test_a_node_lost_mid_srun_burn_is_named_within_the_heartbeat_timeout(box: Bo
     )
     script = (
         f'if [ "$SLURM_NODEID" = 2 ]; then setsid {burn} & pid=$!; '
-        f"while [ ! -f {out}/state-n3/burn/running.json ]; do sleep 0.2; done; sleep 3; "
+        f"while [ ! -f {health_dir(out / 'state-n3', 'fake').parent}/burn/running.json ]; do sleep 0.2; done; sleep 3; "
         "kill -9 -- -$pid; exit 137; fi; "
         f"exec {burn}"
     )

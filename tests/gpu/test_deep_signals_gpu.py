@@ -25,10 +25,11 @@ from gpumon.backends.nvml import NvmlBackend
 from gpumon.collect.poller import Poller
 from gpumon.collect.processes import ProcessEnricher, parse_cgroup_file
 from gpumon.collect.store import SnapshotStore
-from gpumon.events.kernel_log import normalize_bus_id, read_boot_xids
+from gpumon.events.kernel_log import read_boot_xids
 from gpumon.events.tracker import XidTracker
 from gpumon.exposition.dcgm import DcgmCompatCollector
 from gpumon.exposition.registry import MetricsOf
+from gpumon.model.bus_id import normalize_bus_id
 from gpumon.model.snapshot import Snapshot, Tier
 from gpumon.model.xid_catalog import XidCatalog
 from tests.gpu.conftest import smi

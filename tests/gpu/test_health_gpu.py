@@ -10,8 +10,8 @@ import pytest
 from gpumon.backends.nvml import NvmlBackend
 from gpumon.collect.poller import Poller
 from gpumon.collect.store import SnapshotStore
-from gpumon.events.kernel_log import normalize_bus_id
 from gpumon.health.inventory import pci_gpus
+from gpumon.model.bus_id import normalize_bus_id
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.gpu

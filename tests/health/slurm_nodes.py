@@ -198,9 +198,17 @@ class Fleet:
         """No hook is running on any node now."""
         return not any((node.dir / f"{hook}.running").exists() for node in self.nodes.values() for hook in HOOKS)
 
-    def set_delay(self, seconds: float) -> None:
-        """Every scontrol / sinfo call gpumon makes waits this long first (a slow controller)."""
-        (self.base / "bin" / "delay").write_text(f"{seconds}\n")
+    def set_delay(self, seconds: float, most_seconds: float | None = None) -> None:
+        """Every scontrol / sinfo call gpumon makes waits this long first (a slow controller); with
+        ``most_seconds``, a random time from ``seconds`` to ``most_seconds``, drawn for each call
+        (each drawn wait is appended to ``bin/delays``: :meth:`delays`)."""
+        text = f"{seconds}" if most_seconds is None else f"{seconds}-{most_seconds}"
+        (self.base / "bin" / "delay").write_text(f"{text}\n")
+
+    def delays(self) -> list[float]:
+        """The waits the slow-controller wrappers drew so far (random delays only)."""
+        path = self.base / "bin" / "delays"
+        return [float(x) for x in path.read_text().split()] if path.exists() else []
 
     # ---- gpumon daemons -----------------------------------------------------------------------------
     def write_configs(self) -> None:
@@ -616,8 +624,15 @@ exit $rc
         wrapper = bindir / tool
         wrapper.write_text(
             f"""#!/bin/sh
-# A controller that answers slowly: wait $(cat delay) seconds, then the real {tool}.
-sleep "$(cat {bindir}/delay 2>/dev/null || echo 0)"
+# A controller that answers slowly: wait $(cat delay) seconds, then the real {tool}; a delay
+# LO-HI waits a random time from LO to HI seconds (drawn from /dev/urandom, logged in delays).
+d=$(cat {bindir}/delay 2>/dev/null || echo 0)
+case $d in
+  *-*) r=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+       d=$(awk -v lo="${{d%-*}}" -v hi="${{d#*-}}" -v r="$r" 'BEGIN {{ printf "%.3f", lo + (hi - lo) * r / 65535 }}')
+       echo "$d" >> {bindir}/delays;;
+esac
+sleep "$d"
 exec {shutil.which(tool)} "$@"
 """
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gpumon.util.state.files import health_dir
 from tests.helpers import run_cli
 
 
@@ -27,7 +28,8 @@ def health(state: Path):  # type: ignore[no-untyped-def]
 
 def test_failed_burn_is_critical_until_cleared_or_passed(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    write_burn(state, 1000.0, passed=False)
+    burns = health_dir(state, "fake").parent  # the simulated node's own burn results (``--backend fake``)
+    write_burn(burns, 1000.0, passed=False)
     failed = health(state)
     assert failed.returncode == 2
     assert "GPU 1 failed gpumon burn (matmul): inspect hardware" in failed.stdout
@@ -35,7 +37,7 @@ def test_failed_burn_is_critical_until_cleared_or_passed(tmp_path: Path) -> None
     assert run_cli("health", "clear", "--gpu", "1", "--reason", "reseated", "--state-dir", str(state)).returncode == 0
     assert health(state).returncode == 0
 
-    write_burn(state, 4_000_000_000.0, passed=False)  # a later failure counts again
+    write_burn(burns, 4_000_000_000.0, passed=False)  # a later failure counts again
     assert health(state).returncode == 2
-    write_burn(state, 4_000_000_100.0, passed=True)
+    write_burn(burns, 4_000_000_100.0, passed=True)
     assert health(state).returncode == 0

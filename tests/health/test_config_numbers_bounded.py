@@ -29,6 +29,8 @@ SETTINGS: dict[str, tuple[tuple[str, ...], bool]] = {
     "timeout_seconds": (("slurm", "timeout_seconds"), False),
     "prolog_timeout_seconds": (("slurm", "prolog_timeout_seconds"), False),
     "max_drained_share": (("slurm", "max_drained_share"), False),
+    "max_drained_nodes": (("slurm", "max_drained_nodes"), True),
+    "stuck_process_seconds": (("stuck_process_seconds",), False),
 }
 """Each bounded number of the health section: where it sits, and whether it is a count."""
 

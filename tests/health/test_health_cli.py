@@ -162,6 +162,6 @@ def test_a_poll_that_hangs_is_critical_without_waiting_forever(tmp_path: Path) -
     )  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stdout.startswith(
-        "gpumon health: CRITICAL - node the NVIDIA driver did not answer within 1 s "
+        "gpumon health: CRITICAL - node: the NVIDIA driver did not answer within 1 s "
         "(a GPU may have fallen off the bus): reboot node"
     )

@@ -66,7 +66,7 @@ def test_gpu_on_the_pci_bus_but_not_in_nvml_is_critical(tmp_path: Path) -> None:
     findings = drift(None, snapshot, pci_gpus(root))
     assert kinds(findings) == [("gpu_missing", CRITICAL, None)]
     assert findings[0].reason() == (
-        "node GPU at PCI 00000000:38:00.0 is on the PCI bus but NVML does not list it: reboot node"
+        "node: GPU at PCI 00000000:38:00.0 is on the PCI bus but NVML does not list it: reboot node"
     )
 
 
@@ -154,5 +154,5 @@ def test_gpumon_health_names_a_gpu_missing_from_nvml_in_a_fake_sysfs_tree(tmp_pa
     report = json.loads(done.stdout)
     assert report["status"] == "CRITICAL"
     assert (
-        report["reason"] == "node GPU at PCI 00000000:38:00.0 is on the PCI bus but NVML does not list it: reboot node"
+        report["reason"] == "node: GPU at PCI 00000000:38:00.0 is on the PCI bus but NVML does not list it: reboot node"
     )

@@ -45,7 +45,7 @@ def test_the_daemonset_mounts_the_plugin_config() -> None:
         ("count: 1\n", 0, "OK: all GPUs healthy"),
         ("count: 1\ngpus: [{xid_events: [{tick: 0, xid: 31}]}]\n", 0, "WARNING: GPU 0 xid 31"),
         ("count: 2\ngpus: [{}, {lost_at_tick: 0}]\n", 1, "CRITICAL: GPU 1 lost"),
-        ("count: 1\nnvml_missing_inits: 99\n", 2, "UNKNOWN: node NVML unavailable"),
+        ("count: 1\nnvml_missing_inits: 99\n", 2, "UNKNOWN: node: NVML unavailable"),
     ],
 )
 def test_the_plugin_command_as_npd_runs_it(tmp_path: Path, scenario: str, code: int, starts: str) -> None:
@@ -62,3 +62,22 @@ def test_the_plugin_command_as_npd_runs_it(tmp_path: Path, scenario: str, code: 
     assert done.stdout.endswith("\n") and done.stdout.count("\n") == 1
     line = done.stdout.rstrip("\n")
     assert len(line.encode()) <= NPD_MAX_OUTPUT and line.startswith(starts), line
+
+
+def test_npd_mode_also_writes_the_json_file_asked_for(tmp_path: Path) -> None:
+    """--json PATH with --mode npd: the file holds the verdict, stdout stays NPD's one line."""
+    out = tmp_path / "verdict.json"
+    done = run_cli(
+        "health", "--mode", "npd", "--local", "--backend", "fake:gpu-lost", "--json", str(out),
+        "--state-dir", str(tmp_path / "state"),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.startswith("CRITICAL: GPU 1") and len(done.stdout.splitlines()) == 1
+    assert json.loads(out.read_text())["status"] == "CRITICAL"
+
+
+def test_npd_mode_writes_the_json_file_also_when_it_cannot_judge(tmp_path: Path) -> None:
+    out = tmp_path / "verdict.json"
+    done = run_cli("health", "--mode", "npd", "--daemon-url", "http://127.0.0.1:9", "--json", str(out))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert json.loads(out.read_text())["status"] == "UNKNOWN"

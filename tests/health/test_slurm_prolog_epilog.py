@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gpumon.util.state.files import health_dir
 from tests.health.slurm_cluster import NODE, PARTITION, SlurmCluster
 from tests.helpers import REPO, run_cli, wait_for
 
@@ -48,8 +49,10 @@ def test_a_failed_jobs_epilog_burn_runs_and_a_gpu_that_fails_it_drains_the_node(
         env.unlink()
     reason = cluster.node()["Reason"]
     assert reason.startswith("gpumon: GPU 1 failed gpumon burn") and reason.endswith(": inspect hardware"), reason
-    report = json.loads((state / "burn" / "last.json").read_text())
+    simulated = health_dir(state, f"fake:{scenario}").parent  # a simulated burn keeps its results apart
+    report = json.loads((simulated / "burn" / "last.json").read_text())
     assert report["exit_code"] == 1
+    assert not (state / "burn" / "last.json").exists()
 
 
 def test_prolog_with_a_hung_gpu_answers_in_time_and_the_job_runs(cluster: SlurmCluster, tmp_path: Path) -> None:

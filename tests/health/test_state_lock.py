@@ -12,25 +12,33 @@ from pathlib import Path
 
 import pytest
 
+from gpumon.health.service import HealthService
+from gpumon.model.xid import XidEvent
+from gpumon.model.xid_catalog import XidCatalog
 from tests.helpers import REPO, DaemonProcess, free_port, run_cli, wait_for
 
 pytestmark = pytest.mark.faults
 
-XID48_ON_GPU0 = "count: 2\ngpus:\n  - xid_events: [{tick: 0, xid: 48}]\n  - {}\n"
+_XID48_TICKS = ", ".join(f"{{tick: {t}, xid: 48}}" for t in range(5))
+XID48_EACH_TICK = f"count: 2\ngpus:\n  - xid_events: [{_XID48_TICKS}]\n  - {{}}\n"
 
 
-def test_five_overlapping_health_runs_each_recording_an_xid_keep_all_five(tmp_path: Path) -> None:
-    """Each run plays the scenario once, so sees XID 48 on GPU 0 once (its own event): five runs at
-    once make the fault's count 5 on disk, and a sixth run reports 6."""
+def test_five_overlapping_health_runs_lose_no_xid_and_a_replay_counts_none_again(tmp_path: Path) -> None:
+    """Run i plays the scenario to tick i (``--tick``), so sees XID 48 of ticks 0..i on GPU 0: five runs at
+    once make the fault's count 5 on disk (none lost, none counted twice), and a sixth run of the whole
+    scenario still reports 5: a scenario played again counts its XIDs once (issue 41, item 10)."""
     scenario = tmp_path / "xid48.yaml"
-    scenario.write_text(XID48_ON_GPU0)
+    scenario.write_text(XID48_EACH_TICK)
     state = tmp_path / "state"
     args = ["health", "--local", "--backend", f"fake:{scenario}", "--state-dir", str(state), "--json"]
     runs = [
         subprocess.Popen(
-            [sys.executable, "-m", "gpumon", *args], cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            [sys.executable, "-m", "gpumon", *args, "--tick", str(tick)],
+            cwd=str(REPO),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
-        for _ in range(5)
+        for tick in range(5)
     ]
     for run in runs:
         _, err = run.communicate(timeout=120)
@@ -39,7 +47,17 @@ def test_five_overlapping_health_runs_each_recording_an_xid_keep_all_five(tmp_pa
     assert (fault["gpu"], fault["xid"], fault["count"]) == (0, 48, 5)
     sixth = run_cli(*args)
     [finding] = [f for f in json.loads(sixth.stdout)["findings"] if f["kind"] == "xid"]
-    assert finding["evidence"]["count"] == 6
+    assert finding["evidence"]["count"] == 5
+
+
+def test_two_services_that_read_the_state_before_either_wrote_keep_both_xids(tmp_path: Path) -> None:
+    """A daemon and a gpumon health run on one state directory, each reading it before the other wrote:
+    the second save takes the first one's XID in (read, then replay its own), so neither is lost."""
+    first, second = (HealthService(tmp_path, XidCatalog.load(None)) for _ in range(2))
+    first.on_xid(XidEvent(xid=48, timestamp_seconds=1000.0, source="nvml", gpu_index=0, uuid="GPU-0"))
+    second.on_xid(XidEvent(xid=48, timestamp_seconds=1001.0, source="nvml", gpu_index=0, uuid="GPU-0"))
+    [fault] = json.loads((tmp_path / "health" / "xid.json").read_text())["faults"]
+    assert (fault["gpu"], fault["xid"], fault["count"]) == (0, 48, 2)
 
 
 def test_a_second_daemon_on_the_same_state_directory_does_not_start(

@@ -64,13 +64,14 @@ class NvmlBackend:
         self._events = EventWatcher(pynvml, lambda: self._gpus, self._lock, self._mark_lost_from_events, self._stop)
 
     @classmethod
-    def from_system(cls, *, spaced: bool = False) -> NvmlBackend:
-        """The backend over the installed nvidia-ml-py. A missing module fails at ``init()``."""
+    def from_system(cls, *, spaced: bool = False, wrap: Callable[[Any], Any] | None = None) -> NvmlBackend:
+        """The backend over the installed nvidia-ml-py. A missing module fails at ``init()``.
+        ``wrap``: what the backend gets instead of the module, made from it (``gpumon record``'s recorder)."""
         try:
             import pynvml
         except ImportError as exc:
             return cls(None, import_error=str(exc), spaced=spaced)
-        return cls(pynvml, spaced=spaced)
+        return cls(pynvml if wrap is None else wrap(pynvml), spaced=spaced)
 
     def _context(self, gpm: GpmSampler) -> Context:
         field = getattr(self._nv, "NVML_FI_DEV_MEMORY_TEMP", temperature.FI_DEV_MEMORY_TEMP)

@@ -22,6 +22,18 @@ STALL_SECONDS = 3.0
 """A rank silent this long shows how long it has been silent instead of its last rate (workers report every 0.5 s)."""
 
 
+def flop_rate(tflops: float) -> str:
+    """ "655.3 TFLOP/s"; below 1 TFLOP/s (a CPU) in GFLOP/s, never "0.0 TFLOP/s"."""
+    return f"{tflops:.1f} TFLOP/s" if tflops >= 1 else f"{tflops * 1e3:.1f} GFLOP/s"
+
+
+def _labelled(rate: str) -> str:
+    """ "rate 655.3 TFLOP/s", "rate —" before the first figure, or the silence as it is ("waiting 7 s")."""
+    if not rate:
+        return "rate —"
+    return f"rate {rate}" if rate[0].isdigit() else rate
+
+
 class LiveView:
     """Call ``update(states)`` often; it redraws at most a few times a second."""
 
@@ -55,7 +67,7 @@ class LiveView:
         if st.ready and not st.done and st.exit_code is None and silent >= STALL_SECONDS:  # start-up has its own limit
             rate = f"no progress for {silent:.0f} s" if st.collective is None else f"waiting {silent:.0f} s"
         elif "tflops" in st.metrics:
-            rate = f"{st.metrics['tflops']:.1f} TFLOP/s"
+            rate = flop_rate(st.metrics["tflops"])
         elif "gbps" in st.metrics:
             rate = f"{st.metrics['gbps']:.1f} GB/s"
         test = st.test + (f" (waiting: {st.collective})" if st.collective else "")
@@ -89,8 +101,8 @@ class LiveView:
                 self._last_plain[st.rank] = (st.test, now)
                 gpu, rank, test, rate, temp, power, clock, errors = self._row(st)
                 self.console.print(
-                    f"\\[{now - self.started:5.0f}s] gpu {gpu} rank {rank} {test} {rate} {temp} {power} {clock} "
-                    f"errors {errors}".replace("  ", " "),
+                    f"\\[{now - self.started:5.0f}s] GPU {gpu} rank {rank} {test}: {_labelled(rate)}, temperature "
+                    f"{temp}, power {power}, SM clock {clock}, errors {errors}",
                     highlight=False,
                     soft_wrap=True,
                 )

@@ -34,6 +34,7 @@ def build_report(
             "tests": list(opts.tests),
             "duration_seconds": opts.duration_seconds,
             "quick": opts.quick,
+            "long": opts.long,
             "dtype": opts.dtype,
             "device": opts.device,
             "backend": opts.backend_spec,

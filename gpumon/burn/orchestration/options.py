@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-TESTS = ("sw", "matmul", "memory", "p2p", "allreduce")
+TESTS = ("sw", "fingerprint", "pcie", "matmul", "memory", "p2p", "allreduce", "pulse")
+"""Every test, in run order; ``pulse`` (power steps) runs by default only with ``--long``."""
+LONG_ONLY = ("pulse",)
 DTYPES = ("auto", "bf16", "fp16", "tf32", "fp32", "fp64")
 DEVICES = ("cuda", "cpu")
 
 DEFAULT_DURATION_SECONDS = {("cuda", False): 60.0, ("cuda", True): 6.0, ("cpu", False): 5.0, ("cpu", True): 2.0}
+LONG_DURATION_SECONDS = {"cuda": 900.0, "cpu": 10.0}
+"""``--long``: seconds of the matmul soak at full power (DCGM's r3 level runs about 15 minutes)."""
 DEFAULT_STATE_DIR = "/var/lib/gpumon"
 DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 20.0
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 180.0
@@ -70,6 +74,10 @@ class BurnOptions:
     launch: Launch
     gpus_per_agent: int
     """Workers each agent runs (all node GPUs, or 1 under torchrun)."""
+    wide: bool = False
+    """``--wide``: the verdict table with a column per test whatever the terminal's width."""
+    long: bool = False
+    """``--long``: the soak (matmul for LONG_DURATION_SECONDS unless --duration) and the power steps."""
 
     @property
     def world_size(self) -> int:
@@ -141,9 +149,10 @@ def _shown(text: str) -> str:
     return quoted if len(quoted) <= 60 else quoted[:60] + f"... ({len(text)} characters)"
 
 
-def parse_tests(text: str | None) -> tuple[tuple[str, ...], list[str]]:
+def parse_tests(text: str | None, long: bool = False) -> tuple[tuple[str, ...], list[str]]:
+    """``--tests`` as given (in run order), or every test: those of ``--long`` only with it."""
     if text is None:
-        return TESTS, []
+        return tuple(t for t in TESTS if long or t not in LONG_ONLY), []
     names = split_csv(text)
     problems = [f"--tests: unknown test {n!r} (one of {','.join(TESTS)})" for n in names if n not in TESTS]
     if not names:
@@ -206,5 +215,5 @@ def launch_from(
     )
 
 
-def default_duration(device: str, quick: bool) -> float:
-    return DEFAULT_DURATION_SECONDS[(device, quick)]
+def default_duration(device: str, quick: bool, long: bool = False) -> float:
+    return LONG_DURATION_SECONDS[device] if long else DEFAULT_DURATION_SECONDS[(device, quick)]

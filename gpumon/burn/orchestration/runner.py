@@ -267,7 +267,7 @@ def _publish(
     """The leader renders the report and writes --json; each node writing state keeps it as last.json."""
     launch = opts.launch
     if launch.is_leader:
-        report_mod.render(final, console, opts.tests)
+        report_mod.render(final, console, opts.tests, wide=opts.wide)
         if opts.json_path:
             try:
                 emit_json(final, opts.json_path)

@@ -18,6 +18,7 @@ from typing import Any
 
 from gpumon.backends.base import GpuBackend, GpuLostError
 from gpumon.burn.orchestration.interrupts import signals_deferred
+from gpumon.burn.orchestration.soak import pulse_report, settle_report
 from gpumon.model.snapshot import Tier
 
 SLOWDOWN_FAULT_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown")
@@ -194,7 +195,9 @@ def summarise(tel: GpuTelemetry) -> dict[str, Any]:
     nvlink_before = tel.first_slow.get("nvlink_errors_total") or {}
     nvlink_after = tel.last_slow.get("nvlink_errors_total") or {}
     nvlink_grown = {link: d for link in nvlink_after if (d := _delta(nvlink_before.get(link), nvlink_after.get(link)))}
-    pcie_under_load = [s.pcie_link_generation for s in samples if s.test == "matmul" and s.pcie_link_generation]
+    pcie_under_load = [
+        s.pcie_link_generation for s in samples if s.test in ("pcie", "matmul") and s.pcie_link_generation
+    ]
     return {
         "samples": len(samples),
         "pcie_link_generation_under_load": max(pcie_under_load) if pcie_under_load else None,
@@ -217,4 +220,6 @@ def summarise(tel: GpuTelemetry) -> dict[str, Any]:
         "nvlink_errors_grown": nvlink_grown,
         "lost_reason": tel.lost_reason,
         "read_errors": tel.read_errors,
+        "settle": settle_report(samples),
+        "pulse": pulse_report(samples),
     }

@@ -165,13 +165,16 @@ def _init_dist(spec: WorkerSpec, hb: Heartbeat, dev: Any, torch: Any) -> Any:
 
     dist: Any = importlib.import_module("torch.distributed")
 
-    backend = "nccl" if spec.device == "cuda" else "gloo"
+    # NCCL only where a test all-reduces on the GPUs: the others meet in barriers on the CPU, and without
+    # NCCL several burn nodes can share one GPU (the fingerprint across nodes on a one-GPU host).
+    nccl = spec.device == "cuda" and "allreduce" in spec.tests
+    backend = "nccl" if nccl else "gloo"
     timeout = datetime.timedelta(seconds=spec.dist_timeout_seconds)
     hb.collective("start", "init_process_group")
     try:
         store = dist.TCPStore(spec.store_host, spec.store_port, is_master=False, timeout=timeout)
         kwargs: dict[str, Any] = {}
-        if spec.device == "cuda":
+        if nccl:
             kwargs["device_id"] = dev
         dist.init_process_group(
             backend,
@@ -181,7 +184,7 @@ def _init_dist(spec: WorkerSpec, hb: Heartbeat, dev: Any, torch: Any) -> Any:
             timeout=timeout,
             **kwargs,
         )
-        if spec.device == "cuda":
+        if nccl:
             dist.barrier(device_ids=[spec.gpu])
         else:
             dist.barrier()

@@ -12,7 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpumon.burn.verdict.judge_allreduce import judge_allreduce
+from gpumon.burn.verdict.judge_fingerprint import judge_fingerprint
 from gpumon.burn.verdict.judge_loads import judge_matmul, judge_memory, judge_p2p
+from gpumon.burn.verdict.judge_pcie import judge_pcie
+from gpumon.burn.verdict.judge_soak import judge_pulse, report_settle
 from gpumon.burn.verdict.judge_telemetry import judge_telemetry
 from gpumon.burn.verdict.judgement import GpuKey, Judgement
 from gpumon.burn.verdict.thresholds import Thresholds, group_link
@@ -113,6 +116,10 @@ def _judge_loads(
     tests: tuple[str, ...],
 ) -> None:
     """Each load test's rules on its results, and the telemetry rules, in report order."""
+    if "fingerprint" in tests:
+        judge_fingerprint(j, results.get("fingerprint", {}))
+    if "pcie" in tests:
+        judge_pcie(j, results.get("pcie", {}), nodes, thresholds)
     if "matmul" in tests:
         judge_matmul(j, results.get("matmul", {}), thresholds)
     if "memory" in tests:
@@ -121,12 +128,16 @@ def _judge_loads(
         judge_p2p(j, results.get("p2p", {}), nodes, thresholds)
     for key, g in j.gpus.items():
         judge_telemetry(j, key, g["telemetry"])
+        if g["telemetry"].get("simulated") is not True:
+            report_settle(j, key, g["telemetry"])
     if "allreduce" in tests:
         link = None
         if len(nodes) == 1:
             gpus = [g for (_n, g), d in results.get("allreduce", {}).items() if "skipped" not in d]
             link = group_link(nodes[0].get("topology") or {}, nodes[0].get("pcie") or {}, sorted(gpus))
         judge_allreduce(j, results.get("allreduce", {}), thresholds, single_node=len(nodes) == 1, link=link)
+    if "pulse" in tests:
+        judge_pulse(j, results.get("pulse", {}), thresholds)
 
 
 def _summarise_gpus(j: Judgement, tests: tuple[str, ...]) -> None:
@@ -135,8 +146,9 @@ def _summarise_gpus(j: Judgement, tests: tuple[str, ...]) -> None:
         for test in tests:
             checks = [c for c in j.checks if c["test"] == test]
             verdicts = [c["passed"] for c in checks if c["passed"] is not None and _counts_for(c, key)]
-            g["tests"][test] = all(verdicts) if verdicts else None
             note = _charged_elsewhere(j, checks, key)
+            # only links charged to their other end (two GPUs, one link): it passes, with the note
+            g["tests"][test] = all(verdicts) if verdicts else (True if note else None)
             if note and g["tests"][test] is not False:
                 g.setdefault("notes", {})[test] = note
         tel = g["telemetry"]

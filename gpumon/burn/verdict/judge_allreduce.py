@@ -130,6 +130,7 @@ def _record_sizes(j: Judgement, ran: Mapping[GpuKey, Any], lead: GpuKey) -> None
                 }
                 for s in sizes
             ],
+            "tails": [{"bytes": s["bytes"], **s["tails"]} for s in ran[key]["sizes"] if "tails" in s],
         }
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpumon.burn.verdict.judgement import GpuKey, Judgement, blame_links, median, peer_check
+from gpumon.burn.verdict.judge_tails import judge_matmul_tails
+from gpumon.burn.verdict.judgement import GpuKey, Judgement, blame_links, median, named_by_other_tests, peer_check
 from gpumon.burn.verdict.thresholds import Thresholds
 
 
@@ -19,6 +20,7 @@ def judge_matmul(j: Judgement, res: Mapping[GpuKey, Any], th: Thresholds) -> Non
     for (model, _dtype, _n), keys in groups.items():
         if len(keys) >= 2:
             _judge_matmul_bit_exact_peers(j, res, model, keys)
+    judge_matmul_tails(j, res, th)
     rates = {k: d["tflops_median"] * 1e12 for k, d in res.items()}
     group_of = {k: f"{d['model']} {d['dtype']}" for k, d in res.items()}
     peer_check(j, "matmul", "peers", rates, group_of, th.straggler_fraction, "flop_per_second", 1e12, "TFLOP/s")
@@ -110,9 +112,10 @@ def judge_memory(j: Judgement, res: Mapping[GpuKey, Any], th: Thresholds) -> Non
             key,
             "patterns",
             bad == 0,
-            f"{bad} words read back wrong (first: {d['first_mismatch']}) in {d['bytes_tested'] / 2**30:.1f} GiB"
+            f"{bad} {'word' if bad == 1 else 'words'} read back wrong (first: {d['first_mismatch']}) in "
+            f"{_size(d['bytes_tested'])}"
             if bad
-            else f"{d['bytes_tested'] / 2**30:.2f} GiB verified with {len(d['patterns'])} patterns",
+            else f"{_size(d['bytes_tested'])} verified with {len(d['patterns'])} patterns",
             bad,
             "words",
             0,
@@ -135,6 +138,11 @@ def judge_memory(j: Judgement, res: Mapping[GpuKey, Any], th: Thresholds) -> Non
                 "bytes_per_second",
                 floor,
             )
+
+
+def _size(nbytes: int) -> str:
+    """ "1.5 GiB", or "16 MiB" below 1 GiB (never "0.0 GiB")."""
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
 
 
 def judge_p2p(j: Judgement, res: Mapping[GpuKey, Any], nodes: list[dict[str, Any]], th: Thresholds) -> None:
@@ -177,4 +185,4 @@ def judge_p2p(j: Judgement, res: Mapping[GpuKey, Any], nodes: list[dict[str, Any
             j.add(
                 "p2p", src, "data", False, f"data copied {j.name(src)} -> {j.name(dst)} arrived corrupted", peer=dst[1]
             )
-    j.faults += blame_links(j, "p2p", slow_pairs)
+    j.faults += blame_links(j, "p2p", slow_pairs, named_by_other_tests(j, "p2p"))

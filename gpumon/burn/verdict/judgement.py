@@ -127,13 +127,21 @@ def slow_gpus(pairs: list[tuple[GpuKey, GpuKey, bool]]) -> set[GpuKey]:
     return bad
 
 
-def blame_links(j: Judgement, test: str, pairs: list[tuple[GpuKey, GpuKey, bool, dict[str, Any]]]) -> list[str]:
+def blame_links(
+    j: Judgement,
+    test: str,
+    pairs: list[tuple[GpuKey, GpuKey, bool, dict[str, Any]]],
+    named: Mapping[GpuKey, str] | None = None,
+) -> list[str]:
     """A GPU whose every pair is slow (while other pairs are fine) is blamed; otherwise the links.
 
     Each slow pair's check (the dict) gets ``link`` (its two GPUs) and ``charged_to``: the GPU blamed
-    when one of its ends is, else both ends. A GPU's verdict counts a link's failure only where it is
-    charged to it; the other end passes with a note (``judge``)."""
+    when one of its ends is; else the one end that other tests name (``named``: GPU -> why, e.g. with
+    two GPUs, whose one link is slow in both directions, and a straggler among them); else both ends.
+    A GPU's verdict counts a link's failure only where it is charged to it; the other end passes with
+    a note (``judge``)."""
     bad_gpus = slow_gpus([(a, b, slow) for a, b, slow, _ in pairs])
+    named = named or {}
     lines = []
     for g in sorted(bad_gpus):
         lines.append(f"{j.name(g)}: {test}: every link of this GPU is slow while the other links are fine")
@@ -141,7 +149,25 @@ def blame_links(j: Judgement, test: str, pairs: list[tuple[GpuKey, GpuKey, bool,
         if not slow:
             continue
         check["link"] = [list(a), list(b)]
-        check["charged_to"] = [list(k) for k in (a, b) if k in bad_gpus] or [list(a), list(b)]
-        if a not in bad_gpus and b not in bad_gpus:
-            lines.append(f"link {j.name(a)} <-> {j.name(b)}: {test}: slow")
+        ends = [k for k in (a, b) if k in bad_gpus] or [k for k in (a, b) if k in named]
+        check["charged_to"] = [list(k) for k in ends] if len(ends) == 1 else [list(a), list(b)]
+        if a in bad_gpus or b in bad_gpus:
+            continue
+        low, high = sorted((a, b))  # one line per link, whichever way the copy went
+        line = f"link {j.name(low)} <-> {j.name(high)}: {test}: slow"
+        if len(ends) == 1:
+            line += f"; likely cause: {j.name(ends[0])} ({named[ends[0]]})"
+        if line not in lines:
+            lines.append(line)
     return lines
+
+
+def named_by_other_tests(j: Judgement, test: str) -> dict[GpuKey, str]:
+    """GPUs that failed checks of other tests than ``test`` so far -> "failed matmul, memory"."""
+    out: dict[GpuKey, list[str]] = {}
+    for c in j.checks:
+        if c["passed"] is False and c["test"] != test and c["gpu"] is not None and "charged_to" not in c:
+            tests = out.setdefault((c["node"], c["gpu"]), [])
+            if c["test"] not in tests:
+                tests.append(c["test"])
+    return {k: "failed " + ", ".join(v) for k, v in out.items()}

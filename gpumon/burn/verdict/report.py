@@ -7,10 +7,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from gpumon.burn.verdict.errors import EXIT_CANNOT_RUN, EXIT_FAULT, EXIT_PASSED
 from gpumon.burn.verdict.judgement import Judgement
+from gpumon.burn.verdict.table import SIMULATED_CELL, SIMULATED_NOTE, verdict_table
 
 SCHEMA_VERSION = 1
 
@@ -54,65 +54,55 @@ def build(
     }
 
 
-SIMULATED_CELL = "sim."
-SIMULATED_NOTE = "power and temperature of simulated GPUs (--backend fake), not measured"
-
-
-def _fmt(value: float | None, scale: float = 1.0, digits: int = 0, unit: str = "") -> str:
-    return "—" if value is None else f"{value / scale:.{digits}f}{unit}"
-
-
-def _mark(passed: bool | None, note: str | None = None) -> str:
-    """A GPU's cell for one test: what that GPU did; ``*`` when a note under the table goes with it."""
-    mark = {True: "[green]PASS[/]", False: "[bold red]FAIL[/]", None: "[dim]—[/]"}[passed]
-    return mark + "*" if note else mark
-
-
-def render(report: dict[str, Any], console: Console, tests: tuple[str, ...]) -> None:
-    """Per-GPU verdict table, then the faults, then one verdict line."""
-    table = Table(title="gpumon burn — verdict", show_lines=False)
+def render(report: dict[str, Any], console: Console, tests: tuple[str, ...], wide: bool = False) -> None:
+    """Per-GPU verdict table (``verdict.table``), the notes, the tails, then the faults and one verdict line."""
+    table, width = verdict_table(report, console, tests, wide)
+    if width > console.width:  # --wide: the whole table, lines longer than the terminal rather than cut cells
+        wider = Console(file=console.file, width=width, force_terminal=console.is_terminal, no_color=console.no_color)
+        wider.print(table, crop=False)
+    else:
+        console.print(table)
     multi = len({g["node"] for g in report["gpus"]}) > 1
-    table.add_column("GPU")
-    table.add_column("model")
-    for t in tests:
-        table.add_column(t)
-    table.add_column("TFLOP/s", justify="right")
-    table.add_column("mem GB/s", justify="right")
-    table.add_column("busbw GB/s", justify="right")
-    table.add_column("power W (limit)", justify="right")
-    table.add_column("peak °C", justify="right")
-    for g in report["gpus"]:
-        tel = g.get("telemetry") or {}
-        power = _fmt(tel.get("power_sustained_watts"))
-        if tel.get("power_limit_watts"):
-            power += f" ({tel['power_limit_watts']:.0f})"
-        peak = _fmt(tel.get("temperature_peak_celsius"))
-        if tel.get("simulated"):  # the fake backend's figures: not shown as if measured
-            power = peak = SIMULATED_CELL
-        table.add_row(
-            f"{g['node']}:{g['gpu']}" if multi else str(g["gpu"]),
-            str(g.get("model") or "?"),
-            *[_mark(g["tests"].get(t), (g.get("notes") or {}).get(t)) for t in tests],
-            _fmt(
-                (g.get("matmul") or {}).get("tflops"), 1, 1 if ((g.get("matmul") or {}).get("tflops") or 0) >= 10 else 3
-            ),
-            _fmt((g.get("memory") or {}).get("bandwidth_bytes_per_second"), 1e9),
-            _fmt((g.get("allreduce") or {}).get("busbw_bytes_per_second"), 1e9, 1),
-            power,
-            peak,
-        )
-    console.print(table)
     if any((g.get("telemetry") or {}).get("simulated") for g in report["gpus"]):
         console.print(f"{SIMULATED_CELL}: {SIMULATED_NOTE}", highlight=False)
     for g in report["gpus"]:
         for t, note in (g.get("notes") or {}).items():
             where = f"node {g['node']} GPU {g['gpu']}" if multi else f"GPU {g['gpu']}"
             console.print(f"* {escape(where)} {escape(t)}: {escape(note)}", highlight=False)
+    for line in tail_lines(report):
+        console.print(escape(line), highlight=False)
     for line in report["faults"]:
         console.print(f"[bold red]FAULT[/] {escape(line)}", highlight=False)
     for line in report["could_not_run"]:
         console.print(f"[bold yellow]COULD NOT RUN[/] {escape(line)}", highlight=False)
     console.print(escape(verdict_line(report)), highlight=False)
+
+
+def tail_lines(report: dict[str, Any]) -> list[str]:
+    """Per-iteration tails: each GPU's GEMM p50/p99 and slowest, the first rank's all-reduce p50/p99 per size."""
+    multi = len({g["node"] for g in report["gpus"]}) > 1
+    lines = []
+    for g in report["gpus"]:
+        mm = g.get("matmul") or {}
+        if "p99_ms" in mm:
+            where = f"node {g['node']} GPU {g['gpu']}" if multi else f"GPU {g['gpu']}"
+            worst = (mm.get("slowest") or [{}])[0]
+            lines.append(
+                f"tails {where} GEMM: p50 {mm['p50_ms']:.3f} ms, p99 {mm['p99_ms']:.3f} ms, slowest "
+                f"{worst.get('ms', 0):.3f} ms at {worst.get('at_seconds', 0):.1f} s"
+            )
+    first = next((g for g in report["gpus"] if (g.get("allreduce") or {}).get("tails")), None)
+    if first is not None:
+        sizes = ", ".join(
+            f"{_size(t['bytes'])} p50 {t['p50_ms'] * 1e3:.0f}/p99 {t['p99_ms'] * 1e3:.0f} µs"
+            for t in first["allreduce"]["tails"]
+        )
+        lines.append(f"tails all-reduce (rank {first['rank']}, one op at a time): {sizes}")
+    return lines
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes >> 30} GiB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MiB"
 
 
 def verdict_line(report: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FLOORS_ENV_VAR = "GPUMON_BURN_FLOORS"
-FLOOR_KEYS = ("matmul_tflops", "memory_gbps", "p2p_gbps", "allreduce_busbw_gbps")
+FLOOR_KEYS = ("matmul_tflops", "memory_gbps", "p2p_gbps", "allreduce_busbw_gbps", "pcie_gbps")
 
 GB = 1e9
 
@@ -32,6 +32,7 @@ _MODEL_FLOORS: tuple[tuple[str, Mapping[str, Any]], ...] = (
             "memory_gbps": 1500.0,
             "p2p_gbps": {"nvlink": 200.0, "pcie": 15.0},
             "allreduce_busbw_gbps": 100.0,
+            "pcie_gbps": 40.0,
         },
     ),
     (
@@ -41,6 +42,7 @@ _MODEL_FLOORS: tuple[tuple[str, Mapping[str, Any]], ...] = (
             "memory_gbps": 3500.0,
             "p2p_gbps": {"nvlink": 300.0, "pcie": 15.0},
             "allreduce_busbw_gbps": 240.0,
+            "pcie_gbps": 40.0,
         },
     ),
     (
@@ -50,6 +52,7 @@ _MODEL_FLOORS: tuple[tuple[str, Mapping[str, Any]], ...] = (
             "memory_gbps": 2500.0,
             "p2p_gbps": {"nvlink": 300.0, "pcie": 15.0},
             "allreduce_busbw_gbps": 240.0,
+            "pcie_gbps": 40.0,
         },
     ),
     (
@@ -59,6 +62,7 @@ _MODEL_FLOORS: tuple[tuple[str, Mapping[str, Any]], ...] = (
             "memory_gbps": 1300.0,
             "p2p_gbps": {"nvlink": 150.0, "pcie": 15.0},
             "allreduce_busbw_gbps": 120.0,
+            "pcie_gbps": 20.0,
         },
     ),
 )
@@ -132,6 +136,8 @@ class Thresholds:
     """A GPU more than this share below the median of its same-model peers is a straggler."""
     link_fraction: float = 0.20
     """A link (p2p pair or all-reduce pair) more than this share below the median of its path type is slow."""
+    tail_factor: float = 2.0
+    """A GPU whose per-op p99 exceeds this many times its own p50 and its peers' p99 stalls (verdict.judge_tails)."""
     reference_rel_tolerance: Mapping[str, float] = field(default_factory=lambda: dict(REFERENCE_REL_TOLERANCE))
     floor_overrides: Mapping[str, float] = field(default_factory=dict)
     """GPUMON_BURN_FLOORS values, applied to every model."""
@@ -162,6 +168,13 @@ class Thresholds:
         value = table.get("nvlink" if path == "nvlink" else "pcie")
         return float(value) * GB if value is not None else None
 
+    def pcie_floor_bytes_per_second(self, model: str) -> float | None:
+        """Pinned host<->device copy, each direction, one GPU alone (docs/burn.md gives the sources)."""
+        if "pcie_gbps" in self.floor_overrides:
+            return self.floor_overrides["pcie_gbps"] * GB
+        value = self.model_floors(model).get("pcie_gbps")
+        return float(value) * GB if value is not None else None
+
     def allreduce_floor_bytes_per_second(
         self, model: str, single_node: bool, link: GroupLink | None = None
     ) -> float | None:
@@ -190,6 +203,7 @@ class Thresholds:
         return {
             "straggler_fraction": self.straggler_fraction,
             "link_fraction": self.link_fraction,
+            "tail_factor": self.tail_factor,
             "reference_rel_tolerance": dict(self.reference_rel_tolerance),
             "floor_overrides": dict(self.floor_overrides),
             "allreduce_pcie_fraction": PCIE_ALLREDUCE_FRACTION,
@@ -201,6 +215,7 @@ class Thresholds:
                     "p2p_nvlink_bytes_per_second": self.p2p_floor_bytes_per_second(m, "nvlink"),
                     "p2p_pcie_bytes_per_second": self.p2p_floor_bytes_per_second(m, "pcie"),
                     "allreduce_busbw_nvlink_bytes_per_second": self.allreduce_floor_bytes_per_second(m, True),
+                    "pcie_bytes_per_second": self.pcie_floor_bytes_per_second(m),
                 }
                 for m in sorted(set(models))
             },
@@ -211,7 +226,8 @@ def for_device(device: str, floors_env: str | None) -> tuple[Thresholds, list[st
     """Thresholds for ``cuda`` or ``cpu`` (CPU timings are noisy: wider peer margins)."""
     overrides, problems = parse_floors(floors_env)
     if device == "cpu":
-        return Thresholds(straggler_fraction=0.5, link_fraction=0.5, floor_overrides=overrides), problems
+        cpu = Thresholds(straggler_fraction=0.5, link_fraction=0.5, tail_factor=4.0, floor_overrides=overrides)
+        return cpu, problems
     return Thresholds(floor_overrides=overrides), problems
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumon.burn.workloads.allreduce_timing import time_allreduce
+from gpumon.burn.workloads.allreduce_timing import per_iteration, time_allreduce
 from gpumon.burn.workloads.context import GIB, MIB, TORCH_DTYPES, Context, flip_bit
 
 SMALL_SIZES = (MIB, 4 * MIB, 16 * MIB, 64 * MIB)
@@ -96,6 +96,8 @@ def _allreduce_size(
     }
     if timing.fallback_reason is not None:
         out["timing_fallback"] = timing.fallback_reason
+    if check:  # the sweep, not the pairwise runs: every iteration of a short eager loop timed on its own
+        out["tails"] = per_iteration(ctx, group, buf, size)
     if check:
         out["mismatched_elements"] = _check_allreduce(ctx, group, n, buf, dtype)
     del buf

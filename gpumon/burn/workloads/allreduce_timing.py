@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpumon.burn.workloads.context import MIB, Context
+from gpumon.burn.workloads.tails import summarise
 
 GRAPH_BELOW_BYTES = 256 * MIB
 """Sizes below this are timed with a CUDA graph on CUDA; larger ones are bandwidth-bound and timed eagerly."""
@@ -85,6 +86,31 @@ def time_eager(ctx: Context, group: Any, buf: Any, size_bytes: int, target_secon
         dist.all_reduce(buf, group=group)
     ctx.sync()
     return Timing((time.perf_counter() - start) / iters, iters, "eager")
+
+
+TAIL_ITERATIONS = {True: 100, False: 20}
+"""All-reduces timed one by one per size, by whether the size is below GRAPH_BELOW_BYTES (the same on every rank)."""
+
+
+def per_iteration(ctx: Context, group: Any, buf: Any, size_bytes: int) -> dict[str, Any]:
+    """p50/p99 and the slowest of a loop of eager all-reduces, each timed alone (as ``all_reduce_perf -I``
+    reports per-iteration times): the wall clock from the launch to the end of a synchronise, so launch
+    and synchronise overhead (some µs) are in these times and small sizes read slower than the
+    CUDA-graph figure."""
+    dist = ctx.dist
+    iters = TAIL_ITERATIONS[size_bytes < GRAPH_BELOW_BYTES]
+    ctx.hb.collective("allreduce", f"all_reduce {size_bytes // MIB} MiB x{iters} one by one")
+    seconds: list[float] = []
+    at: list[float] = []
+    ctx.sync()
+    start_at = time.perf_counter()
+    for _ in range(iters):
+        t = time.perf_counter()
+        dist.all_reduce(buf, group=group)
+        ctx.sync()
+        seconds.append(time.perf_counter() - t)
+        at.append(t - start_at)
+    return summarise(seconds, at)
 
 
 def _capture(ctx: Context, group: Any, buf: Any) -> tuple[Any, str | None]:

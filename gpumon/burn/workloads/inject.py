@@ -1,4 +1,4 @@
-"""Fault injection for tests: ``GPUMON_BURN_INJECT=corrupt:1,slow:1,hang:1,oom:0``.
+"""Fault injection for tests: ``GPUMON_BURN_INJECT=corrupt:1,slow:1,hang:1,oom:0,sdc:1``.
 
 Each entry is ``KIND:GPU`` where GPU is the index as given to ``--gpus``:
 
@@ -7,6 +7,13 @@ Each entry is ``KIND:GPU`` where GPU is the index as given to ``--gpus``:
 * ``slow:G`` — GPU G sleeps between rounds so it runs at a tenth of its peers' rate.
 * ``hang:G`` — GPU G's worker stops making progress at the start of its first load test.
 * ``oom:G`` — GPU G's first large allocation fails with an out-of-memory error.
+* ``sdc:G`` — GPU G computes the same wrong answer every time: one bit of every GEMM output
+  (fingerprint and matmul, from the first round on) and of the fingerprint's memory read-back,
+  always the same bit, so its repeated GEMMs agree with each other and only a comparison
+  with other GPUs can see it.
+* ``stall:G`` — GPU G stalls on one GEMM in 40 (a spin of about 20 GEMM times on the GPU): its
+  median is fine, its p99 is not.
+* ``slow-pcie:G`` — GPU G's host-link copies take four times as long (a GPU on an x4 or Gen2 link).
 
 Never set it outside tests: it makes a healthy machine fail on purpose.
 """
@@ -17,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 ENV_VAR = "GPUMON_BURN_INJECT"
-KINDS = ("corrupt", "slow", "hang", "oom")
+KINDS = ("corrupt", "slow", "hang", "oom", "sdc", "stall", "slow-pcie")
 
 
 @dataclass(frozen=True)

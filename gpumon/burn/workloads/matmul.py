@@ -17,6 +17,8 @@ from gpumon.burn.workloads.context import (
     resolve_dtype,
     slow_down,
 )
+from gpumon.burn.workloads.fingerprint import SDC_WORD
+from gpumon.burn.workloads.tails import stall, summarise
 
 
 def matmul(ctx: Context) -> dict[str, Any]:
@@ -31,8 +33,9 @@ def matmul(ctx: Context) -> dict[str, Any]:
     a, b, c = _operands(ctx, n, dtype)
     tolerance = {"bf16": 2e-2, "fp16": 4e-3, "tf32": 4e-3, "fp32": 1e-5, "fp64": 1e-12}[dtype_name]
     reference_before = _reference_check(ctx, a, b, tolerance)
-    per_round = _gemms_per_round(ctx, a, b, c)
-    rates, first_checksum, mismatch_rounds = _timed_rounds(ctx, a, b, c, per_round, flop_per_gemm=2.0 * n * n * n)
+    per_round, per_gemm = _gemms_per_round(ctx, a, b, c)
+    timed = _timed_rounds(ctx, (a, b, c), per_round, per_gemm, flop_per_gemm=2.0 * n * n * n)
+    rates, first_checksum, mismatch_rounds, tails = timed
     reference_after = _reference_check(ctx, a, b, tolerance)
     return {
         "model": model_name(ctx),
@@ -45,6 +48,7 @@ def matmul(ctx: Context) -> dict[str, Any]:
         "tflops_rounds": [round(r, 3) for r in rates],
         "checksum_first": str(first_checksum),
         "checksum_mismatch_rounds": mismatch_rounds,
+        "tails": tails,
         "reference": {
             "size": min(REFERENCE_SIZE, n),
             "tolerance": tolerance,
@@ -76,8 +80,8 @@ def _operands(ctx: Context, n: int, dtype: Any) -> tuple[Any, Any, Any]:
     return a, b, c
 
 
-def _gemms_per_round(ctx: Context, a: Any, b: Any, c: Any) -> int:
-    """How many GEMMs fill one round (0.5 s on a GPU, 0.2 s on CPU), after a warm-up and a first timing."""
+def _gemms_per_round(ctx: Context, a: Any, b: Any, c: Any) -> tuple[int, float]:
+    """(GEMMs to fill one round: 0.5 s on a GPU, 0.2 s on CPU; seconds per GEMM), after a warm-up and a timing."""
     torch = ctx.torch
     for _ in range(3):  # warm-up, and a first estimate of one GEMM's time
         torch.matmul(a, b, out=c)
@@ -88,33 +92,41 @@ def _gemms_per_round(ctx: Context, a: Any, b: Any, c: Any) -> int:
     ctx.sync()
     per_gemm = max((time.perf_counter() - t0) / 3, 1e-6)
     round_seconds = 0.5 if ctx.cuda else 0.2
-    return max(1, int(round_seconds / per_gemm))
+    return max(1, int(round_seconds / per_gemm)), per_gemm
 
 
 def _timed_rounds(
-    ctx: Context, a: Any, b: Any, c: Any, per_round: int, flop_per_gemm: float
-) -> tuple[list[float], int, list[int]]:
-    """Rounds of GEMMs for the duration (at least two); returns TFLOP/s per round, round 0's checksum and the
-    rounds whose output differed from round 0's bit for bit."""
+    ctx: Context, abc: tuple[Any, Any, Any], per_round: int, per_gemm: float, flop_per_gemm: float
+) -> tuple[list[float], int, list[int], dict[str, Any]]:
+    """Rounds of GEMMs for the duration (at least two), each GEMM timed; returns TFLOP/s per round, round 0's
+    checksum, the rounds whose output differed from round 0's bit for bit, and the per-GEMM tails."""
     torch = ctx.torch
+    c = abc[2]
     rates: list[float] = []
     first: Any = None
     """Round 0's output, kept: every later round is compared with it bit for bit."""
     first_checksum = 0
     mismatch_rounds: list[int] = []
+    gemm_seconds: list[float] = []
+    gemm_at: list[float] = []
+    test_start = time.perf_counter()
     end = time.monotonic() + ctx.spec.duration_seconds
     rnd = 0
     while time.monotonic() < end or rnd < 2:
         ctx.hb.progress("matmul")
         start = time.perf_counter()
-        for _ in range(per_round):
-            torch.matmul(a, b, out=c)
-        ctx.sync()
+        times = _timed_gemms(ctx, abc, per_round, per_gemm, len(gemm_seconds))
         busy = time.perf_counter() - start
         slow_down(ctx, busy)
         elapsed = time.perf_counter() - start
+        if not ctx.cuda:  # the worker's own CPU time and what slow:G slept, never the host's preemptions
+            elapsed = sum(times) + elapsed - busy
+        gemm_at += [start - test_start + sum(times[: i + 1]) for i in range(len(times))]
+        gemm_seconds += times
         if ctx.spec.injection.has("corrupt", ctx.spec.gpu) and rnd >= 1:
             flip_bit(ctx, c, 7919 * rnd)
+        if ctx.spec.injection.has("sdc", ctx.spec.gpu):  # the same wrong bit every round: rounds agree
+            flip_bit(ctx, c, SDC_WORD)
         if first is None:
             first = c.clone()
             ctx.held.append(first)
@@ -124,7 +136,30 @@ def _timed_rounds(
         rates.append(flop_per_gemm * per_round / elapsed / 1e12)
         ctx.hb.progress("matmul", {"tflops": rates[-1]})
         rnd += 1
-    return rates, first_checksum, mismatch_rounds
+    return rates, first_checksum, mismatch_rounds, summarise(gemm_seconds, gemm_at)
+
+
+def _timed_gemms(ctx: Context, abc: tuple[Any, Any, Any], count: int, per_gemm: float, done: int) -> list[float]:
+    """``count`` back-to-back GEMMs, each one's seconds: CUDA events between them (no gap on the GPU), or the
+    CPU's clock; ``done`` GEMMs came before (the ``stall:G`` injection picks by the running count)."""
+    torch = ctx.torch
+    a, b, c = abc
+    if not ctx.cuda:
+        out = []
+        for i in range(count):
+            t = time.thread_time()  # the worker's own time, not the host's preemptions (workloads.tails)
+            stall(ctx, done + i, per_gemm)
+            torch.matmul(a, b, out=c)
+            out.append(time.thread_time() - t)
+        return out
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(count + 1)]
+    events[0].record()
+    for i in range(count):
+        stall(ctx, done + i, per_gemm)
+        torch.matmul(a, b, out=c)
+        events[i + 1].record()
+    events[-1].synchronize()
+    return [events[i].elapsed_time(events[i + 1]) / 1e3 for i in range(count)]
 
 
 def _reference_check(ctx: Context, a: Any, b: Any, tolerance: float) -> float:

@@ -30,6 +30,9 @@ class ProcessSnapshot:
     process itself when its parent is a session leader (a login shell, tmux, a systemd service) or
     init. The ranks of a torchrun or multiprocessing job share it; jobs started one by one from a
     shell do not. None when /proc does not say (the stragglers then group the GPU with the host)."""
+    state: str | None = None
+    """The process's state letter this poll, field 3 of /proc/PID/stat (``R`` running, ``S`` sleeping, ``D``
+    uninterruptible sleep, ``Z`` zombie...); None when /proc does not say."""
 
     @property
     def job_claim(self) -> tuple[str, str] | None:

@@ -31,31 +31,27 @@ SIMULATED_DIR = "simulated"
 STATE_FILE_MODE = 0o644
 
 
-def health_dir(state_dir: str | Path, simulated: str | None = None) -> Path:
+def health_dir(state_dir: str | Path, apart: str | None = None) -> Path:
     """``STATE_DIR/health``: inventory baseline, XID lifecycle, operator clears, action log.
 
-    ``simulated``: the backend spec of simulated GPUs (``fake``, ``fake:xid-storm``, ``fake:PATH``):
-    their health state goes to ``STATE_DIR/simulated/<spec>/health`` instead, one folder per scenario,
-    so a demo on a GPU host never writes into the node's own state (nor one scenario into another's)."""
-    if simulated is None:
+    ``apart``: a run whose health state is kept apart from the node's (the caller says which: simulated
+    GPUs, gpumon.backends.factory.simulated_spec), named by a spec of the form ``KIND`` or ``KIND:WHAT``:
+    its state goes to ``STATE_DIR/simulated/<spec as a folder name>/health`` instead, one folder per spec,
+    so it never writes into the node's own state (nor one spec into another's)."""
+    if apart is None:
         return Path(state_dir) / HEALTH_DIR
-    return Path(state_dir) / SIMULATED_DIR / simulated_name(simulated) / HEALTH_DIR
+    return Path(state_dir) / SIMULATED_DIR / folder_name(apart) / HEALTH_DIR
 
 
-def simulated_spec(backend: str) -> str | None:
-    """What ``health_dir``'s ``simulated`` is for a run on backend spec ``backend``: the spec itself for
-    simulated GPUs (``fake``, ``fake:NAME``, ``fake:PATH``), whose state is kept apart; None for real ones."""
-    return backend if backend.startswith("fake") else None
-
-
-def simulated_name(spec: str) -> str:
-    """A folder name for a simulated backend spec: ``fake:xid-storm`` -> ``fake-xid-storm``; a scenario
-    file's spec gets its file name and a hash of the whole spec (two files of one name stay apart)."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.replace(":", "-")).strip(".-") or "fake"
+def folder_name(spec: str) -> str:
+    """A folder name for a spec ``KIND:WHAT``: ``kind:some-name`` -> ``kind-some-name``; a spec that names a
+    file gets ``KIND-<file name>-<hash of the whole spec>`` (two files of one name stay apart)."""
+    kind = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.split(":", 1)[0]).strip(".-") or "state"
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.replace(":", "-")).strip(".-") or kind
     if "/" in spec or len(name) > 64:
         digest = f"{zlib.crc32(spec.encode('utf-8', errors='replace')):08x}"  # zlib: the daemon has it loaded
         base = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(spec.split(":", 1)[-1]).name).strip(".-")[:40]
-        name = f"fake-{base}-{digest}" if base else f"fake-{digest}"
+        name = f"{kind}-{base}-{digest}" if base else f"{kind}-{digest}"
     return name
 
 
