@@ -19,14 +19,20 @@ import requests
 
 from gpumon.collect.store import SnapshotStore
 from gpumon.http.server import STALLED_SCRAPE_SECONDS, MetricsServer
+from gpumon.util.state.files import health_dir
 from tests.helpers import DaemonProcess, RenderedBytes, value, wait_for
 
 pytestmark = pytest.mark.faults
 
 
 def planted(state: Path, kind: str) -> None:
-    """``kind`` in place of both burn files."""
-    burn = state / "burn"
+    """``kind`` in place of both burn files, the node's (the alert and health services read its marker)
+    and the simulated GPUs' own (the scrape reads those of the backend it serves)."""
+    for burn in (state / "burn", health_dir(state, "fake").parent / "burn"):
+        _plant(burn, kind)
+
+
+def _plant(burn: Path, kind: str) -> None:
     burn.mkdir(parents=True)
     for name in ("running.json", "last.json"):
         if kind == "fifo":
