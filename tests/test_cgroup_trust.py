@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpumon.collect.energy import owner_of
 from gpumon.collect.processes import ProcessEnricher, enrich, parse_cgroup_path
 from gpumon.health.stragglers import job_key
 from gpumon.model.snapshot import ProcessSnapshot
@@ -103,3 +104,22 @@ def test_a_user_cannot_join_another_users_slurm_job_for_the_straggler_groups(tmp
     job, intruder = enrich([ProcessSnapshot(pid=20), ProcessSnapshot(pid=21)], proc_root=proc)
     assert job_key(job) == "slurm:77"
     assert job_key(intruder) != "slurm:77"
+
+
+def test_a_unit_named_inside_a_delegated_cgroup_does_not_get_the_energy(tmp_path: Path) -> None:
+    """Issue 42 item 5: a user with a delegated cgroup made ``alice-train.service`` inside it, and energy
+    was booked to that name when no job, pod or container claimed the process. The unit is the one the
+    system named: the delegated service itself, or the user's systemd manager."""
+    cgroups = tmp_path / "cgroup"
+    delegated = cgroups / "system.slice" / "tenant.service"
+    (delegated / "alice-train.service").mkdir(parents=True)
+    for d in (delegated, delegated / "alice-train.service"):
+        os.chown(d, 1000, 1000)
+    proc = tmp_path / "proc"
+    _proc(proc, 11, "0::/system.slice/tenant.service/alice-train.service\n")
+    _proc(proc, 12, "0::/user.slice/user-1000.slice/user@1000.service/app.slice/alice-train.service\n")
+    in_service, in_session = ProcessEnricher(proc, cgroup_root=cgroups).enrich(
+        [ProcessSnapshot(pid=11), ProcessSnapshot(pid=12)]
+    )
+    assert owner_of(in_service) == ("systemd_unit", "tenant.service")
+    assert owner_of(in_session) == ("systemd_unit", "user@1000.service")

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpumon.util.state.files import DamagedFile, read_state_json, remove_stale_temporaries, write_text_atomic
+from gpumon.util.state.files import DamagedFile, read_state_json, remove_stale_temporaries, write_state_text
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,5 @@ class Spool:
     def save(self, data: dict[str, Any]) -> None:
         """Replace the spool with ``data`` (plus the version), readable by its owner only (0600), through
         the state directory's atomic writer (its folder fsynced after the rename); raises OSError on failure."""
-        self.directory.mkdir(parents=True, exist_ok=True)
         body = json.dumps({**data, "version": SPOOL_VERSION}, separators=(",", ":"), sort_keys=True)
-        write_text_atomic(self.path, body, mode=0o600)
+        write_state_text(self.path, body, mode=0o600)  # its folder made 0755, never through a planted link

@@ -7,15 +7,15 @@ marker whose pid is not alive (a burn killed with SIGKILL) is stale and ignored.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpumon.burn.record import MARKER_NAME, burn_dir, pid_alive
+from gpumon.burn.record import MARKER_NAME, MAX_BURN_FILE_BYTES, burn_dir, pid_alive
 from gpumon.util.file_stamp import FileStamp, file_stamp
+from gpumon.util.state.files import DamagedFile, read_state_json
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +66,14 @@ class BurnMarkerReader:
 
     def _parse(self) -> BurnHoldBack | None:
         try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            raw = read_state_json(self.path, MAX_BURN_FILE_BYTES)
             marker = BurnHoldBack(
                 pid=int(raw["pid"]),
                 gpu_indices=frozenset(int(i) for i in raw.get("gpus") or ()),
                 uuids=frozenset(str(u) for u in raw.get("uuids") or ()),
                 started_at=float(raw.get("started_at") or 0.0),
             )
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, DamagedFile, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("ignoring burn marker %s: %s", self.path, exc)
             return None
         return marker

@@ -18,10 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpumon.util.state.files import json_text, write_text_atomic
+from gpumon.util.state.files import STATE_FILE_MODE, write_json
 
 MARKER_NAME = "running.json"
 LAST_NAME = "last.json"
+MAX_BURN_FILE_BYTES = 4 * 1024 * 1024
+"""The largest burn file the daemon reads (a report of 64 GPUs is about 100 KiB): a bigger one is not a
+burn's, nor is anything but a regular file (a FIFO, /dev/zero, a link), read through
+``gpumon.util.state.files.read_state_json``."""
 
 
 def burn_dir(state_dir: str | Path) -> Path:
@@ -45,9 +49,10 @@ def pid_alive(pid: object) -> bool:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` via a temporary file and rename (readers never see half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json_text(data))
+    """Write ``data`` as JSON to ``path`` via a temporary file and rename (readers never see half a file),
+    mode 0644; its folders made 0755 whatever the umask and, made by root in the service user's state
+    directory, given to that user; never through a link another user planted (gpumon.util.state.files)."""
+    write_json(path, data, mode=STATE_FILE_MODE)
 
 
 @dataclass

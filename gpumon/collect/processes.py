@@ -72,7 +72,9 @@ def parse_cgroup_path(path: str, made_by_system: Callable[[str], bool] | None = 
     * ``made_by_system(prefix)``, when given: False for a directory the system did not make (a
       user owns it: a service with ``Delegate=yes``); nothing at or under it counts.
 
-    The systemd unit is the innermost one, wherever it is (not a container runtime's scope).
+    The systemd unit is the innermost one the system named (not a container runtime's scope): the
+    delegated cgroup itself (``user@UID.service``, the ``Delegate=yes`` service, whose folder root made)
+    and never one below it, whose name its user chose (``alice-train.service`` under them).
     """
     parts = [p for p in path.split("/") if p]
     unit = None
@@ -81,7 +83,8 @@ def parse_cgroup_path(path: str, made_by_system: Callable[[str], bool] | None = 
     job = None
     delegated = False
     for i, part in enumerate(parts):
-        if _UNIT_RE.match(part) and not part.startswith(_RUNTIME_SCOPE_PREFIXES):
+        # a unit's name counts only where the system chose it: not below a delegation (a user names those)
+        if not delegated and _UNIT_RE.match(part) and not part.startswith(_RUNTIME_SCOPE_PREFIXES):
             unit = part
         delegated = delegated or bool(_DELEGATED_RE.match(part))
         if delegated or container is not None:

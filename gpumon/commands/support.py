@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpumon.config.file import DEFAULT_STATE_DIR, Config, ConfigError, load
-from gpumon.util.state.files import ensure_dir
+from gpumon.util.state.files import close_to_others, ensure_dir, tree_folders
 
 log = logging.getLogger("gpumon")
 
@@ -93,8 +93,11 @@ def usable_state_dir(config: Config, explicit: bool) -> Path | None:
         base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
         candidates.append(Path(base) / "gpumon")
     for path in candidates:
+        # a tree made under a umask of 000 is closed to other users where it is ours, or said to be open
+        for line in close_to_others(tree_folders(path)):
+            log.warning("state directory: %s", line)
         try:
-            ensure_dir(path)  # 0755 whatever the umask (gpumon.util.state.files)
+            ensure_dir(path)  # 0755 whatever the umask; refused where others may write (gpumon.util.state.files)
         except OSError:
             continue
         if os.access(path, os.W_OK):

@@ -3,16 +3,32 @@
 ``listen`` (a host name or IP address and a port), ``backend`` (a ``fake:NAME`` scenario or a
 ``fake:PATH`` file, read with the code ``run`` uses) and ``web_config_file`` (read with
 ``WebConfig.load``, imported only when a web config is named). Each adds its problems, one line each.
+
+``named_path_problems`` checks every other path the config names, as ``run`` and ``gpumon health``
+will meet it: a file that exists must be a regular file of a sane size (a FIFO would hang the read, a
+device such as /dev/zero would never end), a folder that exists must be a folder. A path that does not
+exist is left to its reader (a missing boot id is no boot id; a missing CA bundle is a send error).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
+import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpumon.config.scalars import path_problem
+from gpumon.util.boundedfile import FileReadError, read_regular_file
 from gpumon.util.yamlfile import brief
+
+if TYPE_CHECKING:
+    from gpumon.alerts.config import AlertingConfig
+    from gpumon.health.config import HealthConfig
+
+MAX_NAMED_FILE_BYTES = 16 * 1024 * 1024
+"""The largest file a path setting may name (a CA bundle, a token, slurm.conf, the boot id: kilobytes)."""
 
 _HOST_NAME = re.compile(
     r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
@@ -99,3 +115,51 @@ def web_config_problems(path: Path) -> list[str]:
 def _one_line(text: str) -> str:
     """A problem as one line (a YAML error's text spans several, with a caret under the column)."""
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def named_path_problems(
+    state_dir: Path | None, health: HealthConfig | None, alerting: AlertingConfig | None, where: str
+) -> list[str]:
+    """Every problem of the files and folders these settings name (the module's docstring says which)."""
+    files: list[tuple[str, str | Path | None]] = []
+    folders: list[tuple[str, str | Path | None]] = [("state_dir", state_dir)]
+    if health is not None:
+        files += [("health.boot_id_path", health.boot_id_path), ("health.slurm.slurm_conf", health.slurm.slurm_conf)]
+        folders.append(("health.sysfs_root", health.sysfs_root))
+    if alerting is not None:
+        for url, http in alerting.receiver_http.items():
+            for key in ("ca_file", "cert_file", "key_file", "bearer_token_file"):
+                files.append((f"alerting receiver {brief(url)} {key}", getattr(http, key)))
+    problems = []
+    for name, path in files:
+        problem = None if path is None else file_problem(Path(path))
+        if problem is not None:
+            problems.append(f"{where}: {name} {str(path)!r} {problem}")
+    for name, path in folders:
+        problem = None if path is None else folder_problem(Path(path))
+        if problem is not None:
+            problems.append(f"{where}: {name} {str(path)!r} {problem}")
+    return problems
+
+
+def file_problem(path: Path) -> str | None:
+    """Why the file at ``path`` cannot be read as its setting's file (a phrase), or None: it is a regular
+    file of at most MAX_NAMED_FILE_BYTES, or it does not exist. Opened without blocking, never read whole."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        read_regular_file(path, MAX_NAMED_FILE_BYTES)
+    except FileReadError as exc:
+        return str(exc)
+    return None
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be its setting's folder (a phrase), or None: a folder, or nothing yet."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return f"cannot be looked at: {getattr(exc, 'strerror', None) or exc}"
+    return None if stat.S_ISDIR(mode) else "is not a folder"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpumon.config.checks import validate_backend, validate_listen, web_config_problems
+from gpumon.config.checks import named_path_problems, validate_backend, validate_listen, web_config_problems
 from gpumon.config.exporter import EXPORTER_KEYS, ExporterConfig, parse_exporter, set_exporter_checked
 from gpumon.config.scalars import convert
 from gpumon.util.yamlfile import MAX_FILE_BYTES, YamlFileError, brief, read_yaml
@@ -339,6 +339,7 @@ def _parse_sections(values: dict[str, Any], where: str, problems: list[str]) -> 
     values["xid_catalog"] = _parse_xid_catalog(values.get("xid_catalog"), problems, where)
     values["alerting"] = _parse_alerting(values.get("alerting"), problems, where)
     values["health"] = _parse_health(values.get("health"), problems, where)
+    problems.extend(named_path_problems(values.get("state_dir"), values["health"], values["alerting"], where))
 
 
 def _located(problems: list[str], source: str | None) -> list[str]:

@@ -15,18 +15,20 @@ Reads ``<state_dir>/burn/last.json`` (re-read only when its mtime changes) and
   model and software must show the same ``digest``, in this run and in any other
 * ``gpumon_burn_running{gpu,uuid}`` — 1 while a burn runs on the GPU (from the marker)
 
-A missing or unreadable file yields no series; a scrape never fails because of it.
+A missing or unreadable file yields no series; a scrape never fails because of it, nor waits: both are
+read only as regular files of at most ``MAX_BURN_FILE_BYTES`` (a FIFO or /dev/zero in their place is not
+read).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpumon.burn.record import LAST_NAME, MARKER_NAME, burn_dir, pid_alive
+from gpumon.burn.record import LAST_NAME, MARKER_NAME, MAX_BURN_FILE_BYTES, burn_dir, pid_alive
 from gpumon.model.families import Family
+from gpumon.util.state.files import DamagedFile, read_state_json
 
 
 class BurnResultsCollector:
@@ -49,17 +51,17 @@ class BurnResultsCollector:
             return None
         if mtime != self._mtime:
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
+                data = read_state_json(path, MAX_BURN_FILE_BYTES)
                 self._report = data if isinstance(data, dict) else None
-            except (OSError, ValueError):
+            except (OSError, DamagedFile):
                 self._report = None
             self._mtime = mtime
         return self._report
 
     def _load_marker(self) -> dict[str, Any] | None:
         try:
-            data = json.loads(self._marker_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = read_state_json(self._marker_path, MAX_BURN_FILE_BYTES)
+        except (OSError, DamagedFile):
             return None
         return data if isinstance(data, dict) and pid_alive(data.get("pid")) else None
 

@@ -44,6 +44,7 @@ from gpumon.health.stragglers import StragglerConfig
 from gpumon.health.trends import DEFAULT_RULES, TrendRule, TrendsConfig
 from gpumon.model.findings import ACTIONS
 from gpumon.model.xid_catalog import Escalation
+from gpumon.util.yamlfile import brief
 
 
 @dataclass(frozen=True)
@@ -104,13 +105,36 @@ _HEALTH_KEYS = {
 }
 
 
+MAX_COUNT = 1_000_000
+"""The largest count a health setting takes (GPUs on a node, XIDs before an escalation)."""
+HIGHEST = {
+    "expected_gpu_count": 4096,
+    "defer_window_seconds": 86400.0,
+    "transient_window_seconds": 30 * 86400.0,
+    "poll_timeout_seconds": 3600.0,
+    "stuck_process_seconds": 86400.0,
+    "count": MAX_COUNT,
+    "window_seconds": 30 * 86400.0,
+    "timeout_seconds": 600.0,
+    "prolog_timeout_seconds": 600.0,
+    "max_drained_share": 1.0,
+    "max_drained_nodes": 100_000,
+}
+"""Each number's largest value: finite and bounded (``.inf`` passed check-config and made ``gpumon
+health`` exit 1, a WARNING to Nagios and a drain from an epilog), in check-config and run alike."""
+
+
 def _number(raw: Mapping[str, Any], key: str, where: str, problems: list[str], *, integer: bool = False) -> Any:
+    """``raw[key]`` as a number greater than 0 and at most ``HIGHEST[key]``, or None with a problem added."""
     value = raw[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
-        problems.append(f"{where}.{key} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    high = HIGHEST[key]
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not whole):
+        problems.append(f"{where}.{key} must be {'an integer' if integer else 'a number'}, got {brief(value)}")
         return None
-    if value <= 0:
-        problems.append(f"{where}.{key} must be greater than 0, got {value!r}")
+    if not (0 < value <= high):  # NaN fails both comparisons; inf and huge integers the second
+        bounds = "a share between 0 and 1" if key == "max_drained_share" else f"greater than 0 and at most {high:g}"
+        problems.append(f"{where}.{key} must be {bounds}, got {brief(value)}")
         return None
     return int(value) if integer else float(value)
 
@@ -230,11 +254,7 @@ def parse_slurm(raw: Any, where: str = "health.slurm") -> tuple[SlurmConfig, lis
         text = _string(raw, "slurm_conf", where, problems)
         values["slurm_conf"] = Path(text) if text else None
     if "max_drained_share" in raw:
-        share = _number(raw, "max_drained_share", where, problems)
-        if share is not None and share > 1:
-            problems.append(f"{where}.max_drained_share must be a share between 0 and 1, got {share!r}")
-            share = None
-        values["max_drained_share"] = share
+        values["max_drained_share"] = _number(raw, "max_drained_share", where, problems)
     if "max_drained_nodes" in raw:
         values["max_drained_nodes"] = _number(raw, "max_drained_nodes", where, problems, integer=True)
     values = {k: v for k, v in values.items() if v is not None}

@@ -6,15 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpumon.health.inventory import Inventory
+from gpumon.util.boundedfile import FileReadError, read_regular_file
 from gpumon.util.state.files import STATE_FILE_MODE, health_dir, read_json, write_json
 from gpumon.util.state.lock import state_lock
 
+MAX_BOOT_ID_BYTES = 4096
+"""The kernel's boot id is 37 bytes; a file named in its place may hold at most this."""
+
 
 def read_boot_id(path: Path) -> str | None:
-    """The kernel's boot id (changes at every boot), or None when unreadable."""
+    """The kernel's boot id (changes at every boot), or None when unreadable: only a regular file of at most
+    MAX_BOOT_ID_BYTES is read (a FIFO named in its place would hang the check, /dev/zero never end)."""
     try:
-        return path.read_text(encoding="ascii").strip() or None
-    except OSError:
+        return read_regular_file(path, MAX_BOOT_ID_BYTES).decode("ascii").strip() or None
+    except (FileReadError, UnicodeDecodeError):
         return None
 
 

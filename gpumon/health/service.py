@@ -46,6 +46,7 @@ from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
 from gpumon.model.xid_catalog import XidCatalog
 from gpumon.util.file_stamp import file_stamp as stat_key
+from gpumon.util.repeat_log import RepeatLog
 from gpumon.util.reuse import Reuse
 from gpumon.util.state.files import (
     STATE_FILE_MODE,
@@ -95,6 +96,7 @@ class HealthService:
             self.config.sysfs_root or (None if spec is not None else Path("/sys")), monotonic
         )
         self._clock = clock
+        self._writes = RepeatLog(log, clock=monotonic)  # failing writes: the first logged, then a summary
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
         self._catalog = catalog
@@ -114,8 +116,7 @@ class HealthService:
         """Why the baseline was not recorded (said once per reason)."""
         self.detectors = Detectors.of(self.config, catalog)
         self._burn = BurnMarkerReader(self.state_dir)  # a burn running on the node's GPUs (alerts read it too)
-        self._boot_id = read_boot_id(self.config.boot_id_path)
-        """Read once: it changes only at a reboot, which also restarts this process."""
+        self._boot_id = read_boot_id(self.config.boot_id_path)  # it changes only at a reboot, which restarts us
         self._generation = 0
         """Bumped by every input (snapshot, XID, accepted inventory): a cached report is then stale."""
         self._report: Reuse[tuple[float, HealthReport]] = Reuse()
@@ -247,6 +248,7 @@ class HealthService:
                     self.baseline = inventory_of(snapshot, self._clock())
                     self._write_baseline()
                     log.info("recorded the inventory baseline: %d GPU(s)", len(snapshot.gpus))
+            self._writes.succeeded(f"saving the inventory baseline in {self.folder}")
         except (OSError, TimeoutError) as exc:
             self._not_saved("the inventory baseline", exc)
 
@@ -333,6 +335,7 @@ class HealthService:
                 self._xid_key = stat_key(self._xid_path)
             self.lifecycle.changed = self.lifecycle.urgent = False
             self._pending.clear()
+            self._writes.succeeded(f"saving the XID lifecycle state in {self.folder}")
         except (OSError, TimeoutError) as exc:
             self._not_saved("the XID lifecycle state", exc)
 
@@ -341,7 +344,7 @@ class HealthService:
         if isinstance(exc, TimeoutError) and self._lock_wait == 0:
             log.debug("%s not saved now (%s); saved at the next input", what, exc)
         else:
-            log.error("cannot save %s in %s: %s", what, self.folder, exc)
+            self._writes.failed(f"saving {what} in {self.folder}", str(exc))
 
     def _merge_from_file(self) -> None:
         """The lifecycle as the file has it, with this process's snapshot, XIDs and clears taken in again."""
@@ -366,8 +369,9 @@ class HealthService:
             return
         try:
             write_json(self._inventory_path, self.baseline.to_json(), mode=STATE_FILE_MODE)
+            self._writes.succeeded(f"writing the inventory baseline {self._inventory_path}")
         except OSError as exc:
-            log.error("cannot write the inventory baseline: %s", exc)
+            self._writes.failed(f"writing the inventory baseline {self._inventory_path}", str(exc))
         self._baseline_mtime = self._inventory_mtime()
 
     def _burn_findings(self, clears: list[Clear]) -> list[Finding]:

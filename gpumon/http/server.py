@@ -54,6 +54,10 @@ class Exposition(Protocol):
         ...
 
 
+STALLED_SCRAPE_SECONDS = 20.0
+"""A /metrics body not made in this long (it takes milliseconds; 256 GPUs, tens of them) means a source
+hangs: scrapes are not answered, and the systemd watchdog (WatchdogSec=30s) is no longer fed."""
+
 DEFAULT_LIMITS = HttpLimits()
 """The limits a MetricsServer has unless told otherwise (a frozen value, shared)."""
 
@@ -86,6 +90,8 @@ class MetricsServer(HttpConnectionServer):
         self._routes: dict[str, Route] = dict(routes or {})
         self._mono = monotonic
         self._inflight: dict[tuple[str, bool], asyncio.Future[Body]] = {}
+        self._rendering_since: dict[tuple[str, bool], float] = {}
+        """When (``monotonic``) each body being rendered on a worker thread was asked for."""
         super().__init__(address, web_config=web_config, limits=limits)
 
     def add_route(self, path: str, route: Route) -> None:
@@ -105,6 +111,18 @@ class MetricsServer(HttpConnectionServer):
             return 503, TEXT_PLAIN, body.encode()
         state = "NVML up" if snapshot.nvml_up else f"NVML down: {snapshot.nvml_error}"
         return 200, TEXT_PLAIN, f"ready: snapshot {age:.1f}s old, {state}\n".encode()
+
+    def serving_problem(self) -> str | None:
+        """Why the server cannot answer now (``HttpConnectionServer.serving_problem``), or a /metrics body
+        that has not been made for STALLED_SCRAPE_SECONDS (a source that never returns: scrapes go
+        unanswered, so the daemon stops feeding systemd's watchdog); None while scrapes are answered."""
+        problem = super().serving_problem()
+        if problem is not None:
+            return problem
+        started = min(list(self._rendering_since.values()), default=None)
+        if started is not None and self._mono() - started > STALLED_SCRAPE_SECONDS:
+            return f"a /metrics scrape has waited {self._mono() - started:.0f} s for its body"
+        return None
 
     # --- what a request gets ---------------------------------------------
     async def _respond(self, request: Request) -> tuple[int, dict[str, str], Body]:
@@ -172,7 +190,8 @@ class MetricsServer(HttpConnectionServer):
         key = (kind, use_gzip)
         pending = self._inflight.get(key)
         if pending is None:
+            self._rendering_since[key] = self._mono()  # before the worker may start: its wait counts from here
             pending = asyncio.get_running_loop().run_in_executor(self._workers, self._made, kind, use_gzip)
             self._inflight[key] = pending
-            pending.add_done_callback(lambda _f: self._inflight.pop(key, None))
+            pending.add_done_callback(lambda _f: (self._inflight.pop(key, None), self._rendering_since.pop(key, None)))
         return await asyncio.shield(pending)

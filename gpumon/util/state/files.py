@@ -1,33 +1,33 @@
 """Files under the state directory: atomic JSON (a temporary file, fsynced, renamed), appended lines,
 and the folders they go in, each given its mode explicitly (never the umask of whoever runs gpumon).
 
-Modes: folders DIR_MODE (0755: written by their owner only; 2775 where the folder above is an admin
+Modes: folders 0755 (``anchored.DIR_MODE``: written by their owner only; 2775 where the folder above is an admin
 group's, setgid and group-writable, see docs/health.md "Who may clear"), files by their writer's choice
 (0600 for the alert spool, 0644 for the health state, which holds nothing secret and which root, the
 admin group and the daemon's service user all need to read). A folder that root makes inside a state
 directory owned by another user (the daemon's service user) is given to that user, so the daemon can
-still write beside it.
+still write beside it. Folders and the files appended to are opened through checked folder descriptors
+(``gpumon.util.state.anchored``): never through a link or a folder another user planted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import re
 import stat
-import tempfile
 import zlib
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 from gpumon.util.boundedfile import read_up_to
+from gpumon.util.state.anchored import group_writable_by_chance, open_file, open_folder
 
 HEALTH_DIR = "health"
 SIMULATED_DIR = "simulated"
-DIR_MODE = 0o755
-GROUP_DIR_MODE = 0o2775
 STATE_FILE_MODE = 0o644
 
 
@@ -60,33 +60,32 @@ def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     fsync the folder so the rename itself survives a power loss: a reader sees the old or the new file,
     never half, even after a crash. The temporary file is ``.NAME.<random>`` beside it
     (``remove_stale_temporaries`` removes one a killed writer left). The folder must exist."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    folder_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        write_atomic_in(folder_fd, path.name, text, mode)
+    finally:
+        os.close(folder_fd)
+
+
+def write_atomic_in(folder_fd: int, name: str, text: str, mode: int) -> None:
+    """``write_text_atomic`` in the open folder ``folder_fd``: the temporary file is made with O_EXCL and
+    given ``mode`` through its descriptor (nothing is chmodded by name, which another user could have
+    swapped for a link meanwhile), then renamed over ``name`` (a link there is replaced, never followed)."""
+    tmp = f".{name}.{os.urandom(4).hex()}"  # (secrets would load hashlib into the daemon)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder_fd)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+            os.fchmod(fh.fileno(), mode)
+        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=folder_fd)
         raise
-    _fsync_folder(path.parent)
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Flush ``folder``'s entries (a rename in it) to disk; a folder that cannot be opened or synced
-    (some file systems refuse) is left as it is: the file itself is already on disk."""
-    try:
-        dir_fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+    with contextlib.suppress(OSError):  # some file systems refuse: the file itself is already on disk
+        os.fsync(folder_fd)
 
 
 def json_text(data: Any) -> str:
@@ -96,54 +95,78 @@ def json_text(data: Any) -> str:
 
 def ensure_dir(path: Path) -> None:
     """Make ``path`` and any missing folder above it, each with DIR_MODE (GROUP_DIR_MODE and the group
-    of the folder above, where that one is setgid and group-writable) whatever the umask."""
-    path = Path(path)
-    missing: list[Path] = []
-    probe = path
-    while not probe.is_dir():
-        missing.append(probe)
-        if probe.parent == probe:
+    of the folder above, where that one is setgid and group-writable) whatever the umask, through checked
+    folder descriptors (``gpumon.util.state.anchored``: raises UnsafePath where a link or a folder another
+    user planted is in the way)."""
+    os.close(open_folder(path, create=True))
+
+
+MAX_TREE_FOLDERS = 10_000
+"""The most folders ``tree_folders`` lists (gpumon makes a few dozen)."""
+
+
+def tree_folders(state_dir: Path) -> list[Path]:
+    """``state_dir`` and the folders under it (not through links), at most MAX_TREE_FOLDERS."""
+    found = [Path(state_dir)]
+    for root, dirs, _files in os.walk(state_dir, followlinks=False):
+        for name in dirs:
+            found.append(Path(root) / name)
+        if len(found) >= MAX_TREE_FOLDERS:
             break
-        probe = probe.parent
-    for folder in reversed(missing):
-        parent = os.stat(folder.parent)
-        grouped = bool(parent.st_mode & stat.S_ISGID and parent.st_mode & stat.S_IWGRP)
-        try:
-            os.mkdir(folder, 0o700)
-        except FileExistsError:
-            continue  # made meanwhile by another process: theirs to have set
-        os.chmod(folder, GROUP_DIR_MODE if grouped else DIR_MODE)
-        if os.geteuid() == 0 and parent.st_uid != 0:  # root working in the service user's state directory
-            os.chown(folder, parent.st_uid, parent.st_gid)
+    return found[:MAX_TREE_FOLDERS]
 
 
 def close_to_others(folders: list[Path]) -> list[str]:
-    """Take write access for "others" away from each of ``folders`` this process owns (a state directory
-    made under a umask of 000 let any user replace its files); what was changed or could not be, as lines."""
+    """Take write access for "others" (and for the group, unless the folder is an admin group's, setgid)
+    away from each of ``folders`` this process owns (a state directory made under a umask of 000 let any
+    user replace its files); what was changed or could not be, as lines.
+    A link is left alone (never followed); a folder is changed through its own descriptor."""
     said = []
     for folder in folders:
         try:
-            st = os.stat(folder)
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             continue
-        if not st.st_mode & stat.S_IWOTH:
-            continue
-        if st.st_uid != os.geteuid():
-            said.append(f"{folder} is writable by every user and not ours to change: fix its mode (chmod o-w)")
-            continue
         try:
-            os.chmod(folder, stat.S_IMODE(st.st_mode) & ~stat.S_IWOTH)
-            said.append(f"{folder} was writable by every user; now {stat.S_IMODE(st.st_mode) & ~stat.S_IWOTH:04o}")
-        except OSError as exc:
-            said.append(f"{folder} is writable by every user and cannot be changed: {exc.strerror or exc}")
+            said.extend(_closed_to_others(fd, folder))
+        finally:
+            os.close(fd)
     return said
+
+
+def _closed_to_others(fd: int, folder: Path) -> list[str]:
+    """Write access taken from every user, and from the group where it is not an admin group's (setgid)."""
+    st = os.fstat(fd)
+    if st.st_mode & stat.S_IWOTH:
+        who, fix = "every user", "o-w"
+    elif group_writable_by_chance(st.st_mode):
+        who, fix = "its group", "g-w"
+    else:
+        return []
+    if st.st_uid != os.geteuid():
+        return [f"{folder} is writable by {who} and not ours to change: fix its mode (chmod {fix})"]
+    mode = stat.S_IMODE(st.st_mode) & ~(stat.S_IWOTH | (0 if st.st_mode & stat.S_ISGID else stat.S_IWGRP))
+    try:
+        os.fchmod(fd, mode)
+    except OSError as exc:
+        return [f"{folder} is writable by {who} and cannot be changed: {exc.strerror or exc}"]
+    return [f"{folder} was writable by {who}; now {mode:04o}"]
 
 
 def write_json(path: Path, data: Any, mode: int = 0o600) -> None:
     """Replace the state file ``path`` with ``data`` as JSON (``mode``: readable by its owner only unless
-    told), creating its folder (``ensure_dir``)."""
-    ensure_dir(path.parent)
-    write_text_atomic(path, json_text(data), mode=mode)
+    told), creating its folder (``write_state_text``)."""
+    write_state_text(path, json_text(data), mode)
+
+
+def write_state_text(path: Path, text: str, mode: int) -> None:
+    """``write_text_atomic`` for a file under the state directory: its folder made where missing
+    (``ensure_dir``) and reached through checked folder descriptors, never through a planted link."""
+    folder_fd = open_folder(path.parent, create=True)
+    try:
+        write_atomic_in(folder_fd, path.name, text, mode)
+    finally:
+        os.close(folder_fd)
 
 
 MAX_STATE_BYTES = 16 * 1024 * 1024
@@ -228,13 +251,15 @@ def read_json(path: Path) -> Any:
 
 
 def append_line(path: Path, data: Any) -> None:
-    """Append one JSON line (the action log); O_APPEND keeps concurrent writers' lines whole."""
-    ensure_dir(path.parent)
+    """Append one JSON line (the action log); O_APPEND keeps concurrent writers' lines whole. Through a
+    checked folder descriptor; a link, a FIFO or a hard link at ``path`` raises UnsafePath."""
     line = json.dumps(data, sort_keys=True) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, STATE_FILE_MODE)
+    folder_fd = open_folder(path.parent, create=True)
     try:
-        if os.fstat(fd).st_uid == os.geteuid():
-            os.fchmod(fd, STATE_FILE_MODE)  # whatever the umask
+        fd, _ = open_file(folder_fd, path.name, os.O_WRONLY | os.O_APPEND, STATE_FILE_MODE)
+    finally:
+        os.close(folder_fd)
+    try:
         os.write(fd, line.encode())
     finally:
         os.close(fd)

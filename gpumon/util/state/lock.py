@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from gpumon.util.state.files import ensure_dir
+from gpumon.util.state.anchored import existing_file, open_file, open_folder
 
 DAEMON_LOCK_NAME = "daemon.lock"
 LOCK_NAME = ".lock"
@@ -38,18 +38,19 @@ class StateDirBusy(Exception):
     """Another gpumon daemon holds the state directory."""
 
 
-def _open_lock_file(path: Path) -> int:
-    """A descriptor on ``path``, created with LOCK_FILE_MODE whatever the umask; read-only where it
-    exists and is not ours to write (flock needs no write access)."""
+def _open_lock_file(folder: Path, name: str) -> int:
+    """A descriptor on ``folder/name``, reached through checked folder descriptors and never through a
+    link (``gpumon.util.state.anchored``): created with LOCK_FILE_MODE whatever the umask; one that exists
+    is left as it is (never chmodded), read-only where it is not ours to write (flock needs no write
+    access). Raises UnsafePath (a link, a FIFO, a hard link, a planted folder) or another OSError."""
+    folder_fd = open_folder(folder, create=True)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_FILE_MODE)
-    except PermissionError:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        if os.fstat(fd).st_uid == os.geteuid():
-            os.fchmod(fd, LOCK_FILE_MODE)
-    except OSError:
-        pass
+        try:
+            fd, _created = open_file(folder_fd, name, os.O_RDWR, LOCK_FILE_MODE)
+        except PermissionError:
+            fd = existing_file(folder_fd, name, os.O_RDONLY)
+    finally:
+        os.close(folder_fd)
     return fd
 
 
@@ -59,8 +60,7 @@ class DaemonLock:
     def __init__(self, state_dir: Path) -> None:
         """Raises StateDirBusy when another process holds it, OSError when it cannot be made."""
         self.path = Path(state_dir) / DAEMON_LOCK_NAME
-        ensure_dir(Path(state_dir))
-        self._fd: int | None = _open_lock_file(self.path)
+        self._fd: int | None = _open_lock_file(Path(state_dir), DAEMON_LOCK_NAME)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -122,8 +122,7 @@ def state_lock(folder: Path, timeout_seconds: float = 30.0, name: str = LOCK_NAM
     without write access to the folder, whose own writes fail anyway. Raises TimeoutError when another
     process holds it longer than ``timeout_seconds`` (a read-modify-write takes milliseconds)."""
     try:
-        ensure_dir(folder)
-        fd = _open_lock_file(folder / name)
+        fd = _open_lock_file(folder, name)
     except OSError:
         yield False
         return
