@@ -172,7 +172,7 @@ def test_slow_reads_spread_over_the_gpus_serve_every_scrape_as_a_fresh_render() 
 def test_receivers_are_told_of_the_firing_alerts_not_held_back() -> None:
     """``notifiable()`` (what is delivered, every poll) is ``alerts()`` less the pending and held-back alerts,
     in the same order."""
-    from gpumon.burn.marker import BurnHoldBack
+    from gpumon.state.burn_marker import BurnHoldBack
 
     e = _engine(
         {"name": "Hot", "kind": "threshold", "field": "temperature_celsius", "op": ">", "threshold": 80, "for": "5s"}

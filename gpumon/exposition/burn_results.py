@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpumon.burn.record import LAST_NAME, MARKER_NAME, burn_dir, pid_alive
 from gpumon.model.families import Family
+from gpumon.state.burn_record import LAST_NAME, MARKER_NAME, burn_dir, pid_alive
 
 
 class BurnResultsCollector:

@@ -18,8 +18,6 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gpumon.burn.marker import BurnMarkerReader
-from gpumon.burn.record import LAST_NAME, burn_dir
 from gpumon.health.burn_results import burn_findings
 from gpumon.health.clears import Clear
 from gpumon.health.clears import add_clear as add_clear  # gpumon health clear, tests: where it always was
@@ -45,6 +43,8 @@ from gpumon.model.findings import WARNING, Finding, HealthReport, verdict
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
 from gpumon.model.xid_catalog import XidCatalog
+from gpumon.state.burn_marker import BurnMarkerReader
+from gpumon.state.burn_record import LAST_NAME, burn_dir
 from gpumon.util.file_stamp import file_stamp as stat_key
 from gpumon.util.reuse import Reuse
 from gpumon.util.state.files import (

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpumon.burn.record import MARKER_NAME, burn_dir, pid_alive
+from gpumon.state.burn_record import MARKER_NAME, burn_dir, pid_alive
 from gpumon.util.file_stamp import FileStamp, file_stamp
 
 log = logging.getLogger(__name__)
