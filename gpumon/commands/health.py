@@ -43,7 +43,7 @@ from gpumon.commands.support import (
 )
 from gpumon.config.file import DEFAULT_STATE_DIR, Config
 from gpumon.health.config import HealthConfig
-from gpumon.health.service import STATUS_VALUES
+from gpumon.health.health_series import STATUS_VALUES
 from gpumon.health.slurm_hooks import act_within, burn_outcome, lets_through, prolog_requeues
 from gpumon.model.findings import ACTION_WORDS, UNKNOWN, Finding, HealthReport, verdict
 from gpumon.util.jsonout import add_json_option, emit_json, to_stdout

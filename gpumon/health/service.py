@@ -20,15 +20,13 @@ from pathlib import Path
 
 from gpumon.health.burn_results import burn_findings
 from gpumon.health.clears import Clear
-from gpumon.health.clears import add_clear as add_clear  # gpumon health clear, tests: where it always was
 from gpumon.health.clears_watch import ClearsWatch
 from gpumon.health.config import HealthConfig
 from gpumon.health.detectors import Detectors
 from gpumon.health.drift_check import DriftCheck
 from gpumon.health.gpu_state import snapshot_findings
 from gpumon.health.health_files import read_boot_id
-from gpumon.health.health_series import STATUS_VALUES as STATUS_VALUES  # gpumon health's exit codes
-from gpumon.health.health_series import HealthCollector as HealthCollector  # the verdict's series
+from gpumon.health.health_series import HealthCollector
 from gpumon.health.inventory import (
     Inventory,
     complete,
