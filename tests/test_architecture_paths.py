@@ -2,7 +2,7 @@
 its folder tree (``tests/test_architecture.py`` checks the tree both ways).
 
 A name in backticks that looks like a path (``gpumon/daemon.py``, ``alerts/config.py``,
-``core.py``, ``model/fields/``, ``tests/fake_pynvml.py``, ``gpumon.burn.marker``) must exist: as
+``core.py``, ``model/fields/``, ``tests/fake_pynvml.py``, ``gpumon.state.burn_marker``) must exist: as
 written from the checkout's root or from gpumon/, as the tail of a path under gpumon/ (``nvml/ecc.py``)
 or, for a bare file name, somewhere in the checkout. A link to another page must reach a file.
 The few names of other projects' files, or of files gpumon writes at run time, are listed in

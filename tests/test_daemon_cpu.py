@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-import gpumon.health.service as health_service
 from gpumon.alerts.engine import AlertEngine
 from gpumon.backends.fake import FakeBackend
 from gpumon.collect.poller import Poller
@@ -172,7 +171,7 @@ def test_slow_reads_spread_over_the_gpus_serve_every_scrape_as_a_fresh_render() 
 def test_receivers_are_told_of_the_firing_alerts_not_held_back() -> None:
     """``notifiable()`` (what is delivered, every poll) is ``alerts()`` less the pending and held-back alerts,
     in the same order."""
-    from gpumon.burn.marker import BurnHoldBack
+    from gpumon.state.burn_marker import BurnHoldBack
 
     e = _engine(
         {"name": "Hot", "kind": "threshold", "field": "temperature_celsius", "op": ">", "threshold": 80, "for": "5s"}
@@ -210,7 +209,7 @@ def test_a_threshold_rule_judges_every_gpu_while_an_alert_of_it_is_active() -> N
 def test_health_signal_families_show_the_engines_new_results_at_once() -> None:
     """The straggler and trend engines keep their results while nothing changed; the exported
     deviation family keeps its text with them, and new results show at once."""
-    from gpumon.health.service import HealthCollector
+    from gpumon.health.health_series import HealthCollector
     from gpumon.health.stragglers import Deviation
     from gpumon.health.trends import Increase
     from gpumon.model.findings import verdict
@@ -279,7 +278,7 @@ def test_a_threshold_rule_with_nothing_to_keep_fires_on_the_gpu_that_crosses_for
 def test_the_health_report_of_every_poll_follows_the_clears_and_the_last_burn_as_their_files_change(
     tmp_path: Path,
 ) -> None:
-    from gpumon.health.xid_lifecycle import Clear
+    from gpumon.health.clears import Clear, add_clear
     from tests.health.test_burn_findings import write_burn
 
     service = HealthService(tmp_path, XidCatalog.load(), clock=lambda: T0)
@@ -291,7 +290,7 @@ def test_the_health_report_of_every_poll_follows_the_clears_and_the_last_burn_as
     assert [failed_burn_gpus(T0 + i) for i in range(3)] == [[], [], []]
     write_burn(tmp_path, T0 - 10, passed=False)
     assert failed_burn_gpus(T0 + 3) == [1]
-    health_service.add_clear(tmp_path, Clear(gpu=1, reason="reseated", at_seconds=T0))
+    add_clear(tmp_path, Clear(gpu=1, reason="reseated", at_seconds=T0))
     assert [failed_burn_gpus(T0 + 4), failed_burn_gpus(T0 + 5)] == [[], []]
 
 

@@ -23,7 +23,6 @@ import pytest
 
 from gpumon.backends.fake import FakeBackend
 from gpumon.backends.nvml import NvmlBackend
-from gpumon.burn.record import StateFiles
 from gpumon.collect.poller import Poller
 from gpumon.collect.store import SnapshotStore
 from gpumon.config.daemon_settings import default_alerting
@@ -37,6 +36,7 @@ from gpumon.model.families import Family
 from gpumon.model.fields.spec import DETAILS
 from gpumon.model.poll_intervals import PollIntervals
 from gpumon.model.snapshot import Tier
+from gpumon.state.burn_record import StateFiles
 from tests.fake_pynvml import h200_pair
 from tests.helpers import DATA, value, wait_for
 

@@ -4,7 +4,9 @@ Each case adds one import to a scratch copy of gpumon and runs ``lint-imports`` 
 named must then fail. The cases are the imports a review found passing when the pynvml and torch
 contracts listed forbidden modules one by one (a new module under ``backends/``, ``backends/__init__``,
 the top-level modules, a new top-level module), and the rule that a scrape never calls NVML: the
-exposition and the HTTP server may import neither a backend nor the poller. The untouched copy
+exposition and the HTTP server may import neither a backend nor the poller; and the burn is a feature:
+alerts, health, the exposition and the HTTP server read its files through ``gpumon.state``, never
+``gpumon.burn``. The untouched copy
 passes every contract, so a failure is the added import's.
 """
 
@@ -44,6 +46,10 @@ BAD_IMPORTS: list[tuple[str, str, str]] = [
     ("scrape-never-reads", "gpumon/http/server.py", "from gpumon.collect.poller import Poller\n"),
     ("scrape-never-reads", "gpumon/http/messages.py", TYPE_CHECKING_ONLY.format(module="gpumon.backends.nvml")),
     ("scrape-never-reads", "gpumon/http/new_route.py", "from gpumon.collect.scheduling import PollJob\n"),
+    ("burn-is-a-feature", "gpumon/alerts/engine.py", "from gpumon.burn.verdict.errors import EXIT_USAGE\n"),
+    ("burn-is-a-feature", "gpumon/health/service.py", FUNCTION_LEVEL.format(module="gpumon.burn.command")),
+    ("burn-is-a-feature", "gpumon/exposition/burn_results.py", TYPE_CHECKING_ONLY.format(module="gpumon.burn")),
+    ("burn-is-a-feature", "gpumon/http/new_route.py", "import gpumon.burn.orchestration.options\n"),
 ]
 
 

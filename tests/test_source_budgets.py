@@ -20,7 +20,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpumon.backends.fake import FakeBackend
-from gpumon.burn.record import StateFiles
 from gpumon.collect import energy, host_figures
 from gpumon.collect.store import SnapshotStore
 from gpumon.config.exporter import ExporterConfig, parse_exporter
@@ -32,6 +31,7 @@ from gpumon.exposition import burn_results
 from gpumon.exposition.collector import GpumonCollector
 from gpumon.model.families import Family
 from gpumon.model.poll_intervals import PollIntervals
+from gpumon.state.burn_record import StateFiles
 from tests.helpers import value, wait_for
 
 OFF = SourceSettings(enabled=False)

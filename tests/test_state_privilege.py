@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.burn.record import StateFiles, burn_dir
+from gpumon.state.burn_record import StateFiles, burn_dir
 from gpumon.util.state.anchored import UnsafePath
 from gpumon.util.state.files import append_line, close_to_others, ensure_dir, tree_folders, write_json
 from gpumon.util.state.lock import CHECK_LOCK_NAME, DaemonLock, state_lock
@@ -159,7 +159,7 @@ def test_after_a_root_burn_the_service_users_burn_still_writes_its_marker(state:
     root_burn.remove_marker()
     root_burn.write_last({"exit_code": 0})
     warned = as_nobody(
-        "import sys; from gpumon.burn.record import StateFiles; "
+        "import sys; from gpumon.state.burn_record import StateFiles; "
         f"s = StateFiles({str(state)!r}, warn=lambda m: print(m)); "
         "s.write_marker(1, [0], ['GPU-0'], 2.0); s.write_last({'exit_code': 1})"
     )
@@ -173,7 +173,7 @@ def test_a_root_burn_under_umask_000_leaves_nothing_every_user_may_write(place: 
         [
             sys.executable,
             "-c",
-            "from gpumon.burn.record import StateFiles; "
+            "from gpumon.state.burn_record import StateFiles; "
             f"s = StateFiles({str(state)!r}, warn=print); s.write_marker(1, [0], [], 1.0); s.write_last({{}})",
         ],
         check=True,

@@ -1,7 +1,7 @@
 """What the alert engine hands out: an Alert, its change of state, and Alertmanager's fingerprint.
 
 Plain frozen data, so the service, the receivers, ``gpumon alerts`` and ``/api/alerts`` can use it
-without the engine. The running burn that holds alerts back is gpumon.burn.marker.BurnHoldBack.
+without the engine. The running burn that holds alerts back is gpumon.state.burn_marker.BurnHoldBack.
 """
 
 from __future__ import annotations

@@ -26,10 +26,10 @@ from gpumon.alerts.observation import Observation, finding_observations, xid_mat
 from gpumon.alerts.rule_config import normalize_action
 from gpumon.alerts.rules import Rule
 from gpumon.alerts.snapshot_observer import SnapshotObserver
-from gpumon.burn.marker import BurnHoldBack
 from gpumon.model.findings import Finding
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
+from gpumon.state.burn_marker import BurnHoldBack
 
 
 class AlertEngine:

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator, Sequence
 from gpumon.alerts.alert import AlertCount
 from gpumon.alerts.notify import Receiver
 from gpumon.alerts.sender_health import STUCK_AFTER_BACKOFFS
-from gpumon.burn.marker import BurnHoldBack
 from gpumon.model.families import Family
+from gpumon.state.burn_marker import BurnHoldBack
 
 MetricInputs = tuple[dict[AlertCount, int], list[Receiver], BurnHoldBack | None, int, int, int]
 """Active alerts counted, receivers, the burn hold-back (None when no burn runs), evaluation errors, spool write

@@ -40,10 +40,10 @@ from gpumon.alerts.notify import Receiver
 from gpumon.alerts.spool import Spool
 from gpumon.alerts.spool_restore import restore_spool
 from gpumon.alerts.spool_writer import SpoolWriter
-from gpumon.burn.marker import BurnHoldBack, BurnMarkerReader
 from gpumon.model.findings import Finding
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
+from gpumon.state.burn_marker import BurnHoldBack, BurnMarkerReader
 from gpumon.util.steady_clock import SteadyClock
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from gpumon.commands.health_admin import cmd_accept_inventory, cmd_clear
 from gpumon.commands.health_daemon import DAEMON_TIMEOUT_SECONDS, DaemonSilent, ask_daemon, daemon_url, health_url
 from gpumon.commands.health_local import BackendProblem, CannotJudge, local_report
-from gpumon.commands.health_slurm import burn_outcome, epilog_burn, let_through
+from gpumon.commands.health_slurm import epilog_burn, let_through
 from gpumon.commands.support import (
     add_common_options,
     add_tick_option,
@@ -43,8 +43,9 @@ from gpumon.commands.support import (
 )
 from gpumon.config.file import DEFAULT_STATE_DIR, Config
 from gpumon.health.config import HealthConfig
-from gpumon.health.service import STATUS_VALUES
-from gpumon.model.findings import ACTION_WORDS, CRITICAL, UNKNOWN, Finding, HealthReport, verdict
+from gpumon.health.health_series import STATUS_VALUES
+from gpumon.health.slurm_hooks import act_within, burn_outcome, lets_through, prolog_requeues
+from gpumon.model.findings import ACTION_WORDS, UNKNOWN, Finding, HealthReport, verdict
 from gpumon.util.jsonout import add_json_option, emit_json, to_stdout
 
 if TYPE_CHECKING:
@@ -315,10 +316,10 @@ def cmd_health(args: argparse.Namespace) -> int:
         print_report(report, terminal_columns(sys.stdout))
         if decision is not None:
             print(f"slurm: {decision.step}: {decision.message}")
-    if mode in HOOKS and report.status == UNKNOWN:
+    if lets_through(mode, report):
         return let_through(mode, report.reason(), state_dir, os.environ)
-    if mode == "prolog":  # 1 requeues the job and slurmd drains the node: never past the breaker or unjudged
-        return 1 if report.status == CRITICAL and decision is not None and decision.step in ("drain", "none") else 0
+    if mode == "prolog":  # 1 requeues the job and slurmd drains the node
+        return 1 if prolog_requeues(report, decision) else 0
     if mode == "epilog":
         return 0
     return STATUS_VALUES[UNKNOWN] if json_failed else STATUS_VALUES[report.status]
@@ -368,16 +369,9 @@ def _judge(
     decision = None
     if slurm_mode:
         from gpumon.health.slurm import act
-        from gpumon.health.slurm_commands import Scontrol
 
-        if budget is None:
-            decision = act(report, slurm, state_dir)
-        else:  # sinfo and scontrol too, and the breaker's wait, within what is left of the prolog's budget
-            left = budget
-            client = Scontrol(slurm, seconds_left=left)
-            decision = act(
-                report, slurm, state_dir, client=client, sleep=lambda s: time.sleep(max(0.0, min(s, left())))
-            )
+        # the prolog's: sinfo and scontrol too, and the breaker's wait, within what is left of its budget
+        decision = act(report, slurm, state_dir) if budget is None else act_within(report, slurm, state_dir, budget)
     return report, decision
 
 

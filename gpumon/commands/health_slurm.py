@@ -1,5 +1,8 @@
-"""``gpumon health`` as Slurm Prolog and Epilog: a job let through when gpumon cannot judge (said and
-counted), and the epilog's burn of a failed job's GPUs."""
+"""``gpumon health`` as Slurm Prolog and Epilog, its I/O: a job let through when gpumon cannot judge (said
+on stderr and syslog, counted), and the epilog's burn of a failed job's GPUs started and ended.
+
+What is decided (let through, requeue, a burn due, what it adds to the verdict, the Slurm step within the
+prolog's budget) is gpumon.health.slurm_hooks'; what to drain or resume and the breaker gpumon.health.slurm's."""
 
 from __future__ import annotations
 
@@ -10,14 +13,10 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gpumon.config.file import Config
-from gpumon.health.config import HealthConfig, SlurmConfig
-from gpumon.model.findings import CRITICAL, UNKNOWN, Finding, HealthReport
-
-if TYPE_CHECKING:
-    from gpumon.health.slurm import Decision
+from gpumon.health.config import HealthConfig
+from gpumon.health.slurm_hooks import epilog_burn_due
 
 log = logging.getLogger("gpumon")
 
@@ -46,36 +45,6 @@ def _syslog(line: str) -> None:
     syslog.openlog("gpumon", syslog.LOG_PID, syslog.LOG_DAEMON)
     syslog.syslog(syslog.LOG_WARNING, line)
     syslog.closelog()
-
-
-def act_within(
-    report: HealthReport,
-    slurm: SlurmConfig,
-    state_dir: Path,
-    seconds_left: Callable[[], float],
-    *,
-    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
-    clock: Callable[[], float] = time.time,
-    sleep: Callable[[float], None] = time.sleep,
-) -> Decision:
-    """The Slurm step (gpumon.health.slurm.act) within ``seconds_left()`` (the prolog's budget): every sinfo
-    and scontrol call gets at most what is left and none starts once it is spent (the step is then
-    UNKNOWN), and the circuit breaker's wait is cut to it, however slow the controller."""
-    from gpumon.health.slurm import act
-    from gpumon.health.slurm_commands import Scontrol
-
-    client = Scontrol(slurm, run=run, seconds_left=seconds_left)
-    return act(
-        report, slurm, state_dir, client=client, clock=clock, sleep=lambda s: sleep(max(0.0, min(s, seconds_left())))
-    )
-
-
-def _job_failed(env: Mapping[str, str]) -> bool:
-    for name in ("SLURM_JOB_EXIT_CODE", "SLURM_JOB_DERIVED_EC"):
-        value = env.get(name, "").split(":")[0].strip()
-        if value and value != "0":
-            return True
-    return False
 
 
 EPILOG_BURN_TIMEOUT_SECONDS = 300.0
@@ -146,7 +115,7 @@ def epilog_burn(
     """``gpumon burn --quick`` on the job's GPUs when the job failed and ``epilog_burn`` is on: its exit
     code (BURN_TIMED_OUT, BURN_NOT_STARTED when it did not finish); None when no burn was due. A burn past
     ``timeout_seconds`` ends with every process it started (``run_ending_tree``)."""
-    if not (config.health or HealthConfig()).slurm.epilog_burn or not _job_failed(env):
+    if not epilog_burn_due((config.health or HealthConfig()).slurm, env):
         return None
     cmd = burn_command(config, state_dir, env.get("SLURM_JOB_GPUS", ""))
     log.warning("job %s failed; running %s", env.get("SLURM_JOB_ID", "?"), " ".join(cmd))
@@ -162,24 +131,3 @@ def epilog_burn(
         last = (done.stderr or "").strip().splitlines()
         log.error("gpumon burn exited %d: %s", done.returncode, last[-1] if last else "")
     return int(done.returncode)
-
-
-def burn_outcome(exit_code: int, report: HealthReport) -> Finding | None:
-    """What the epilog's burn adds to the verdict: nothing when it passed; a fault (exit 1) is CRITICAL
-    (``burn_failed``; from the burn's report in the state directory, or this finding where the verdict
-    has none); a burn that could not run is UNKNOWN, never OK."""
-    if exit_code == 0:
-        return None
-    if exit_code == 1:
-        if any(f.kind == "burn_failed" for f in report.findings):
-            return None
-        return Finding(
-            kind="burn_failed", severity=CRITICAL, action="inspect_hardware", summary="failed the epilog's gpumon burn"
-        )
-    return Finding(
-        kind="burn_not_run",
-        severity=UNKNOWN,
-        action="none",
-        summary=f"the epilog's gpumon burn could not run (exit {exit_code})",
-        evidence={"exit_code": exit_code},
-    )

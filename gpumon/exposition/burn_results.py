@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpumon.burn.record import LAST_NAME, MARKER_NAME, MAX_BURN_FILE_BYTES, burn_dir, pid_alive
 from gpumon.model.families import Family
+from gpumon.state.burn_record import LAST_NAME, MARKER_NAME, MAX_BURN_FILE_BYTES, burn_dir, pid_alive
 from gpumon.util.state.files import DamagedFile, read_state_json
 
 

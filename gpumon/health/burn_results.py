@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpumon.burn.record import LAST_NAME, burn_dir
 from gpumon.health.clears import Clear
 from gpumon.model.findings import CRITICAL, Finding
+from gpumon.state.burn_record import LAST_NAME, burn_dir
 from gpumon.util.state.files import read_json
 
 

@@ -18,19 +18,15 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gpumon.burn.marker import BurnMarkerReader
-from gpumon.burn.record import LAST_NAME, burn_dir
 from gpumon.health.burn_results import burn_findings
 from gpumon.health.clears import Clear
-from gpumon.health.clears import add_clear as add_clear  # gpumon health clear, tests: where it always was
 from gpumon.health.clears_watch import ClearsWatch
 from gpumon.health.config import HealthConfig
 from gpumon.health.detectors import Detectors
 from gpumon.health.drift_check import DriftCheck
 from gpumon.health.gpu_state import snapshot_findings
 from gpumon.health.health_files import read_boot_id
-from gpumon.health.health_series import STATUS_VALUES as STATUS_VALUES  # gpumon health's exit codes
-from gpumon.health.health_series import HealthCollector as HealthCollector  # the verdict's series
+from gpumon.health.health_series import HealthCollector
 from gpumon.health.inventory import (
     Inventory,
     complete,
@@ -45,6 +41,8 @@ from gpumon.model.findings import WARNING, Finding, HealthReport, verdict
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
 from gpumon.model.xid_catalog import XidCatalog
+from gpumon.state.burn_marker import BurnMarkerReader
+from gpumon.state.burn_record import LAST_NAME, burn_dir
 from gpumon.util.file_stamp import file_stamp as stat_key
 from gpumon.util.repeat_log import RepeatLog
 from gpumon.util.reuse import Reuse

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpumon.health.clears import Clear as Clear  # where the lifecycle's users always found it
+from gpumon.health.clears import Clear
 from gpumon.health.wording import duration, short_meaning
 from gpumon.health.xid_recent import PER_CODE, RecentXids, events_of
 from gpumon.health.xid_state_checks import entries, finite_number, valid_clear, valid_fault, valid_recent

@@ -25,6 +25,7 @@ from typing import Any
 from gpumon.model.fields.clocks import ClockFields
 from gpumon.model.fields.ecc import EccFields
 from gpumon.model.fields.events import EventFields
+from gpumon.model.fields.fans import FanFields
 from gpumon.model.fields.gpm import GpmFields
 from gpumon.model.fields.identity import GpuKey, IdentityFields
 from gpumon.model.fields.modes import ModeFields
@@ -65,6 +66,7 @@ class GpuSnapshot(
     ModeFields,
     EccFields,
     PcieFields,
+    FanFields,
     ClockFields,
     PowerFields,
     ThermalFields,

@@ -8,9 +8,9 @@ import pytest
 
 from gpumon.alerts.builtin import builtin_rules_raw, minimal_xid_action, xid_action_from_catalog
 from gpumon.alerts.engine import AlertEngine
-from gpumon.burn.marker import BurnHoldBack
 from gpumon.model.snapshot import ProcessSnapshot
 from gpumon.model.xid import XidEvent
+from gpumon.state.burn_marker import BurnHoldBack
 from tests.alerts.helpers import UUID0, alerting, gpu, snap
 
 T0 = 1_800_000_000.0

@@ -6,8 +6,8 @@ from typing import Any
 
 from gpumon.alerts.alert import AlertCount, fingerprint
 from gpumon.alerts.engine import AlertEngine
-from gpumon.burn.marker import BurnHoldBack
 from gpumon.model.xid import XidEvent
+from gpumon.state.burn_marker import BurnHoldBack
 from tests.alerts.helpers import UUID0, UUID1, alerting, gpu, snap
 
 T0 = 1_800_000_000.0

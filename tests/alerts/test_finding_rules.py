@@ -12,8 +12,8 @@ import pytest
 from gpumon.alerts.config import parse
 from gpumon.alerts.engine import AlertEngine
 from gpumon.alerts.service import AlertService
-from gpumon.burn.marker import BurnHoldBack
 from gpumon.model.findings import CRITICAL, UNKNOWN, WARNING, Finding
+from gpumon.state.burn_marker import BurnHoldBack
 from tests.alerts.helpers import UUID0, UUID1, FakeClock, alerting
 from tests.helpers import DaemonProcess, run_cli, wait_for
 

@@ -27,7 +27,7 @@ def _beat(done: bool) -> list[dict]:
 
 def test_an_agent_silent_past_the_heartbeat_timeout_is_a_lost_node_named_with_its_ranks():
     a = _agent()
-    a._remote[1] = (7, time.monotonic() - 6, _beat(done=False))
+    a.exchange.remote[1] = (7, time.monotonic() - 6, _beat(done=False))
     a._check_watchdog()
     assert a.abort is not None and a.abort.kind == "lost" and a.abort.agents == (1,)
     assert a.abort.message.startswith("node 1 lost: its agent sent nothing for 6 s (limit 5 s)")
@@ -36,8 +36,8 @@ def test_an_agent_silent_past_the_heartbeat_timeout_is_a_lost_node_named_with_it
 
 def test_an_agent_that_finished_or_spoke_recently_is_not_lost():
     finished, recent = _agent(), _agent()
-    finished._remote[1] = (9, time.monotonic() - 60, _beat(done=True))
-    recent._remote[1] = (9, time.monotonic() - 3, _beat(done=False))
+    finished.exchange.remote[1] = (9, time.monotonic() - 60, _beat(done=True))
+    recent.exchange.remote[1] = (9, time.monotonic() - 3, _beat(done=False))
     finished._check_watchdog()
     recent._check_watchdog()
     assert finished.abort is None and recent.abort is None
@@ -45,9 +45,9 @@ def test_an_agent_that_finished_or_spoke_recently_is_not_lost():
 
 def test_an_agent_not_heard_from_yet_has_the_start_up_limit():
     a = _agent(heartbeat=5, startup=60)
-    a._started = time.monotonic() - 30
+    a.exchange.started = time.monotonic() - 30
     a._check_watchdog()
     assert a.abort is None
-    a._started = time.monotonic() - 61
+    a.exchange.started = time.monotonic() - 61
     a._check_watchdog()
     assert a.abort is not None and a.abort.message.startswith("agent 1 lost")

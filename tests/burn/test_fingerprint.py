@@ -16,11 +16,11 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpumon.burn.record import StateFiles
 from gpumon.burn.verdict.judge_fingerprint import judge_fingerprint
 from gpumon.burn.verdict.judgement import Judgement
 from gpumon.exposition.burn_results import BurnResultsCollector
 from gpumon.exposition.registry import MetricsOf
+from gpumon.state.burn_record import StateFiles
 from tests.helpers import free_port
 
 H200_SW = "torch 2.9.0, CUDA 12.8, 132 SMs"

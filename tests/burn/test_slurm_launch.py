@@ -182,8 +182,8 @@ def test_a_lost_node_is_named_by_its_slurm_name_too() -> None:
     beat = [
         {"rank": 2, "gpu": 0, "node": 2, "test": "matmul", "collective": None, "age": 0.3, "ready": True, "done": False}
     ]
-    agent._remote[1] = (7, time.monotonic(), [{**beat[0], "rank": 1, "node": 1}])
-    agent._remote[2] = (7, time.monotonic() - 6, beat)
+    agent.exchange.remote[1] = (7, time.monotonic(), [{**beat[0], "rank": 1, "node": 1}])
+    agent.exchange.remote[2] = (7, time.monotonic() - 6, beat)
     agent._check_watchdog()
     assert agent.abort is not None and agent.abort.message.startswith("node 2 (n3) lost: its agent sent nothing")
 

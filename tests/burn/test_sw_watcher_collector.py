@@ -14,11 +14,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gpumon.backends.fake import FakeBackend
 from gpumon.burn.orchestration.watcher import Watcher, summarise
-from gpumon.burn.record import StateFiles
 from gpumon.burn.workloads.sw import check_gpu, check_host
 from gpumon.exposition.burn_results import BurnResultsCollector
 from gpumon.exposition.registry import MetricsOf
 from gpumon.model.snapshot import HostSnapshot
+from gpumon.state.burn_record import StateFiles
 
 
 def _values(**override):

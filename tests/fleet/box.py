@@ -36,7 +36,7 @@ from typing import Any
 import requests
 import yaml
 
-from gpumon.burn.record import pid_alive
+from gpumon.state.burn_record import pid_alive
 from tests.health import slurm_nodes
 from tests.helpers import REPO, free_port, wait_for
 

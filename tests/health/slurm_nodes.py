@@ -41,7 +41,7 @@ from typing import Any
 
 import requests
 
-from gpumon.burn.record import pid_alive
+from gpumon.state.burn_record import pid_alive
 from tests.health.slurm_cluster import BINARIES, common_conf, start_munge, stop_pidfiles
 from tests.helpers import REPO, wait_for
 

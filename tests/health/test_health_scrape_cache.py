@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from gpumon.health.clears import Clear, add_clear
 from gpumon.health.config import HealthConfig
-from gpumon.health.service import REPORT_REUSE_SECONDS, HealthService, add_clear
-from gpumon.health.xid_lifecycle import Clear
+from gpumon.health.service import REPORT_REUSE_SECONDS, HealthService
 from gpumon.model.families import Family
 from gpumon.model.snapshot import GpuSnapshot, HostSnapshot, Snapshot
 from gpumon.model.xid import XidEvent

@@ -13,10 +13,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumon.commands.health_slurm import act_within
 from gpumon.health.config import SlurmConfig
 from gpumon.health.slurm import act
 from gpumon.health.slurm_commands import Scontrol
+from gpumon.health.slurm_hooks import act_within
 from tests.health.test_slurm_unit import FakeClock, FakeSlurm, _critical
 from tests.helpers import run_cli
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from gpumon.health.clears import Clear, add_clear
 from gpumon.health.config import HealthConfig
-from gpumon.health.service import HealthService, add_clear
-from gpumon.health.xid_lifecycle import Clear, XidLifecycle, XidPolicy
+from gpumon.health.service import HealthService
+from gpumon.health.xid_lifecycle import XidLifecycle, XidPolicy
 from gpumon.model.findings import CRITICAL, WARNING
 from gpumon.model.snapshot import GpuSnapshot, HostSnapshot, Snapshot
 from gpumon.model.xid import XidEvent

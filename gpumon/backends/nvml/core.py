@@ -15,7 +15,7 @@ from typing import Any
 
 from gpumon.backends.base import GpuLostError, NvmlUnavailableError
 from gpumon.backends.gpm import GpmSampler
-from gpumon.backends.nvml import temperature
+from gpumon.backends.nvml import thermal
 from gpumon.backends.nvml.codes import NVML_GONE_CODES, code_of, init_message
 from gpumon.backends.nvml.error_policy import LIVENESS_READERS, ErrorPolicy
 from gpumon.backends.nvml.events import EventWatcher, quiet, try_call
@@ -74,7 +74,7 @@ class NvmlBackend:
         return cls(pynvml if wrap is None else wrap(pynvml), spaced=spaced)
 
     def _context(self, gpm: GpmSampler) -> Context:
-        field = getattr(self._nv, "NVML_FI_DEV_MEMORY_TEMP", temperature.FI_DEV_MEMORY_TEMP)
+        field = getattr(self._nv, "NVML_FI_DEV_MEMORY_TEMP", thermal.FI_DEV_MEMORY_TEMP)
         return Context(
             self._nv,
             gpm,

@@ -26,7 +26,7 @@ from gpumon.backends.nvml.codes import (
 from gpumon.backends.nvml.reader import GpuState
 from gpumon.model.snapshot import Tier
 
-log = logging.getLogger("gpumon.backends.nvml.core")
+log = logging.getLogger(__name__)
 """The logger name these log lines have always carried (they lived in core.py)."""
 
 LIVENESS_READERS = frozenset({"memory", "utilization"})

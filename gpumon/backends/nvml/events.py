@@ -12,7 +12,7 @@ from typing import Any
 from gpumon.backends.base import GpuLostError
 from gpumon.backends.nvml.codes import LOST_CODES, NVML_ERROR_TIMEOUT, code_of
 from gpumon.backends.nvml.reader import GpuState
-from gpumon.backends.nvml.temperature import TEMPERATURE_GPU
+from gpumon.backends.nvml.thermal import TEMPERATURE_GPU
 from gpumon.backends.nvml.topology import bus_id
 from gpumon.model.xid import XidEvent
 

@@ -8,40 +8,39 @@ from types import ModuleType
 from gpumon.backends.nvml import (
     clocks,
     ecc,
-    fabric,
     fans,
+    gpm,
     identity,
     modes,
     nvlink,
     pcie,
     power,
     processes,
-    profiling,
-    temperature,
+    thermal,
     topology,
-    utilization,
+    usage,
 )
 from gpumon.backends.nvml.reader import ReaderSpec
 from gpumon.model.snapshot import Tier
 
 SUBSYSTEMS: tuple[ModuleType, ...] = (
     identity,
-    utilization,
-    temperature,
+    usage,
+    thermal,
     power,
     clocks,
     fans,
     nvlink,
     processes,
     pcie,
-    profiling,
+    gpm,
     ecc,
     modes,
-    fabric,
     topology,
 )
-"""The reader modules; within a tier, readers run in this order and then in their module's order
-(identity before topology: topology uses the peers' bus ids that identity read)."""
+"""The reader modules, each named as the group of gpumon/model/fields/ whose fields it reads; within a
+tier, readers run in this order and then in their module's order (identity before topology: topology
+uses the peers' bus ids that identity read)."""
 
 
 def collect_readers(modules: Iterable[ModuleType] = SUBSYSTEMS) -> dict[Tier, tuple[ReaderSpec, ...]]:

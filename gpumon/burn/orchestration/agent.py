@@ -29,8 +29,9 @@ DEATH_GRACE_SECONDS = 2.5
 silent since before the death is the likelier cause (a lost node), and is named once past its limit."""
 
 
-class Agent(AgentExchange):
-    """Runs the local workers to the end, or until the watchdog or another agent stops them."""
+class Agent:
+    """Runs the local workers to the end, or until the watchdog or another agent stops them (the other agents
+    are reached through its ``exchange``)."""
 
     def __init__(
         self,
@@ -47,14 +48,11 @@ class Agent(AgentExchange):
         node_names: Mapping[int, str] | None = None,
     ) -> None:
         self.specs = specs
-        self.node_names = dict(node_names or {})
-        """Node index -> its name (Slurm's node name), for the faults; empty: indices only."""
         self.mp_context = mp_context
         """Where the workers start from (``start_worker_server()``); None: spawned, each importing torch."""
         self.node = node
         self.agent_index = agent_index
         self.agent_count = agent_count
-        self.store = store
         self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
         self.startup_timeout_seconds = startup_timeout_seconds
         self.on_tick = on_tick
@@ -62,10 +60,9 @@ class Agent(AgentExchange):
         self.states = {s.rank: RankState(rank=s.rank, gpu=s.gpu, node=node) for s in specs}
         self.abort: Abort | None = None
         self._procs: dict[int, Any] = {}
-        self._beat_seq = 0
-        self._remote: dict[int, tuple[int, float, list[dict[str, Any]]]] = {}
-        """agent -> (beat sequence, when this agent saw it change, its ranks)."""
-        self._started = time.monotonic()
+        self.exchange = AgentExchange(
+            agent_index, agent_count, store, heartbeat_timeout_seconds, startup_timeout_seconds, node_names or {}
+        )
 
     # ------------------------------------------------------------------
     def run(self) -> None:
@@ -77,7 +74,7 @@ class Agent(AgentExchange):
         ctx = self.mp_context or multiprocessing.get_context("spawn")
         q = ctx.Queue()
         next_beat = 0.0
-        self._started = time.monotonic()
+        self.exchange.started = time.monotonic()
         try:
             # Ctrl-C / SIGTERM wait until every worker has its start-up data: an interrupt in the
             # middle of that handover left a worker printing a traceback (EOFError).
@@ -95,15 +92,14 @@ class Agent(AgentExchange):
                 now = time.monotonic()
                 if now >= next_beat:
                     next_beat = now + BEAT_PUBLISH_SECONDS
-                    self._exchange_beats()
+                    self.abort = self.exchange.exchange_beats(self.states, self.abort)
                     self._check_watchdog()
                 self.on_tick(self.states)
                 pending = any(st.died_at is not None for st in self.states.values())  # a death not yet judged
                 if self.abort is not None or (all(not p.is_alive() for p in self._procs.values()) and not pending):
                     break
         except KeyboardInterrupt:
-            self.abort = Abort("interrupted", "interrupted (Ctrl-C)")
-            self._publish_abort()
+            self._stop(Abort("interrupted", "interrupted (Ctrl-C)"))
             raise
         finally:
             self._drain(q, timeout=0.0)
@@ -112,7 +108,17 @@ class Agent(AgentExchange):
             q.close()
             q.cancel_join_thread()
             with contextlib.suppress(Exception):  # the others see this agent's ranks done, not a silent node
-                self._exchange_beats()
+                self.abort = self.exchange.exchange_beats(self.states, self.abort)
+
+    def _stop(self, abort: Abort) -> None:
+        """Stop the run for ``abort``, and tell the other agents."""
+        self.abort = abort
+        self.exchange.publish_abort(abort)
+
+    def _adopt_remote_abort(self) -> None:
+        """Take over another agent's abort, if one is in the store (multi-node runs only)."""
+        if self.abort is None:
+            self.abort = self.exchange.remote_abort()
 
     # ------------------------------------------------------------------
     def _drain(self, q: Any, timeout: float) -> None:
@@ -159,8 +165,7 @@ class Agent(AgentExchange):
             err["at"] = time.monotonic()
             st.errors.append(err)
             if msg.get("kind") == "cannot_run" and self.abort is None:
-                self.abort = Abort("cannot_run", str(msg.get("message")), (st.rank,))
-                self._publish_abort()
+                self._stop(Abort("cannot_run", str(msg.get("message")), (st.rank,)))
         elif kind == "done":
             st.done = True
             st.collective = None
@@ -183,7 +188,7 @@ class Agent(AgentExchange):
 
         In a multi-node run a worker also dies because a peer node vanished (its collective fails):
         the agents that stay silent since before the death are then named as lost instead, by
-        ``_check_lost_agents`` once past their limit.
+        ``exchange.lost_agents`` once past their limit.
         """
         if self.abort is not None:
             return
@@ -194,17 +199,19 @@ class Agent(AgentExchange):
             if self.agent_count > 1:
                 if now - st.died_at < DEATH_GRACE_SECONDS:
                     return
-                if any(self._last_heard(a) < st.died_at and not self._finished(a) for a in self._others()):
+                exchange = self.exchange
+                if any(exchange.last_heard(a) < st.died_at and not exchange.finished(a) for a in exchange.others()):
                     return
             code = self._procs[rank].exitcode
             how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
             last = st.errors[-1]["message"] if st.errors else ""
-            self.abort = Abort(
-                "dead",
-                f"rank {rank} (GPU {st.gpu}) died ({how}) during {st.test}" + (f": {last}" if last else ""),
-                (rank,),
+            self._stop(
+                Abort(
+                    "dead",
+                    f"rank {rank} (GPU {st.gpu}) died ({how}) during {st.test}" + (f": {last}" if last else ""),
+                    (rank,),
+                )
             )
-            self._publish_abort()
             return
 
     def _views(self) -> list[watchdog.RankView]:
@@ -222,18 +229,20 @@ class Agent(AgentExchange):
             )
             for s in self.states.values()
         ]
-        views += self._remote_views(now)
+        views += self.exchange.remote_views(now)
         return views
 
     def _check_watchdog(self) -> None:
-        self._check_lost_agents()
+        if self.abort is None:
+            lost = self.exchange.lost_agents(self.states)
+            if lost is not None:
+                self._stop(lost)
         self._judge_deaths()
         if self.abort is not None:
             return
         hang = watchdog.decide(self._views(), self.heartbeat_timeout_seconds, self.startup_timeout_seconds)
         if hang is not None:
-            self.abort = Abort("hang", hang.message, hang.ranks)
-            self._publish_abort()
+            self._stop(Abort("hang", hang.message, hang.ranks))
 
     def _stop_workers(self) -> None:
         alive = [p for p in self._procs.values() if p.is_alive()]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from gpumon.burn.orchestration import watchdog
@@ -21,49 +22,62 @@ REMOTE_EXTRAPOLATE_SECONDS = 2.0
 
 
 class AgentExchange:
-    """What an agent shares with the other agents of its run; ``Agent`` holds the attributes it reads."""
+    """What an agent shares with the other agents of its run, through the store: its beats out, theirs in
+    (``remote``), an abort published or taken over. The agent keeps its ranks and its abort; it hands them
+    in and takes back the abort to hold."""
 
-    agent_index: int
-    agent_count: int
-    store: Any
-    heartbeat_timeout_seconds: float
-    startup_timeout_seconds: float
-    node_names: dict[int, str]
-    states: dict[int, RankState]
-    abort: Abort | None
-    _beat_seq: int
-    _remote: dict[int, tuple[int, float, list[dict[str, Any]]]]
-    """agent -> (beat sequence, when this agent saw it change, its ranks)."""
-    _started: float
+    def __init__(
+        self,
+        agent_index: int,
+        agent_count: int,
+        store: Any,
+        heartbeat_timeout_seconds: float,
+        startup_timeout_seconds: float,
+        node_names: Mapping[int, str],
+    ) -> None:
+        self.agent_index = agent_index
+        self.agent_count = agent_count
+        self.store = store
+        self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
+        self.startup_timeout_seconds = startup_timeout_seconds
+        self.node_names = dict(node_names)
+        """Node index -> its name (Slurm's node name), for the faults; empty: indices only."""
+        self.beat_seq = 0
+        self.remote: dict[int, tuple[int, float, list[dict[str, Any]]]] = {}
+        """agent -> (beat sequence, when this agent saw it change, its ranks)."""
+        self.started = time.monotonic()
+        """When the run started (time.monotonic): an agent not heard from yet is silent since then."""
 
-    def _others(self) -> list[int]:
+    def others(self) -> list[int]:
         return [a for a in range(self.agent_count) if a != self.agent_index]
 
-    def _finished(self, agent: int) -> bool:
+    def finished(self, agent: int) -> bool:
         """Whether ``agent``'s last beat says all its ranks are done (it stops beating on purpose)."""
-        seen = self._remote.get(agent)
+        seen = self.remote.get(agent)
         return seen is not None and bool(seen[2]) and all(r["done"] for r in seen[2])
 
-    def _last_heard(self, agent: int) -> float:
+    def last_heard(self, agent: int) -> float:
         """When this agent last saw ``agent``'s beat change (the start of the run before its first beat)."""
-        seen = self._remote.get(agent)
-        return seen[1] if seen is not None else self._started
+        seen = self.remote.get(agent)
+        return seen[1] if seen is not None else self.started
 
     def _node_name(self, node: int) -> str:
         return f"{node} ({self.node_names[node]})" if node in self.node_names else str(node)
 
-    def _check_lost_agents(self) -> None:
-        """Agents silent past the heartbeat limit (start-up limit before their first beat) are lost nodes."""
-        if self.abort is not None or self.agent_count <= 1:
-            return
+    def lost_agents(self, states: Mapping[int, RankState]) -> Abort | None:
+        """The abort for the agents silent past the heartbeat limit (start-up limit before their first beat):
+        lost nodes, named with their ranks; None when none is. The errors of ``states`` since the first of
+        them went silent are marked as after the abort (a collective that failed because the node vanished)."""
+        if self.agent_count <= 1:
+            return None
         now = time.monotonic()
         lost, parts, ranks = [], [], []
-        for agent in self._others():
-            if self._finished(agent):
+        for agent in self.others():
+            if self.finished(agent):
                 continue  # it stopped beating on purpose
-            seen = self._remote.get(agent)
+            seen = self.remote.get(agent)
             limit = self.heartbeat_timeout_seconds if seen is not None else self.startup_timeout_seconds
-            silent = now - self._last_heard(agent)
+            silent = now - self.last_heard(agent)
             if silent <= limit:
                 continue
             lost.append(agent)
@@ -77,20 +91,21 @@ class AgentExchange:
                 + (f"; {named} went with it" if named else "")
             )
         if not lost:
-            return
-        since = min(self._last_heard(a) for a in lost)
-        for st in self.states.values():
+            return None
+        since = min(self.last_heard(a) for a in lost)
+        for st in states.values():
             for err in st.errors:
                 if err.get("at", 0.0) >= since - BEAT_PUBLISH_SECONDS:
                     err["after_abort"] = True  # a collective that failed because the node vanished
-        self.abort = Abort("lost", "; ".join(parts), tuple(ranks), tuple(lost))
-        self._publish_abort()
+        return Abort("lost", "; ".join(parts), tuple(ranks), tuple(lost))
 
-    def _exchange_beats(self) -> None:
+    def exchange_beats(self, states: Mapping[int, RankState], abort: Abort | None) -> Abort | None:
+        """Publish this agent's ranks and read the others' beats; the abort to hold after it: ``abort`` when
+        one is held, else one another agent stored, or ``dead`` when the store went away."""
         if self.agent_count <= 1:
-            return
+            return abort
         now = time.monotonic()
-        self._beat_seq += 1
+        self.beat_seq += 1
         mine = [
             {
                 "rank": s.rank,
@@ -102,22 +117,23 @@ class AgentExchange:
                 "ready": s.ready,
                 "done": s.done or s.exit_code is not None,
             }
-            for s in self.states.values()
+            for s in states.values()
         ]
         try:
-            self.store.set(f"beat/{self.agent_index}", json.dumps({"seq": self._beat_seq, "ranks": mine}))
+            self.store.set(f"beat/{self.agent_index}", json.dumps({"seq": self.beat_seq, "ranks": mine}))
             for agent in range(self.agent_count):
                 if agent == self.agent_index or not self.store.check([f"beat/{agent}"]):
                     continue
                 data = json.loads(self.store.get(f"beat/{agent}"))
-                old = self._remote.get(agent)
+                old = self.remote.get(agent)
                 if old is None or old[0] != data["seq"]:
-                    self._remote[agent] = (data["seq"], now, data["ranks"])
-            if self.abort is None:
-                self.abort = self._stored_abort()
+                    self.remote[agent] = (data["seq"], now, data["ranks"])
+            if abort is None:
+                abort = self._stored_abort()
         except Exception as exc:  # the store (rank 0's host) went away
-            if self.abort is None:
-                self.abort = Abort("dead", f"lost contact with the other nodes' agents: {exc}")
+            if abort is None:
+                abort = Abort("dead", f"lost contact with the other nodes' agents: {exc}")
+        return abort
 
     def _stored_abort(self) -> Abort | None:
         """The abort another agent put in the store, if any; raises when the store is unreachable."""
@@ -126,26 +142,29 @@ class AgentExchange:
         data = json.loads(self.store.get("abort"))
         return Abort(data["kind"], data["message"], tuple(data["ranks"]), tuple(data.get("agents") or ()))
 
-    def _adopt_remote_abort(self) -> None:
-        """Take over another agent's abort, if one is in the store (multi-node runs only)."""
-        if self.agent_count <= 1 or self.abort is not None:
-            return
-        with contextlib.suppress(Exception):  # the store is gone; the next beat exchange says so
-            self.abort = self._stored_abort()
+    def remote_abort(self) -> Abort | None:
+        """Another agent's abort, if one is in the store (multi-node runs only; None when the store is gone:
+        the next beat exchange says so)."""
+        if self.agent_count <= 1:
+            return None
+        with contextlib.suppress(Exception):
+            return self._stored_abort()
+        return None
 
-    def _publish_abort(self) -> None:
-        if self.agent_count <= 1 or self.abort is None:
+    def publish_abort(self, abort: Abort) -> None:
+        """Put ``abort`` in the store for the other agents, unless one is there already."""
+        if self.agent_count <= 1:
             return
         try:
             if not self.store.check(["abort"]):
-                self.store.set("abort", json.dumps(self.abort.to_jsonable()))
+                self.store.set("abort", json.dumps(abort.to_jsonable()))
         except Exception:
             pass
 
-    def _remote_views(self, now: float) -> list[watchdog.RankView]:
+    def remote_views(self, now: float) -> list[watchdog.RankView]:
         """The other agents' ranks as their last beats describe them, aged by at most REMOTE_EXTRAPOLATE_SECONDS."""
         views = []
-        for _agent, (_seq, seen_at, ranks) in self._remote.items():
+        for _agent, (_seq, seen_at, ranks) in self.remote.items():
             silent = min(now - seen_at, REMOTE_EXTRAPOLATE_SECONDS)
             for r in ranks:
                 views.append(

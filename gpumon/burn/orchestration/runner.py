@@ -25,7 +25,6 @@ from gpumon.burn.orchestration.protocol import WorkerSpec
 from gpumon.burn.orchestration.rendezvous import meet, open_store
 from gpumon.burn.orchestration.watcher import Watcher, summarise
 from gpumon.burn.orchestration.worker_server import start_worker_server
-from gpumon.burn.record import StateFiles
 from gpumon.burn.verdict import report as report_mod
 from gpumon.burn.verdict.errors import EXIT_CANNOT_RUN, CannotRunError
 from gpumon.burn.verdict.thresholds import GroupLink, Thresholds, group_link
@@ -33,6 +32,7 @@ from gpumon.burn.workloads import sw as sw_mod
 from gpumon.burn.workloads.inject import Injection
 from gpumon.collect.processes import enrich as enrich_processes
 from gpumon.model.snapshot import Tier
+from gpumon.state.burn_record import StateFiles
 from gpumon.util.jsonout import emit_json
 
 

@@ -1,4 +1,4 @@
-"""Clocks, performance state, clock events (throttling) and fans."""
+"""Clocks, performance state and clock events (throttling)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ VIOLATIONS_SECONDS = 30.0
 (~1 ms of CPU per GPU on an H100): cumulative, none is lost."""
 
 if TYPE_CHECKING:
-    from gpumon.model.snapshot import GpuSnapshot
+    pass
 
 THROTTLE_REASONS = (
     "power",
@@ -31,13 +31,6 @@ THROTTLE_REASONS = (
 def _violation(reason: str, name: str, why: str) -> Dcgm:
     """NVML's nvmlViolationTime_t is in ns (measured: 15,420,040,352 where nvidia-smi -q says 15,420,040 us); DCGM serves it so since 4.1, dcgm-exporter's CSV since #589."""
     return Dcgm(name, "untyped", f"Throttling duration due to {why} (in ns).", unit="ns", key=reason, scale=1e9)
-
-
-def _fan_percent(gpu: GpuSnapshot) -> float | None:
-    fans: Mapping[str, float] | None = gpu.fan_speed_ratios
-    if not fans:
-        return None
-    return 100.0 * sum(fans.values()) / len(fans)
 
 
 @dataclass(frozen=True)
@@ -156,25 +149,4 @@ class ClockFields:
             _violation("reliability", "DCGM_FI_DEV_RELIABILITY_VIOLATION", "reliability constraints"),
         ),
         fake={reason: 0.0 for reason in THROTTLE_REASONS},
-    )
-    fan_speed_ratios: Mapping[str, float] | None = declare_mapping(
-        Tier.FAST,
-        "Fan speed by fan index, 0-1 (fan.speed / 100)",
-        nvml="nvmlDeviceGetNumFans (once), nvmlDeviceGetFanSpeed_v2",
-        conversion="% / 100",
-        smi="fan.speed",
-        metric=Metric(
-            "gpumon_fan_speed_ratio",
-            "gauge",
-            "Fan speed by fan, 0-1 of its maximum (nvidia-smi fan.speed / 100).",
-            labels=("fan",),
-        ),
-        dcgm=Dcgm(
-            "DCGM_FI_DEV_FAN_SPEED",
-            "gauge",
-            "Fan speed (in %), the mean of the GPU's fans.",
-            unit="%",
-            value=_fan_percent,
-            source="mean of fan_speed_ratios × 100",
-        ),
     )

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpumon.burn.record import MARKER_NAME, MAX_BURN_FILE_BYTES, burn_dir, pid_alive
+from gpumon.state.burn_record import MARKER_NAME, MAX_BURN_FILE_BYTES, burn_dir, pid_alive
 from gpumon.util.file_stamp import FileStamp, file_stamp
 from gpumon.util.state.files import DamagedFile, read_state_json
 
