@@ -8,9 +8,9 @@
 * ``fifo``: a TLS receiver, ``ca_file`` a FIFO at first; prints whether the sender thread answered
   (and how), then, after the FIFO is replaced by the CA, how long until the alert is delivered.
 
-    PYTHONPATH=$PWD python scripts/issue42_receiver_replies.py reply
-    PYTHONPATH=$PWD python scripts/issue42_receiver_replies.py redirect
-    PYTHONPATH=$PWD python scripts/issue42_receiver_replies.py fifo
+    PYTHONPATH=$PWD python scripts/adversary_receiver_replies.py reply
+    PYTHONPATH=$PWD python scripts/adversary_receiver_replies.py redirect
+    PYTHONPATH=$PWD python scripts/adversary_receiver_replies.py fifo
 """
 
 from __future__ import annotations

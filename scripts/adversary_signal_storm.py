@@ -2,8 +2,8 @@
 ``gpumon run --backend fake`` daemons while /metrics is scraped, then SIGTERM. Prints, per daemon, whether
 it survived the storm, the scrapes answered, and how long SIGTERM took (or that it was ignored).
 
-    PYTHONPATH=$PWD python scripts/issue42_signal_storm.py --daemons 8 --rate 1500 --seconds 10
-    PYTHONPATH=$PWD python scripts/issue42_signal_storm.py --daemons 2 --rate 0 --seconds 5   # flat out
+    PYTHONPATH=$PWD python scripts/adversary_signal_storm.py --daemons 8 --rate 1500 --seconds 10
+    PYTHONPATH=$PWD python scripts/adversary_signal_storm.py --daemons 2 --rate 0 --seconds 5   # flat out
 """
 
 from __future__ import annotations

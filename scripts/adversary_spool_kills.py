@@ -9,8 +9,8 @@ notifications delivered, distinct ones (by fingerprint, status, startsAt, endsAt
 ``notificationID``), the duplicates, and the most any one restart sent again against the size of the
 batch that was in flight at its kill.
 
-    PYTHONPATH=$PWD python scripts/issue42_spool_kills.py --kills 50
-    PYTHONPATH=$PWD python scripts/issue42_spool_kills.py --kills 50 --fsync-delay 0.05   # a slow disk
+    PYTHONPATH=$PWD python scripts/adversary_spool_kills.py --kills 50
+    PYTHONPATH=$PWD python scripts/adversary_spool_kills.py --kills 50 --fsync-delay 0.05   # a slow disk
 """
 
 from __future__ import annotations

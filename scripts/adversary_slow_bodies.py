@@ -4,7 +4,7 @@ closed) against ``gpumon run --backend fake`` with an open-files limit of 1,024 
 daemon keeps 128 for itself, so 896 connections); meanwhile a scraper scrapes /metrics 30 times, 0.5 s
 apart. Prints the scrapes answered 200, basic auth off and on.
 
-    PYTHONPATH=$PWD python scripts/issue42_slow_bodies.py
+    PYTHONPATH=$PWD python scripts/adversary_slow_bodies.py
 """
 
 from __future__ import annotations
