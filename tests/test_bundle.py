@@ -127,3 +127,17 @@ def test_gpumon_bundle_on_a_host_without_nvml_still_writes_the_archive(tmp_path:
     assert result.returncode == 0, result.stderr
     assert str(out) in result.stdout and "no recording" in result.stdout
     assert set(members(out)) == {"facts.json"}
+
+
+@pytest.mark.parametrize(("option", "value"), [("--polls", "-3"), ("--polls", "0"), ("--interval-seconds", "nan"),
+                                               ("--interval-seconds", "inf"), ("--interval-seconds", "-1")])  # fmt: skip
+def test_gpumon_bundle_refuses_polls_or_intervals_it_cannot_record_and_writes_nothing(
+    tmp_path: Path, option: str, value: str
+) -> None:
+    out = tmp_path / "bundle.tar.gz"
+    result = subprocess.run(
+        [sys.executable, "-m", "gpumon", "bundle", "-o", str(out), option, value],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2 and option in result.stderr
+    assert not out.exists()

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 
 from gpumon import __version__
 from gpumon.backends.recording import BUNDLE_MEMBER
-from gpumon.commands.record import RecordRequest, record
+from gpumon.commands.record import RecordRequest, poll_interval_seconds, polls_count, record
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -59,9 +59,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--config", type=Path, help=f"the gpumon config file (default {DEFAULT_CONFIG} if it exists)")
     parser.add_argument("--state-dir", type=Path, dest="state_dir", help="state directory (default: the config's)")
-    parser.add_argument("--polls", type=int, default=5, help="polls to record (default 5)")
+    parser.add_argument("--polls", type=polls_count, default=5, help="polls to record (default 5)")
     parser.add_argument(
-        "--interval-seconds", type=float, default=1.0, dest="interval_seconds", help="time between polls (default 1)"
+        "--interval-seconds",
+        type=poll_interval_seconds,
+        default=1.0,
+        dest="interval_seconds",
+        help="time between polls (default 1)",
     )
     parser.add_argument("--no-redact", action="store_true", dest="no_redact", help="keep serials, UUIDs and pids")
     parser.set_defaults(func=run)

@@ -53,10 +53,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o", "--output", type=Path, help="the file to write (default gpumon-recording-<UTC time>.json)"
     )
-    parser.add_argument("--polls", type=_polls, default=10, help="how many polls to record (default 10)")
+    parser.add_argument("--polls", type=polls_count, default=10, help="how many polls to record (default 10)")
     parser.add_argument(
         "--interval-seconds",
-        type=_interval,
+        type=poll_interval_seconds,
         default=1.0,
         dest="interval_seconds",
         help="time between polls (default 1)",
@@ -73,14 +73,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def _polls(text: str) -> int:
+def polls_count(text: str) -> int:
+    """``--polls``: a whole number from 1 to MAX_POLLS (argparse type)."""
     value = int(text) if text.isdigit() else 0
     if not 1 <= value <= MAX_POLLS:
         raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_POLLS}, got {text!r}")
     return value
 
 
-def _interval(text: str) -> float:
+def poll_interval_seconds(text: str) -> float:
+    """``--interval-seconds``: seconds from 0 to 3600 (argparse type; NaN and inf refused)."""
     try:
         value = float(text)
     except ValueError:
