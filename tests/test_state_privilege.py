@@ -275,3 +275,23 @@ def test_root_hands_nothing_over_in_its_own_state_directory_nor_what_gpumon_does
     assert (state / "burn").stat().st_uid == NOBODY.pw_uid
     assert (state / "keep").stat().st_uid == 0
     assert (place / "root-folder").stat().st_uid == 0
+
+
+def test_a_one_shot_check_whose_state_writes_are_refused_says_so_on_stderr_and_keeps_its_verdict(
+    state: Path, place: Path
+) -> None:
+    """Issue 42 follow-up: the check's verdict (stdout's first line, what Nagios and NHC read) and exit code
+    are those of a check whose state could be written; that its state was not saved is said on stderr, once."""
+    check = ["health", "--local", "--backend", "fake"]
+    clean = root_gpumon(place, *check, "--state-dir", str(place / "root-state"))
+    refused = state / "simulated" / "fake" / "health"
+    refused.mkdir(parents=True)
+    for folder in (state / "simulated", state / "simulated" / "fake", refused):
+        os.chown(folder, NOBODY.pw_uid, NOBODY.pw_gid)
+    refused.chmod(0o775)  # the service user's folder, group-writable by chance: root keeps nothing there
+    ran = root_gpumon(place, *check, "--state-dir", str(state))
+    assert (ran.returncode, ran.stdout) == (clean.returncode, clean.stdout), ran.stderr
+    assert str(refused) not in ran.stdout
+    said = [line for line in ran.stderr.splitlines() if str(refused) in line and "fail" in line]
+    assert said and len(said) == len(set(said)), ran.stderr
+    assert list(refused.iterdir()) == []
