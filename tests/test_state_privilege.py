@@ -208,3 +208,90 @@ def test_a_folder_its_group_may_write_by_chance_is_refused_but_an_admin_groups_s
     os.chmod(state / "health", 0o2775)  # docs/health.md "Who may clear": the admin group's folder
     append_line(state / "health" / "actions.jsonl", {"action": "drain"})
     assert (state / "health" / "actions.jsonl").is_file()
+
+
+def root_gpumon(place: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``gpumon ARGS`` as root, with no configuration or state of the host's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUMON_")}
+    env.update(PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1", XDG_STATE_HOME=str(place / "xdg"), HOME=str(place))
+    return subprocess.run(
+        [sys.executable, "-m", "gpumon", *args], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=120
+    )
+
+
+OLD_ROOT_FOLDERS = ("burn", "health/clears.d", "simulated", "simulated/fake", "simulated/fake/burn")
+
+
+def left_by_an_old_root_run(state: Path) -> None:
+    """What a root burn or health run of an older gpumon left: folders root:root 0755 in nobody's tree."""
+    for name in OLD_ROOT_FOLDERS:
+        (state / name).mkdir()
+        os.chown(state / name, 0, 0)
+        (state / name).chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["health", "--local", "--backend", "fake"],
+        ["burn", "--device", "cpu", "--duration", "1", "--tests", "sw", "--gpus", "0"],
+    ],
+    ids=["health", "burn"],
+)
+def test_folders_an_older_root_run_left_are_given_back_at_roots_next_run(
+    state: Path, place: Path, command: list[str]
+) -> None:
+    """Issue 41 item 9 after an upgrade: folders an earlier root run left root:root stay so until root runs
+    gpumon again, which gives each to the state directory's owner (one line each); nobody's burn then writes
+    its marker."""
+    left_by_an_old_root_run(state)
+    ran = root_gpumon(place, *command, "--state-dir", str(state))
+    assert ran.returncode in (0, 1), ran.stdout + ran.stderr
+    for name in OLD_ROOT_FOLDERS:
+        assert (state / name).stat().st_uid == NOBODY.pw_uid, name
+        assert ran.stderr.count(f"{state / name} belonged to root") == 1, ran.stderr
+    warned = as_nobody(
+        "from gpumon.state.burn_record import StateFiles; "
+        f"s = StateFiles({str(state)!r}, warn=print); s.write_marker(1, [0], ['GPU-0'], 2.0); s.remove_marker()"
+    )
+    assert warned.returncode == 0 and warned.stdout == "", warned.stdout + warned.stderr
+
+
+def test_root_hands_nothing_over_in_its_own_state_directory_nor_what_gpumon_does_not_make(
+    state: Path, place: Path
+) -> None:
+    own = place / "root-state"
+    (own / "burn").mkdir(parents=True)
+    os.chown(own / "burn", NOBODY.pw_uid, NOBODY.pw_gid)  # root's state directory: nothing is given to anyone
+    (state / "burn").mkdir()
+    os.chown(state / "burn", 0, 0)
+    (state / "keep").mkdir()  # root's folder that gpumon does not make: left as it is
+    (place / "root-folder").mkdir()
+    os.symlink(place / "root-folder", state / "health" / "clears.d")  # root's link: never followed
+    for where in (own, state):
+        ran = root_gpumon(place, "health", "--local", "--backend", "fake", "--state-dir", str(where))
+        assert ran.returncode in (0, 1), ran.stdout + ran.stderr
+    assert (own.stat().st_uid, (own / "burn").stat().st_uid) == (0, NOBODY.pw_uid)
+    assert (state / "burn").stat().st_uid == NOBODY.pw_uid
+    assert (state / "keep").stat().st_uid == 0
+    assert (place / "root-folder").stat().st_uid == 0
+
+
+def test_a_one_shot_check_whose_state_writes_are_refused_says_so_on_stderr_and_keeps_its_verdict(
+    state: Path, place: Path
+) -> None:
+    """Issue 42 follow-up: the check's verdict (stdout's first line, what Nagios and NHC read) and exit code
+    are those of a check whose state could be written; that its state was not saved is said on stderr, once."""
+    check = ["health", "--local", "--backend", "fake"]
+    clean = root_gpumon(place, *check, "--state-dir", str(place / "root-state"))
+    refused = state / "simulated" / "fake" / "health"
+    refused.mkdir(parents=True)
+    for folder in (state / "simulated", state / "simulated" / "fake", refused):
+        os.chown(folder, NOBODY.pw_uid, NOBODY.pw_gid)
+    refused.chmod(0o775)  # the service user's folder, group-writable by chance: root keeps nothing there
+    ran = root_gpumon(place, *check, "--state-dir", str(state))
+    assert (ran.returncode, ran.stdout) == (clean.returncode, clean.stdout), ran.stderr
+    assert str(refused) not in ran.stdout
+    said = [line for line in ran.stderr.splitlines() if str(refused) in line and "fail" in line]
+    assert said and len(said) == len(set(said)), ran.stderr
+    assert list(refused.iterdir()) == []

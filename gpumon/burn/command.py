@@ -277,6 +277,10 @@ def run(args: argparse.Namespace) -> int:
         from rich.console import Console
 
         from gpumon.burn.orchestration.runner import run_burn
+        from gpumon.util.state.handback import give_back
+
+        for line in give_back(args.state_dir):  # what an older root burn left root's in the service user's tree
+            _err(f"state directory: {line}")
 
         injection, _ = inject.parse(env.get(inject.ENV_VAR))
         th, _ = thresholds.for_device(opts.device, env.get(thresholds.FLOORS_ENV_VAR))

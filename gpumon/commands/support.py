@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from gpumon.config.file import DEFAULT_STATE_DIR, Config, ConfigError, load
 from gpumon.util.state.files import close_to_others, ensure_dir, tree_folders
+from gpumon.util.state.handback import give_back
 
 log = logging.getLogger("gpumon")
 
@@ -94,7 +95,8 @@ def usable_state_dir(config: Config, explicit: bool) -> Path | None:
         candidates.append(Path(base) / "gpumon")
     for path in candidates:
         # a tree made under a umask of 000 is closed to other users where it is ours, or said to be open
-        for line in close_to_others(tree_folders(path)):
+        # and, run as root, the folders an older root run left root's in the service user's tree are given back
+        for line in [*close_to_others(tree_folders(path)), *give_back(path)]:
             log.warning("state directory: %s", line)
         try:
             ensure_dir(path)  # 0755 whatever the umask; refused where others may write (gpumon.util.state.files)

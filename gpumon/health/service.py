@@ -244,8 +244,8 @@ class HealthService:
                 self._reload_baseline()  # another run may have recorded it meanwhile
                 if self.baseline is None:
                     self.baseline = inventory_of(snapshot, self._clock())
-                    self._write_baseline()
-                    log.info("recorded the inventory baseline: %d GPU(s)", len(snapshot.gpus))
+                    if self._write_baseline():  # else the failure was said (once, then summed up)
+                        log.info("recorded the inventory baseline: %d GPU(s)", len(snapshot.gpus))
             self._writes.succeeded(f"saving the inventory baseline in {self.folder}")
         except (OSError, TimeoutError) as exc:
             self._not_saved("the inventory baseline", exc)
@@ -361,16 +361,20 @@ class HealthService:
         lifecycle.changed = True
         self.lifecycle = lifecycle
 
-    def _write_baseline(self) -> None:
-        """Write the baseline (the caller holds the folder's lock)."""
+    def _write_baseline(self) -> bool:
+        """Write the baseline (the caller holds the folder's lock); whether it was written (a failure is
+        logged through the RepeatLog)."""
         if self.baseline is None:
-            return
+            return False
         try:
             write_json(self._inventory_path, self.baseline.to_json(), mode=STATE_FILE_MODE)
             self._writes.succeeded(f"writing the inventory baseline {self._inventory_path}")
+            return True
         except OSError as exc:
             self._writes.failed(f"writing the inventory baseline {self._inventory_path}", str(exc))
-        self._baseline_mtime = self._inventory_mtime()
+            return False
+        finally:
+            self._baseline_mtime = self._inventory_mtime()
 
     def _burn_findings(self, clears: list[Clear]) -> list[Finding]:
         """The last burn's findings, worked out again only when its results file or the clears changed."""

@@ -51,3 +51,27 @@ def test_failing_health_state_writes_are_logged_once_then_summed_up_then_said_to
     again = [r.getMessage() for r in caplog.records if "works again" in r.getMessage()]
     assert len(again) == 1 and "XID lifecycle" in again[0], again
     assert (state / "health" / "xid.json").is_file()
+
+
+def test_the_baseline_is_said_recorded_only_when_it_was_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "health").write_text("not a folder")  # the baseline cannot be written
+    now = [0.0]
+    service = HealthService(state, XidCatalog.load(), clock=lambda: T0 + now[0], monotonic=lambda: now[0])
+    caplog.set_level(logging.INFO, logger="gpumon")
+    for second in range(3):
+        now[0] = float(second)
+        service.on_snapshot(snap(now[0], gpu(0), gpu(1)))
+    said = [r.getMessage() for r in caplog.records]
+    assert not [line for line in said if "recorded the inventory baseline" in line], said
+    assert len([line for line in errors(caplog) if "inventory baseline" in line]) == 1, said
+
+    (state / "health").unlink()  # fixed: a service started now records it, and says so
+    caplog.clear()
+    fresh = HealthService(state, XidCatalog.load(), clock=lambda: T0 + now[0], monotonic=lambda: now[0])
+    fresh.on_snapshot(snap(now[0], gpu(0), gpu(1)))
+    assert [r.getMessage() for r in caplog.records if "recorded the inventory baseline" in r.getMessage()]
+    assert (state / "health" / "inventory.json").is_file()
