@@ -1,6 +1,6 @@
 """Folders an older gpumon left root's inside the service user's state directory, given to that user.
 
-Before issue 41 item 9 was fixed, ``gpumon burn`` and ``gpumon health`` run as root made their folders
+Before this release, ``gpumon burn`` and ``gpumon health`` run as root made their folders
 (``STATE_DIR/burn``, ``STATE_DIR/health/clears.d``, ``STATE_DIR/simulated/...``) root:root inside a state
 directory owned by the daemon's service user, whose own burn then could not write its marker there. Folders
 made since are given to the state directory's owner as they are made (``anchored``); ``give_back`` does
