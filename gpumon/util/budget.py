@@ -5,7 +5,10 @@
 have passed; a call that finds one running waits for that one (until that one's deadline) and gets its
 answer. The thread is started at the first call and kept, blocked without a timeout between calls
 (starting a thread a call cost the poll thread ~110 µs of CPU a poll for the energy listener alone);
-a call that overran keeps it, and the next call after it returns is handed to it again.
+a call that overran keeps it, and the next call after it returns is handed to it again. The hand-off
+is a ``queue.SimpleQueue`` and each call's answer a held ``threading.Lock`` the worker releases, both
+waited on in C: ``Condition`` and ``Event`` wait in Python, ~70 µs more of CPU a call after an idle
+second, paid at every scrape by each budgeted source (docs/benchmarks.md, "a scrape every second").
 Past the deadline the caller gets ``OverBudget`` at once, and keeps getting it while the late call
 runs on (it is never started twice): whoever asked goes on without it, and the late call's answer,
 when it comes, is dropped. An exception of ``work`` is raised to every caller that waited for it.
@@ -13,6 +16,7 @@ when it comes, is dropped. An exception of ``work`` is raised to every caller th
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -31,9 +35,21 @@ class OverBudget(Exception):
 class _Call:
     deadline: float
     """time.monotonic() seconds after which nobody waits for it."""
-    done: threading.Event = field(default_factory=threading.Event)
+    done: threading.Lock = field(default_factory=threading.Lock)
+    """Held until the call has run: a caller waits by acquiring it and lets the next one in at once."""
+    finished: bool = False
     value: Any = None
     error: BaseException | None = None
+
+    def __post_init__(self) -> None:
+        self.done.acquire()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the call has run, waiting ``timeout`` seconds at most."""
+        if not self.done.acquire(timeout=timeout):
+            return False
+        self.done.release()  # every other caller of the same call gets in too
+        return True
 
 
 class Budgeted(Generic[P, T]):
@@ -45,9 +61,8 @@ class Budgeted(Generic[P, T]):
         self._work = work
         self._lock = threading.Lock()
         self._call: _Call | None = None
-        self._ready = threading.Condition(self._lock)
-        """Notified when ``_next`` holds a call for the worker."""
-        self._next: tuple[_Call, Any, Any] | None = None
+        self._handed: queue.SimpleQueue[tuple[_Call, Any, Any]] = queue.SimpleQueue()
+        """The calls for the worker (one at most: a call is made only when the last one has run)."""
         self._worker: threading.Thread | None = None
         self.overran = False
         """Whether the last caller went on without an answer (the call ran past its deadline)."""
@@ -59,15 +74,13 @@ class Budgeted(Generic[P, T]):
         """``work(*args, **kwargs)``'s answer; OverBudget when it is not there by the deadline."""
         with self._lock:
             call = self._call
-            if call is None or call.done.is_set():
+            if call is None or call.finished:
                 call = self._call = _Call(time.monotonic() + self.budget_seconds)
-                self._next = (call, args, kwargs)
+                self._handed.put((call, args, kwargs))
                 if self._worker is None:
                     self._worker = threading.Thread(target=self._serve, name=f"gpumon-{self.name}", daemon=True)
                     self._worker.start()
-                else:
-                    self._ready.notify()
-        if not call.done.wait(max(0.0, call.deadline - time.monotonic())):
+        if not call.wait(max(0.0, call.deadline - time.monotonic())):
             self.overran = True
             raise OverBudget(f"{self.name} took longer than its budget of {self.budget_seconds:g} s")
         self.overran = False
@@ -79,12 +92,7 @@ class Budgeted(Generic[P, T]):
     def _serve(self) -> None:
         """The worker: each call handed to it, in turn, for as long as the process lives."""
         while True:
-            with self._lock:
-                while self._next is None:
-                    self._ready.wait()
-                call, args, kwargs = self._next
-                self._next = None
-            self._run(call, args, kwargs)
+            self._run(*self._handed.get())
 
     def _run(self, call: _Call, args: Any, kwargs: Any) -> None:
         try:
@@ -92,4 +100,5 @@ class Budgeted(Generic[P, T]):
         except BaseException as exc:  # handed to the callers, who log it
             call.error = exc
         finally:
-            call.done.set()
+            call.finished = True
+            call.done.release()
