@@ -2,10 +2,8 @@
 
 Those of ``exporter.sources`` (gpumon.config.exporter_sources) are added only when on, each waited for
 its budget at most (gpumon.util.budget): the burn results, energy per owner (a listener on the poll
-thread besides), the health series (built by the scrape that asks, on the source's thread: built
-ahead too, as a per-snapshot source, they cost a second hand-off to that thread each poll while
-scrapes come every poll, ~0.04 % of a core at a scrape a second, docs/benchmarks.md), and the report
-of the host's figures, which the poller reads within their own budget. The DCGM-compatible source is added with
+thread besides), the health series (built ahead on the poll thread), and the report of the host's
+figures, which the poller reads within their own budget. The DCGM-compatible source is added with
 ``--compat`` only (its module is loaded only then).
 """
 
@@ -86,7 +84,7 @@ def add_sources(
     if backend.per_reader_errors:  # per GPU and reader: a field's error, not a lost GPU
         collector.add("read_errors", ReadErrorsCollector(backend.read_errors))
     if sources.health.enabled:
-        collector.add("health", health, budget_seconds=sources.health.budget_seconds)  # not per_snapshot: above
+        collector.add("health", health, per_snapshot=True, budget_seconds=sources.health.budget_seconds)
     if host_figures is not None:  # gpumon_host_* come with the snapshot: only the report here
         collector.add("host_figures", NoFamilies(), also=[host_figures])
     if not config.exporter.compat:
