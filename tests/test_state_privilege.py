@@ -24,7 +24,7 @@ import pytest
 
 from gpumon.state.burn_record import StateFiles, burn_dir
 from gpumon.util.state.anchored import UnsafePath
-from gpumon.util.state.files import append_line, close_to_others, ensure_dir, tree_folders, write_json
+from gpumon.util.state.files import append_line, close_tree_to_others, ensure_dir, write_json
 from gpumon.util.state.lock import CHECK_LOCK_NAME, DaemonLock, state_lock
 from tests.helpers import REPO, DaemonProcess
 
@@ -125,7 +125,7 @@ def test_a_folder_every_user_may_write_is_refused_until_the_daemon_closes_it(sta
     with pytest.raises(UnsafePath):
         write_json(burn / "last.json", {"exit_code": 1})
     os.chown(burn, 0, 0)  # root's own folder (root is who runs the daemon's repair in this test)
-    said = close_to_others(tree_folders(state))
+    said = close_tree_to_others(state)
     assert any(str(burn) in line for line in said)
     assert not burn.stat().st_mode & stat.S_IWOTH
     write_json(burn / "last.json", {"exit_code": 1})

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpumon.config.file import DEFAULT_STATE_DIR, Config, ConfigError, load
-from gpumon.util.state.files import close_to_others, ensure_dir, tree_folders
+from gpumon.util.state.files import close_tree_to_others, ensure_dir
 from gpumon.util.state.handback import give_back
 
 log = logging.getLogger("gpumon")
@@ -96,7 +96,7 @@ def usable_state_dir(config: Config, explicit: bool) -> Path | None:
     for path in candidates:
         # a tree made under a umask of 000 is closed to other users where it is ours, or said to be open
         # and, run as root, the folders an older root run left root's in the service user's tree are given back
-        for line in [*close_to_others(tree_folders(path)), *give_back(path)]:
+        for line in [*close_tree_to_others(path), *give_back(path)]:
             log.warning("state directory: %s", line)
         try:
             ensure_dir(path)  # 0755 whatever the umask; refused where others may write (gpumon.util.state.files)

@@ -102,18 +102,48 @@ def ensure_dir(path: Path) -> None:
 
 
 MAX_TREE_FOLDERS = 10_000
-"""The most folders ``tree_folders`` lists (gpumon makes a few dozen)."""
+"""The most folders ``close_tree_to_others`` looks at (gpumon makes a few dozen)."""
+MAX_TREE_DEPTH = 16
+"""How far down ``close_tree_to_others`` goes (gpumon's folders are at most four down)."""
+_WALK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def tree_folders(state_dir: Path) -> list[Path]:
-    """``state_dir`` and the folders under it (not through links), at most MAX_TREE_FOLDERS."""
-    found = [Path(state_dir)]
-    for root, dirs, _files in os.walk(state_dir, followlinks=False):
-        for name in dirs:
-            found.append(Path(root) / name)
-        if len(found) >= MAX_TREE_FOLDERS:
-            break
-    return found[:MAX_TREE_FOLDERS]
+def close_tree_to_others(state_dir: Path) -> list[str]:
+    """``close_to_others`` for ``state_dir`` and the folders under it (at most MAX_TREE_FOLDERS, at most
+    MAX_TREE_DEPTH down), walked by directory descriptors: each folder is opened from the one above it
+    without following a link, so a folder of the tree swapped for a link while root walks it (to ``/``,
+    whose ``tmp`` every user may write) is never reached through it. One descriptor a level is open."""
+    try:
+        top = os.open(state_dir, _WALK_FLAGS)
+    except OSError:
+        return []
+    walk = [(top, Path(state_dir), iter(_folder_names(top)))]
+    try:
+        said = _closed_to_others(top, Path(state_dir))
+        seen = 1
+        while walk:
+            fd, folder, names = walk[-1]
+            name = next(names, None)
+            if name is None or seen >= MAX_TREE_FOLDERS:
+                os.close(walk.pop()[0])
+                continue
+            try:
+                child = os.open(name, _WALK_FLAGS, dir_fd=fd)
+            except OSError:  # gone, a link (never followed), not a folder
+                continue
+            walk.append((child, folder / name, iter(_folder_names(child) if len(walk) < MAX_TREE_DEPTH else ())))
+            seen += 1
+            said.extend(_closed_to_others(child, folder / name))
+        return said
+    finally:
+        for fd, _folder, _names in walk:
+            os.close(fd)
+
+
+def _folder_names(fd: int) -> list[str]:
+    with contextlib.suppress(OSError):
+        return sorted(os.listdir(fd))
+    return []
 
 
 def close_to_others(folders: list[Path]) -> list[str]:
@@ -124,7 +154,7 @@ def close_to_others(folders: list[Path]) -> list[str]:
     said = []
     for folder in folders:
         try:
-            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(folder, _WALK_FLAGS)
         except OSError:
             continue
         try:
