@@ -88,12 +88,17 @@ def main() -> int:
     for label, tree, share, tick, mib, threads in rows:
         each = " ".join(f"{t:.3f}" for t in threads)
         print(f"{f'{label}: {tree}':<50}{share:>12.3f}{tick:>9.3f}{mib:>9.1f}  {each}")
-    if shares[0] > 0 and ticked[0] > 0:
-        print(
-            f"ratio other / reference: CPU {shares[1] / shares[0]:.2f} (ticks {ticked[1] / ticked[0]:.2f}), "
-            f"RSS {rss[1] / rss[0]:.2f}"
-        )
+    print(
+        f"ratio other / reference: CPU {ratio(shares[1], shares[0])} (ticks {ratio(ticked[1], ticked[0])}), "
+        f"RSS {ratio(rss[1], rss[0])}"
+    )
     return 0
+
+
+def ratio(other: float, reference: float) -> str:
+    """other / reference to two places, or "n/a" where the reference measured nothing (a short window
+    can hold no 10 ms clock tick of a light daemon)."""
+    return f"{other / reference:.2f}" if reference > 0 else "n/a"
 
 
 if __name__ == "__main__":

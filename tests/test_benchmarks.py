@@ -117,3 +117,10 @@ def test_reuse_benchmark_times_each_step_reused_and_made_again() -> None:
     out = _quick("bench_reuse.py")
     assert "scrape after a poll" in out and "no GPU changed" in out and "every GPU changed" in out
     assert "snapshot scraped before" in out and "fresh collector" in out
+
+
+def test_side_by_side_ratio_line_is_printed_even_when_a_window_holds_no_clock_tick() -> None:
+    import bench_daemon_ab
+
+    assert bench_daemon_ab.ratio(0.0, 0.0) == "n/a"
+    assert bench_daemon_ab.ratio(0.5, 0.25) == "2.00"
