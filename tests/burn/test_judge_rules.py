@@ -201,7 +201,7 @@ def test_thermal_slowdown_and_new_uncorrectable_ecc_errors_fail_the_gpu():
 
 def test_cpu_thresholds_are_wider_and_floors_can_be_overridden():
     th, problems = for_device("cpu", "allreduce_busbw_gbps=5,matmul_tflops=x")
-    assert th.straggler_fraction == 0.5
+    assert th.straggler_fraction > for_device("cuda", None)[0].straggler_fraction
     assert th.allreduce_floor_bytes_per_second("cpu", True) == 5e9
     assert problems == ["GPUMON_BURN_FLOORS: matmul_tflops needs a number, got 'x'"]
 

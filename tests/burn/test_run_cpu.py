@@ -40,7 +40,7 @@ def test_healthy_run_passes_writes_reports_and_removes_the_marker(burn, tmp_path
         assert g["matmul"]["dtype"] == "fp32" and g["matmul"]["tflops"] > 0
         assert g["memory"]["bandwidth_bytes_per_second"] > 0
         assert g["allreduce"]["busbw_bytes_per_second"] > 0
-    assert rep["thresholds"]["straggler_fraction"] == 0.5
+    assert rep["thresholds"]["straggler_fraction"] == 0.75  # CPU: simulated GPUs share a loaded host
     assert any(c["test"] == "p2p" and c["passed"] is None and "device cpu" in c["detail"] for c in rep["checks"])
     state = health_dir(tmp_path / "state", "fake").parent / "burn"  # a simulated run's, apart from the node's
     assert json.loads((state / "last.json").read_text())["finished_at"] == rep["finished_at"]
