@@ -15,6 +15,8 @@ or GPM not read) is never judged.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from operator import attrgetter
 
 from gpumon.model.findings import WARNING, Finding
 from gpumon.model.snapshot import GpuSnapshot, Snapshot
@@ -35,8 +37,8 @@ class _Window:
     __slots__ = ("changes", "idle", "latest", "nonzero", "polls", "seen_in")
 
     def __init__(self) -> None:
-        self.polls: deque[tuple[float, bool, tuple[float, ...]]] = deque()
-        """(poll time, busy, the readings the GPU has), oldest first."""
+        self.polls: deque[tuple[float, bool, tuple[float | None, ...], bool]] = deque()
+        """(poll time, busy, the readings the GPU has, whether one is not 0), oldest first."""
         self.idle = 0
         self.nonzero = 0
         self.changes = 0
@@ -50,22 +52,23 @@ class _Window:
         self.idle = self.nonzero = self.changes = 0
 
     def add(self, at_seconds: float, busy: bool, readings: tuple[float | None, ...]) -> None:
-        seen = tuple(v for v in readings if v is not None)
+        seen = readings if None not in readings else tuple(v for v in readings if v is not None)
         polls = self.polls
         if polls and polls[-1][2] != seen:
             self.changes += 1
-        polls.append((at_seconds, busy, seen))
+        nonzero = any(seen)  # a reading other than 0 (NaN too, as ``v == 0`` is False for it)
+        polls.append((at_seconds, busy, seen, nonzero))
         self.idle += not busy
-        self.nonzero += not all(v == 0 for v in seen)
+        self.nonzero += nonzero
         self.latest = readings
 
     def drop_before(self, start_seconds: float) -> None:
         """Drop the oldest polls while the next one is at or before ``start_seconds`` (one stays before a window)."""
         polls = self.polls
         while len(polls) > 1 and polls[1][0] <= start_seconds:
-            _at, busy, seen = polls.popleft()
+            _at, busy, seen, nonzero = polls.popleft()
             self.idle -= not busy
-            self.nonzero -= not all(v == 0 for v in seen)
+            self.nonzero -= nonzero
             if seen != polls[0][2]:
                 self.changes -= 1
 
@@ -140,5 +143,5 @@ class StuckProfiling:
         return None
 
 
-def _readings(gpu: GpuSnapshot) -> tuple[float | None, ...]:
-    return tuple(getattr(gpu, name) for name in FIELDS)
+_readings: Callable[[GpuSnapshot], tuple[float | None, ...]] = attrgetter(*FIELDS)
+"""A GPU's ``FIELDS``, in order."""
