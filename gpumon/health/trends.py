@@ -172,6 +172,8 @@ class TrendTracker:
         self._cached: tuple[int, float, float, list[Increase]] | None = None
         self._last_inputs: dict[str, tuple[object, ...]] = {}
         """uuid -> what ``counters_of`` read of the GPU last time (``_counter_inputs``)."""
+        self._found: tuple[list[Increase], list[Finding]] | None = None
+        """The findings of the very increases kept in ``_cached`` (worked out again only when those are)."""
 
     def observe(self, snapshot: Snapshot) -> None:
         if not self.config.enabled or not snapshot.nvml_up:
@@ -215,9 +217,13 @@ class TrendTracker:
     def increases(self, now: float) -> list[Increase]:
         """Each series' increase within its window at ``now``; computed again only when a series
         changed or ``now`` moved a point in or out of a window (scrapes ask every few seconds)."""
+        return list(self._increases(now))
+
+    def _increases(self, now: float) -> list[Increase]:
+        """``increases(now)``: the very list kept while no series changed and ``now`` stays within the span it holds."""
         cached = self._cached
         if cached is not None and cached[0] == self._generation and cached[1] <= now < cached[2]:
-            return list(cached[3])
+            return cached[3]
         out: list[Increase] = []
         lo, hi = -math.inf, math.inf
         for (uuid, counter, label, link), (index, series) in sorted(
@@ -241,11 +247,20 @@ class TrendTracker:
             else:
                 out.append(Increase(index, uuid, counter, label, increase, rule.window_seconds, by_link))
         self._cached = (self._generation, lo, hi, out)
-        return list(out)
+        return out
 
     def findings(self, now: float) -> list[Finding]:
+        """A WARNING ``<counter>_trend`` finding per counter that rose by more than its rule allows within its
+        window; worked out again only when the increases are (the alert tick asks every 5 s, scrapes too)."""
+        increases = self._increases(now)
+        kept = self._found
+        if kept is None or kept[0] is not increases:
+            kept = self._found = (increases, self._findings(increases))
+        return list(kept[1])
+
+    def _findings(self, increases: list[Increase]) -> list[Finding]:
         found = []
-        for inc in self.increases(now):
+        for inc in increases:
             rule = self.config.rules[inc.counter]
             if inc.increase <= rule.max_increase:
                 continue
