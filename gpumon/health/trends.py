@@ -16,11 +16,11 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter, is_
 
 from gpumon.health.wording import duration
 from gpumon.model.findings import WARNING, Finding
 from gpumon.model.snapshot import GpuSnapshot, Snapshot
-from gpumon.util.reuse import same_objects
 
 
 @dataclass(frozen=True)
@@ -91,20 +91,25 @@ def counters_of(gpu: GpuSnapshot) -> Iterator[tuple[str, str, str, int]]:
         yield "xid", str(code), "", count
 
 
-def _counter_inputs(gpu: GpuSnapshot) -> tuple[object, ...]:
-    """What ``counters_of`` reads, compared by identity: a snapshot carries the slow tier's objects from one
-    slow read to the next and the XID tracker's until an event, so the same objects mean the same counters.
-    (Pruning a series' old points waits for its next change; no increase depends on it.)"""
-    return (
-        gpu.index,
-        gpu.ecc_errors_total,
-        gpu.remapped_rows,
-        gpu.retired_pages,
-        gpu.pcie_replays_total,
-        gpu.nvlink_errors_total,
-        gpu.xid_errors_total,
-        gpu.xid_last_timestamp_seconds,
-    )
+_counter_inputs: Callable[[GpuSnapshot], tuple[object, ...]] = attrgetter(
+    "index",
+    "ecc_errors_total",
+    "remapped_rows",
+    "retired_pages",
+    "pcie_replays_total",
+    "nvlink_errors_total",
+    "xid_errors_total",
+    "xid_last_timestamp_seconds",
+)
+"""What ``counters_of`` reads of a GPU, compared by identity (``_same``): a snapshot carries the slow tier's
+objects from one slow read to the next and the XID tracker's until an event, so the same objects mean the same
+counters. (Pruning a series' old points waits for its next change; no increase depends on it.)"""
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    """Whether ``a`` and ``b`` (of ``_counter_inputs``) hold the very same objects (gpumon.util.reuse.same_objects,
+    compared in C)."""
+    return all(map(is_, a, b))
 
 
 @dataclass(frozen=True)
@@ -184,7 +189,7 @@ class TrendTracker:
                 continue
             inputs = _counter_inputs(gpu)
             last = self._last_inputs.get(gpu.uuid)
-            if last is not None and same_objects(last, inputs):
+            if last is not None and _same(last, inputs):
                 continue  # the very counters of the last snapshot: nothing to add (most polls)
             self._last_inputs[gpu.uuid] = inputs
             for counter, label, link, raw in counters_of(gpu):
