@@ -306,7 +306,9 @@ class XidLifecycle:
 
     # ---- outputs -----------------------------------------------------------
     def findings(self, now_seconds: float) -> list[Finding]:
-        """Open faults (CRITICAL) and recent non-fatal XIDs (WARNING)."""
+        """Open faults (CRITICAL) and recent non-fatal XIDs (WARNING); none without either (most reports)."""
+        if not self.faults and not self.recent.entries:
+            return []
         self._prune(now_seconds)
         out: list[Finding] = []
         for f in self.faults:
