@@ -219,7 +219,7 @@ class HealthService:
         with self._lock:
             self._generation += 1
             self._snapshot = snapshot
-            self.detectors.observe(snapshot, burning=self._burn.read() is not None)
+            self.detectors.take(snapshot, burning=self._burn.read() is not None)  # observed when next asked
             self.lifecycle.observe(snapshot, self._boot_id)
             if self.baseline is None and complete(snapshot):
                 self._record_baseline(snapshot)

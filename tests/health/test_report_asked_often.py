@@ -6,7 +6,8 @@ alert tick every 5 s, each scrape, ``/api/health``. Over random sequences of pol
 slower, GPM counters stuck or moving, corrected ECC errors rising, a process stuck in D state, a GPU lost),
 XIDs and operator clears, what it answers after each one (verdict, findings, straggler deviations, error
 trend increases) is what a new service fed the same inputs and asked once answers: nothing it kept between
-questions shows.
+questions shows. (An operator clear is a file, applied when a report reads it: the new service reads each
+one as soon as it lands, as the daemon here does.)
 """
 
 from __future__ import annotations
@@ -160,4 +161,6 @@ def test_what_the_daemon_answers_after_each_input_is_what_a_service_asked_once_a
         )
         for earlier, earlier_happening in fed:
             feed(asked_once, fresh_root, earlier, earlier_happening)
+            if earlier_happening is not None and earlier_happening[0] == "clear":
+                asked_once.report()  # a clear is applied when a report reads it: here as soon as it lands, as above
         assert often == answers(asked_once)
