@@ -66,6 +66,8 @@ def measure(gpus: int, rounds: int, scrape_every: int = 1) -> dict[str, float]:
             families.prepare_slower = timed("prepare: slow and static rows", families.prepare_slower)  # type: ignore[method-assign]
             extras = daemon.collector._extras
             extras.warm_per_snapshot = timed("prepare: per-snapshot sources", extras.warm_per_snapshot)  # type: ignore[method-assign]
+            health = daemon.health  # the scrape's health series ask for its report (an alert tick does every 5 s)
+            health.current_report = timed("health report (current_report)", health.current_report)  # type: ignore[method-assign]
             store = daemon.store
             store._listeners = tuple(
                 (timed(f"listener {getattr(fn, '__qualname__', repr(fn))}", fn), failures)

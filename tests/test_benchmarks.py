@@ -124,3 +124,15 @@ def test_side_by_side_ratio_line_is_printed_even_when_a_window_holds_no_clock_ti
 
     assert bench_daemon_ab.ratio(0.0, 0.0) == "n/a"
     assert bench_daemon_ab.ratio(0.5, 0.25) == "2.00"
+
+
+def test_health_parts_benchmark_times_the_engines_and_the_report_hot_and_cold_against_another_checkout() -> None:
+    this_checkout = str(Path(__file__).resolve().parent.parent)
+    out = _quick("bench_health_parts.py", "--reference", this_checkout)
+    for part in (
+        "hot: health engines (on_snapshot)",
+        "cold: … observe stragglers",
+        "cold: health report (current_report)",
+    ):
+        assert part in out, out
+    assert "ratio" in out

@@ -26,9 +26,10 @@ class ClearsWatch:
         self._said: tuple[str, ...] = ()
         """The unreadable clears last logged (each problem is logged once)."""
 
-    def clears(self) -> list[Clear]:
-        """The operator clears, read again only when their files changed (or some could not be read)."""
-        key = tuple(stat_key(p) for p in self.paths)
+    def clears(self, key: tuple[object, ...] | None = None) -> list[Clear]:
+        """The operator clears, read again only when their files changed (or some could not be read); ``key``:
+        the stamps of ``paths`` as the caller just took them (taken here when None)."""
+        key = tuple(stat_key(p) for p in self.paths) if key is None else key
         kept = self._read
         if kept is None or kept[0] != key or kept[1].unreadable:  # unreadable: tried again (perhaps fixed)
             parts = [read_clears(folder) for folder in self.folders]

@@ -3,11 +3,19 @@ same-model GPUs, error trends, profiling counters stuck at 0 under load, process
 
 Each keeps its own window in memory (none is saved in the state directory); ``Detectors`` holds
 them together so that the service observes and asks them in one place.
+
+The service hands each snapshot over as it comes (``take``: a list append on the poll thread) and the
+detectors observe the snapshots taken, in order, when they are next asked (the alert tick every 5 s, a
+scrape's health series, ``gpumon health``) or once ``BATCH_POLLS`` wait: what they answer is what
+observing each snapshot as it came gives (they are pure, each snapshot carries its own time, and
+whether a burn ran is taken with it), while a daemon pays one pass over a few snapshots with its
+caches warm instead of one after each idle second.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 
 from gpumon.health.config import HealthConfig
 from gpumon.health.profiling_stuck import StuckProfiling
@@ -18,6 +26,11 @@ from gpumon.model.findings import Finding
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid_catalog import XidCatalog
 
+log = logging.getLogger(__name__)
+
+BATCH_POLLS = 10
+"""The most snapshots taken and not yet observed (the energy listener holds as many: gpumon.collect.energy)."""
+
 
 @dataclass(frozen=True)
 class Detectors:
@@ -27,6 +40,8 @@ class Detectors:
     trends: TrendTracker
     profiling: StuckProfiling
     stuck_processes: StuckProcesses
+    pending: list[tuple[Snapshot, bool]] = field(default_factory=list)
+    """The snapshots taken and not yet observed, oldest first, each with whether a burn ran then."""
 
     @classmethod
     def of(cls, config: HealthConfig, catalog: XidCatalog) -> Detectors:
@@ -37,6 +52,22 @@ class Detectors:
             StuckProcesses(config.stuck_process_seconds),
         )
 
+    def take(self, snapshot: Snapshot, burning: bool) -> None:
+        """A snapshot to observe before the next question (``burning``: a burn runs now)."""
+        self.pending.append((snapshot, burning))
+        if len(self.pending) >= BATCH_POLLS:
+            self.catch_up()
+
+    def catch_up(self) -> None:
+        """Observe the snapshots taken, in order; one a detector cannot take is logged and passed over."""
+        pending = self.pending[:]
+        self.pending.clear()
+        for snapshot, burning in pending:
+            try:
+                self.observe(snapshot, burning)
+            except Exception:
+                log.exception("health: cannot take the snapshot into account")
+
     def observe(self, snapshot: Snapshot, burning: bool) -> None:
         self.stragglers.observe(snapshot, burning=burning)
         self.trends.observe(snapshot)
@@ -45,10 +76,12 @@ class Detectors:
 
     def findings(self, now: float, burning: bool) -> list[Finding]:
         """Their findings at ``now``; no stragglers while a burn makes the GPUs unequal on purpose."""
+        self.catch_up()
         found = [] if burning else self.stragglers.findings(now)
         return found + self.trends.findings(now) + self.profiling.findings(now) + self.stuck_processes.findings(now)
 
     def signals(self, now: float) -> tuple[list[Deviation], list[Increase]]:
+        self.catch_up()
         return self.stragglers.deviations(now), self.trends.increases(now)
 
 

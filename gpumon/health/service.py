@@ -34,6 +34,7 @@ from gpumon.health.inventory import (
     missing_from_nvml,
 )
 from gpumon.health.poll_watch import PollWatch
+from gpumon.health.report_inputs import ReportInputs
 from gpumon.health.stragglers import Deviation
 from gpumon.health.trends import Increase
 from gpumon.health.xid_lifecycle import XidLifecycle, XidPolicy
@@ -43,6 +44,7 @@ from gpumon.model.xid import XidEvent
 from gpumon.model.xid_catalog import XidCatalog
 from gpumon.state.burn_marker import BurnMarkerReader
 from gpumon.state.burn_record import LAST_NAME, burn_dir
+from gpumon.util.file_stamp import FileStamp
 from gpumon.util.file_stamp import file_stamp as stat_key
 from gpumon.util.repeat_log import RepeatLog
 from gpumon.util.reuse import Reuse
@@ -109,7 +111,7 @@ class HealthService:
         """XIDs taken in since the last save ((True, event) recorded, (False, event) a paired copy): what a save
         replays over the file when another process wrote it meanwhile."""
         self.baseline = self._load_baseline()
-        self._baseline_mtime = self._inventory_mtime()
+        self._baseline_stamp = stat_key(self._inventory_path)
         self._baseline_refused: str | None = None
         """Why the baseline was not recorded (said once per reason)."""
         self.detectors = Detectors.of(self.config, catalog)
@@ -217,7 +219,7 @@ class HealthService:
         with self._lock:
             self._generation += 1
             self._snapshot = snapshot
-            self.detectors.observe(snapshot, burning=self._burn.read() is not None)
+            self.detectors.take(snapshot, burning=self._burn.read() is not None)  # observed when next asked
             self.lifecycle.observe(snapshot, self._boot_id)
             if self.baseline is None and complete(snapshot):
                 self._record_baseline(snapshot)
@@ -241,7 +243,7 @@ class HealthService:
             return
         try:
             with state_lock(self.folder, self._lock_wait):
-                self._reload_baseline()  # another run may have recorded it meanwhile
+                self._reload_baseline(stat_key(self._inventory_path))  # another run may have recorded it meanwhile
                 if self.baseline is None:
                     self.baseline = inventory_of(snapshot, self._clock())
                     if self._write_baseline():  # else the failure was said (once, then summed up)
@@ -262,20 +264,24 @@ class HealthService:
             return self.baseline
 
     # ---- output ------------------------------------------------------------
-    def report(self, source: str = "daemon", extra: Sequence[Finding] = ()) -> HealthReport:
-        """The verdict now; ``extra`` findings come from the caller (e.g. a poll that hung)."""
+    def report(
+        self, source: str = "daemon", extra: Sequence[Finding] = (), *, inputs: ReportInputs | None = None
+    ) -> HealthReport:
+        """The verdict now; ``extra`` findings come from the caller (e.g. a poll that hung); ``inputs``: the
+        files' stamps and burn marker the caller just took (``current_report``), taken here when None."""
+        inputs = self._inputs(self._generation) if inputs is None else inputs
         now = self._clock()
         with self._lock:
-            self._reload_baseline()
-            clears = self._clears_watch.clears()
+            self._reload_baseline(inputs.inventory)
+            clears = self._clears_watch.clears(inputs.clears)
             self.lifecycle.apply_clears(clears)
             snapshot = self._snapshot
             hung = self._poll_watch.findings(snapshot) if self._poll_watch is not None else []
             findings = [*extra, *hung, *self.lifecycle.findings(now)]  # first: an XID names a fault best
             findings += snapshot_findings(snapshot) if snapshot is not None or not extra else []
-            findings += self._burn_findings(clears)
+            findings += self._burn_findings(clears, inputs.burn_results)
             findings += self._clears_watch.findings() + self._set_aside
-            findings += self.detectors.findings(now, burning=self._burn.read() is not None)
+            findings += self.detectors.findings(now, burning=inputs.burn is not None)
             if snapshot is not None:
                 findings += self._drift_check.drift(self.baseline, snapshot, self.config.expected_gpu_count)
             self._save()
@@ -288,22 +294,25 @@ class HealthService:
         than REPORT_REUSE_SECONDS old (so what only time changes, such as an XID leaving its
         window, is late by at most that). Scrapes ask for it every few seconds, the poll's
         snapshot changes once an interval."""
-        snapshot, key = self._report_key()
+        snapshot, inputs = self._inputs_now()
         now = self._monotonic()
-        kept = self._report.kept(same=(snapshot,), equal=key)
+        kept = self._report.kept(same=(snapshot,), equal=(inputs,))
         if kept is not None and now - kept[0] < REPORT_REUSE_SECONDS:
             return kept[1]
         self._report.forget()  # the key read before: an input arriving meanwhile is not lost
-        return self._report.get(lambda: (now, self.report()), same=(snapshot,), equal=key)[1]
+        return self._report.get(lambda: (now, self.report(inputs=inputs)), same=(snapshot,), equal=(inputs,))[1]
 
-    def _report_key(self) -> tuple[Snapshot | None, tuple[object, ...]]:
+    def _inputs_now(self) -> tuple[Snapshot | None, ReportInputs]:
         """What report() reads besides the clock: the snapshot (the very object), and what is
-        compared by value (the generation, the files' stat keys, the burn marker)."""
+        compared by value (gpumon.health.report_inputs)."""
         with self._lock:
             snapshot, generation = self._snapshot, self._generation
-        return snapshot, (
+        return snapshot, self._inputs(generation)
+
+    def _inputs(self, generation: int) -> ReportInputs:
+        return ReportInputs(
             generation,
-            *(stat_key(p) for p in self._clears_watch.paths),
+            tuple(stat_key(p) for p in self._clears_watch.paths),
             stat_key(self._inventory_path),
             stat_key(self._burn_results_path),
             self._burn.read(),
@@ -374,23 +383,15 @@ class HealthService:
             self._writes.failed(f"writing the inventory baseline {self._inventory_path}", str(exc))
             return False
         finally:
-            self._baseline_mtime = self._inventory_mtime()
+            self._baseline_stamp = stat_key(self._inventory_path)
 
-    def _burn_findings(self, clears: list[Clear]) -> list[Finding]:
-        """The last burn's findings, worked out again only when its results file or the clears changed."""
-        return self._burn_read.get(
-            lambda: burn_findings(self.burn_root, clears), same=(clears,), equal=(stat_key(self._burn_results_path),)
-        )
+    def _burn_findings(self, clears: list[Clear], stamp: FileStamp | None) -> list[Finding]:
+        """The last burn's findings, worked out again only when its results file (``stamp``) or the clears changed."""
+        return self._burn_read.get(lambda: burn_findings(self.burn_root, clears), same=(clears,), equal=(stamp,))
 
-    def _inventory_mtime(self) -> float | None:
-        try:
-            return self._inventory_path.stat().st_mtime
-        except OSError:
-            return None
-
-    def _reload_baseline(self) -> None:
-        """Pick up a baseline accepted by another process (gpumon health accept-inventory)."""
-        mtime = self._inventory_mtime()
-        if mtime is not None and mtime != self._baseline_mtime:
+    def _reload_baseline(self, stamp: FileStamp | None) -> None:
+        """Pick up a baseline accepted by another process (gpumon health accept-inventory): the file's ``stamp``
+        is another than when this one read or wrote it last."""
+        if stamp is not None and stamp != self._baseline_stamp:
             self.baseline = self._load_baseline() or self.baseline
-            self._baseline_mtime = mtime
+            self._baseline_stamp = stamp

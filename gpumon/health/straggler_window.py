@@ -46,6 +46,8 @@ class Track:
         """(poll time, the GPU in it), oldest first."""
         self._deviations: dict[str, deque[float]] = {}
         self._below: dict[str, int] = {}
+        self._slowed = 0
+        """How many of the polls had a slowing reason active on the GPU or a peer (``reason_counts`` is all 0 without)."""
 
     @property
     def latest(self) -> Compared:
@@ -54,6 +56,7 @@ class Track:
 
     def add(self, t: float, compared: Compared) -> None:
         self.polls.append((t, compared))
+        self._slowed += _slowed(compared)
         for signal, deviation in compared.deviations.items():
             points = self._deviations.get(signal)
             if points is None:
@@ -64,6 +67,7 @@ class Track:
 
     def drop_oldest(self) -> None:
         _t, compared = self.polls.popleft()
+        self._slowed -= _slowed(compared)
         for signal in compared.deviations:
             deviation = self._deviations[signal].popleft()
             self._below[signal] -= deviation < -self._margin
@@ -99,7 +103,9 @@ class Track:
 
     def reason_counts(self, reasons: Iterable[str]) -> dict[str, tuple[int, float]]:
         """Per reason: in how many of the polls it was active on this GPU, and the sum of its peers'
-        shares over them (summed in poll order)."""
+        shares over them (summed in poll order; no pass over the polls when none had one active)."""
+        if not self._slowed:
+            return dict.fromkeys(reasons, (0, 0.0))
         out = {}
         for reason in reasons:
             on, peer_sum = 0, 0.0
@@ -108,6 +114,11 @@ class Track:
                 peer_sum += compared.peer_reason_shares[reason]
             out[reason] = (on, peer_sum)
         return out
+
+
+def _slowed(compared: Compared) -> bool:
+    """Whether a slowing reason was active on the GPU or one of its peers in this poll."""
+    return bool(compared.reasons) or any(compared.peer_reason_shares.values())
 
 
 class ComparedWindow:

@@ -33,6 +33,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from gpumon.health.straggler_window import Compared, ComparedWindow, Track
@@ -145,14 +146,26 @@ def _values(gpu: GpuSnapshot, job: tuple[ProcessSnapshot, ...] | None = None) ->
 def _median_without(ordered: Sequence[float], value: float) -> float:
     """``statistics.median`` of ``ordered`` (sorted) with one occurrence of ``value`` left out."""
     skip = bisect.bisect_left(ordered, value)
-    n = len(ordered) - 1
+    half = (len(ordered) - 1) // 2
+    upper = ordered[half] if half < skip else ordered[half + 1]
+    if (len(ordered) - 1) % 2:
+        return upper
+    lower = ordered[half - 1] if half - 1 < skip else ordered[half]
+    return (lower + upper) / 2
 
-    def at(i: int) -> float:
-        return ordered[i] if i < skip else ordered[i + 1]
 
-    if n % 2:
-        return at(n // 2)
-    return (at(n // 2 - 1) + at(n // 2)) / 2
+_NO_REASONS: frozenset[str] = frozenset()
+_NO_PEER_REASONS: Mapping[str, float] = MappingProxyType(dict.fromkeys(REASONS, 0.0))
+"""The peer shares of a group in which no GPU has a slowing reason active (the most common case): one
+mapping for all, as each GPU's would hold the same 0.0s."""
+
+
+def _active_reasons(gpu: GpuSnapshot) -> frozenset[str]:
+    """The clock-event reasons active on ``gpu`` (one empty set for all when none is)."""
+    events = gpu.clock_events_active
+    if not events or not any(events.values()):
+        return _NO_REASONS
+    return frozenset(r for r, on in events.items() if on)
 
 
 def _compare(
@@ -162,7 +175,7 @@ def _compare(
     group's processes on it, None for the host's group): sorted once per signal, so a group of n
     GPUs costs n log n, not n²."""
     values = {g.index: _values(g, None if jobs is None else jobs[g.index]) for g in gpus}
-    reasons = {g.index: frozenset(r for r, on in (g.clock_events_active or {}).items() if on) for g in gpus}
+    reasons = {g.index: _active_reasons(g) for g in gpus}
     processes = {g.index: len(g.processes or ()) for g in gpus}
     peers = len(gpus) - 1
     ordered: dict[str, list[float]] = {}
@@ -170,7 +183,8 @@ def _compare(
         column = [v[signal] for v in values.values() if signal in v]
         if len(column) == len(gpus):  # a signal counts only where every GPU of the group has it
             ordered[signal] = sorted(column)
-    reason_counts = {r: sum(r in on for on in reasons.values()) for r in REASONS}
+    quiet = not any(reasons.values())
+    reason_counts = {} if quiet else {r: sum(r in on for on in reasons.values()) for r in REASONS}
     ordered_processes = sorted(processes.values())
     out = []
     for gpu in gpus:
@@ -189,13 +203,27 @@ def _compare(
                 group=group,
                 deviations=deviations,
                 reasons=mine,
-                peer_reason_shares={r: (reason_counts[r] - (r in mine)) / peers for r in REASONS},
+                peer_reason_shares=_NO_PEER_REASONS
+                if quiet
+                else {r: (reason_counts[r] - (r in mine)) / peers for r in REASONS},
                 processes=processes[gpu.index],
                 peer_processes=_median_without(ordered_processes, processes[gpu.index]),
                 peers=peers,
             )
         )
     return out
+
+
+def _main_job(model: str, jobs: Mapping[str, tuple[ProcessSnapshot, ...]], sizes: Mapping[str, int]) -> str:
+    """Of a GPU's several jobs, the one it is compared in (``StragglerDetector._groups``)."""
+    return max(
+        sorted(jobs),
+        key=lambda j: (
+            j != HOST and sizes[f"{model}|{j}"] >= 2,
+            sizes[f"{model}|{j}"],
+            sum(p.used_memory_bytes or 0 for p in jobs[j]),
+        ),
+    )
 
 
 class StragglerDetector:
@@ -229,7 +257,12 @@ class StragglerDetector:
         """The busy GPUs by job (and model), each with the job's processes on it. A GPU in several
         jobs goes to a known job with other busy GPUs before the host's, then to the one with the
         most busy GPUs, then the most memory on it, then the key."""
-        busy = [(gpu, jobs_of(gpu)) for gpu in snapshot.gpus if self._busy(gpu)]
+        threshold = self.config.busy_utilization_ratio
+        busy = [
+            (gpu, jobs_of(gpu))
+            for gpu in snapshot.gpus
+            if gpu.up and gpu.utilization_ratio is not None and gpu.utilization_ratio >= threshold
+        ]
         sizes: dict[str, int] = {}
         for gpu, jobs in busy:
             for job in jobs:
@@ -238,21 +271,9 @@ class StragglerDetector:
         out: dict[str, list[tuple[GpuSnapshot, tuple[ProcessSnapshot, ...]]]] = {}
         for gpu, jobs in busy:
             model = gpu.name or "?"
-            job = max(
-                sorted(jobs),
-                key=lambda j: (
-                    j != HOST and sizes[f"{model}|{j}"] >= 2,
-                    sizes[f"{model}|{j}"],
-                    sum(p.used_memory_bytes or 0 for p in jobs[j]),
-                ),
-            )
+            job = next(iter(jobs)) if len(jobs) == 1 else _main_job(model, jobs, sizes)
             out.setdefault(f"{model}|{job}", []).append((gpu, jobs[job]))
         return out
-
-    def _busy(self, gpu: GpuSnapshot) -> bool:
-        return (
-            gpu.up and gpu.utilization_ratio is not None and gpu.utilization_ratio >= self.config.busy_utilization_ratio
-        )
 
     def _prune(self, now: float) -> None:
         while self._samples and self._samples[0].t < now - self.config.window_seconds:

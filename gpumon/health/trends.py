@@ -16,11 +16,11 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter, is_
 
 from gpumon.health.wording import duration
 from gpumon.model.findings import WARNING, Finding
 from gpumon.model.snapshot import GpuSnapshot, Snapshot
-from gpumon.util.reuse import same_objects
 
 
 @dataclass(frozen=True)
@@ -91,20 +91,25 @@ def counters_of(gpu: GpuSnapshot) -> Iterator[tuple[str, str, str, int]]:
         yield "xid", str(code), "", count
 
 
-def _counter_inputs(gpu: GpuSnapshot) -> tuple[object, ...]:
-    """What ``counters_of`` reads, compared by identity: a snapshot carries the slow tier's objects from one
-    slow read to the next and the XID tracker's until an event, so the same objects mean the same counters.
-    (Pruning a series' old points waits for its next change; no increase depends on it.)"""
-    return (
-        gpu.index,
-        gpu.ecc_errors_total,
-        gpu.remapped_rows,
-        gpu.retired_pages,
-        gpu.pcie_replays_total,
-        gpu.nvlink_errors_total,
-        gpu.xid_errors_total,
-        gpu.xid_last_timestamp_seconds,
-    )
+_counter_inputs: Callable[[GpuSnapshot], tuple[object, ...]] = attrgetter(
+    "index",
+    "ecc_errors_total",
+    "remapped_rows",
+    "retired_pages",
+    "pcie_replays_total",
+    "nvlink_errors_total",
+    "xid_errors_total",
+    "xid_last_timestamp_seconds",
+)
+"""What ``counters_of`` reads of a GPU, compared by identity (``_same``): a snapshot carries the slow tier's
+objects from one slow read to the next and the XID tracker's until an event, so the same objects mean the same
+counters. (Pruning a series' old points waits for its next change; no increase depends on it.)"""
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    """Whether ``a`` and ``b`` (of ``_counter_inputs``) hold the very same objects (gpumon.util.reuse.same_objects,
+    compared in C)."""
+    return all(map(is_, a, b))
 
 
 @dataclass(frozen=True)
@@ -172,6 +177,8 @@ class TrendTracker:
         self._cached: tuple[int, float, float, list[Increase]] | None = None
         self._last_inputs: dict[str, tuple[object, ...]] = {}
         """uuid -> what ``counters_of`` read of the GPU last time (``_counter_inputs``)."""
+        self._found: tuple[list[Increase], list[Finding]] | None = None
+        """The findings of the very increases kept in ``_cached`` (worked out again only when those are)."""
 
     def observe(self, snapshot: Snapshot) -> None:
         if not self.config.enabled or not snapshot.nvml_up:
@@ -182,7 +189,7 @@ class TrendTracker:
                 continue
             inputs = _counter_inputs(gpu)
             last = self._last_inputs.get(gpu.uuid)
-            if last is not None and same_objects(last, inputs):
+            if last is not None and _same(last, inputs):
                 continue  # the very counters of the last snapshot: nothing to add (most polls)
             self._last_inputs[gpu.uuid] = inputs
             for counter, label, link, raw in counters_of(gpu):
@@ -215,9 +222,13 @@ class TrendTracker:
     def increases(self, now: float) -> list[Increase]:
         """Each series' increase within its window at ``now``; computed again only when a series
         changed or ``now`` moved a point in or out of a window (scrapes ask every few seconds)."""
+        return list(self._increases(now))
+
+    def _increases(self, now: float) -> list[Increase]:
+        """``increases(now)``: the very list kept while no series changed and ``now`` stays within the span it holds."""
         cached = self._cached
         if cached is not None and cached[0] == self._generation and cached[1] <= now < cached[2]:
-            return list(cached[3])
+            return cached[3]
         out: list[Increase] = []
         lo, hi = -math.inf, math.inf
         for (uuid, counter, label, link), (index, series) in sorted(
@@ -241,11 +252,20 @@ class TrendTracker:
             else:
                 out.append(Increase(index, uuid, counter, label, increase, rule.window_seconds, by_link))
         self._cached = (self._generation, lo, hi, out)
-        return list(out)
+        return out
 
     def findings(self, now: float) -> list[Finding]:
+        """A WARNING ``<counter>_trend`` finding per counter that rose by more than its rule allows within its
+        window; worked out again only when the increases are (the alert tick asks every 5 s, scrapes too)."""
+        increases = self._increases(now)
+        kept = self._found
+        if kept is None or kept[0] is not increases:
+            kept = self._found = (increases, self._findings(increases))
+        return list(kept[1])
+
+    def _findings(self, increases: list[Increase]) -> list[Finding]:
         found = []
-        for inc in self.increases(now):
+        for inc in increases:
             rule = self.config.rules[inc.counter]
             if inc.increase <= rule.max_increase:
                 continue

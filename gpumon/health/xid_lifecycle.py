@@ -82,6 +82,11 @@ class XidLifecycle:
         self.clears_applied: list[dict[str, Any]] = []
         self._last_up: dict[str, bool] = {}
         self._energy: dict[str, float] = {}
+        self._longest_seconds = max(  # the longest window a recent XID counts in (transient, defer, escalations)
+            [self.policy.transient_window_seconds, self.policy.defer_window_seconds]
+            + [e.window_seconds for e in self.policy.escalations.values()]
+            + [i.escalate.window_seconds for i in self.catalog.entries.values() if i.escalate]
+        )
         self.changed = False
         self.urgent = False
         """Something the findings show changed since the last save (a fault opened or its action rose, a GPU's
@@ -265,13 +270,13 @@ class XidLifecycle:
             key = str(g.index)
             was_up = self._last_up.get(key)
             self._last_up[key] = g.up
-            if g.up and was_up is False:
+            if g.up and was_up is False and self.faults:  # no open fault: nothing to resolve (most polls)
                 self._resolve(
                     lambda f, i=g.index: f["gpu"] == i and f["lifecycle"] == "needs_reset",
                     "GPU reset (it was lost and came back)",
                 )
-            energy = g.energy_joules_total
-            if g.up and energy is not None:
+            energy = g.energy_joules_total if g.up else None
+            if energy is not None and self.faults:
                 self._resolve(
                     lambda f, i=g.index, e=energy: (
                         f["gpu"] == i
@@ -281,6 +286,7 @@ class XidLifecycle:
                     ),
                     "GPU reset or driver reload (its energy counter restarted)",
                 )
+            if energy is not None:
                 self._energy[key] = energy
 
     def apply_clears(self, clears: Sequence[Clear]) -> None:
@@ -300,7 +306,9 @@ class XidLifecycle:
 
     # ---- outputs -----------------------------------------------------------
     def findings(self, now_seconds: float) -> list[Finding]:
-        """Open faults (CRITICAL) and recent non-fatal XIDs (WARNING)."""
+        """Open faults (CRITICAL) and recent non-fatal XIDs (WARNING); none without either (most reports)."""
+        if not self.faults and not self.recent.entries:
+            return []
         self._prune(now_seconds)
         out: list[Finding] = []
         for f in self.faults:
@@ -386,12 +394,7 @@ class XidLifecycle:
         del self.resolved[:-_MAX_RESOLVED]
 
     def _prune(self, now_seconds: float) -> None:
-        longest = max(
-            [self.policy.transient_window_seconds, self.policy.defer_window_seconds]
-            + [e.window_seconds for e in self.policy.escalations.values()]
-            + [i.escalate.window_seconds for i in self.catalog.entries.values() if i.escalate]
-        )
-        kept = [e for e in self.recent if now_seconds - e["ts"] <= longest][-_MAX_HISTORY * 10 :]
+        kept = [e for e in self.recent if now_seconds - e["ts"] <= self._longest_seconds][-_MAX_HISTORY * 10 :]
         if len(kept) != len(self.recent.entries):
             self.recent.replace(kept)
             self.changed = True

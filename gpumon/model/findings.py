@@ -207,12 +207,15 @@ def verdict(
         )
     )
     known = dict(gpus)
+    by_gpu: dict[int, list[Finding]] = {}  # each GPU's findings, in the verdict's order (one pass, not one a GPU)
     for f in ordered:
-        if f.gpu is not None and f.gpu not in known:
-            known[f.gpu] = f.uuid
+        if f.gpu is not None:
+            by_gpu.setdefault(f.gpu, []).append(f)
+            if f.gpu not in known:
+                known[f.gpu] = f.uuid
     rows = []
     for index in sorted(known):
-        mine = [f for f in ordered if f.gpu == index]
+        mine = by_gpu.get(index, [])
         rows.append(
             GpuHealth(
                 index=index,
