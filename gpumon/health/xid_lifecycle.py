@@ -37,10 +37,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon.health.clears import Clear
-from gpumon.health.wording import duration, short_meaning
+from gpumon.health.wording import short_meaning
+from gpumon.health.xid_fault_finding import fault_finding
 from gpumon.health.xid_recent import PER_CODE, RecentXids, events_of
 from gpumon.health.xid_state_checks import entries, finite_number, valid_clear, valid_fault, valid_recent
-from gpumon.model.findings import ACTIONS, CRITICAL, LIFECYCLE_OF_ACTION, WARNING, Finding, ladder_action
+from gpumon.model.findings import ACTIONS, LIFECYCLE_OF_ACTION, WARNING, Finding, ladder_action
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
 from gpumon.model.xid74 import Xid74, decode_xid74
@@ -296,13 +297,37 @@ class XidLifecycle:
             if (clear.gpu, clear.at_seconds) in done:
                 continue
             self.clears_applied.append(clear.to_json())
+            cleared = [f for f in self.faults if f["gpu"] == clear.gpu and f["first_seconds"] <= clear.at_seconds]
             self._resolve(
                 lambda f, c=clear: f["gpu"] == c.gpu and f["first_seconds"] <= c.at_seconds,
                 f"cleared by operator{' ' + clear.user if clear.user else ''}: {clear.reason}",
                 at=clear.at_seconds,
             )
             self.recent.replace([e for e in self.recent if not (e["gpu"] == clear.gpu and e["ts"] <= clear.at_seconds)])
+            for fault in cleared:
+                self._reopen_after(fault, clear.at_seconds)
             self.changed = self.urgent = True
+
+    def _reopen_after(self, fault: dict[str, Any], clear_seconds: float) -> None:
+        """A cleared fault whose XID came again after the clear (recorded before the clear was read: the
+        daemon reads clears at its next report) is a fault again, made of those XIDs alone: they are counted
+        anew, escalation included, as if the clear had been read before they came."""
+        if fault.get("last_seconds", fault["first_seconds"]) <= clear_seconds:
+            return
+        info = self.catalog.lookup(fault["xid"])
+        again = sorted(
+            (e for e in self.recent if e["gpu"] == fault["gpu"] and e["xid"] == fault["xid"] and not e["deferred"]),
+            key=lambda e: float(e["ts"]),
+        )
+        for e in again:
+            e.pop("resolved", None)  # shown again, as the open fault's
+            event = XidEvent(e["xid"], e["ts"], str(fault.get("source", "nvml")), e["gpu"], e.get("uuid"))
+            self._count_fault(event, e["gpu"], info)
+        for reopened in self.faults:
+            if reopened["gpu"] == fault["gpu"] and reopened["xid"] == fault["xid"]:
+                reopened["count"] = sum(events_of(e) for e in again)
+                if "nvlink" in fault:  # XID 74's decoded registers are the fault's, not the catalog's
+                    reopened.setdefault("nvlink", fault["nvlink"])
 
     # ---- outputs -----------------------------------------------------------
     def findings(self, now_seconds: float) -> list[Finding]:
@@ -310,35 +335,7 @@ class XidLifecycle:
         if not self.faults and not self.recent.entries:
             return []
         self._prune(now_seconds)
-        out: list[Finding] = []
-        for f in self.faults:
-            summary = f"xid {f['xid']} {f['meaning']}"
-            if isinstance(f.get("nvlink"), dict):
-                summary += f" ({str(f['nvlink'].get('class', '')).replace('_', ' ')}, link {f['nvlink'].get('link')})"
-            if f.get("escalated"):
-                esc = f["escalated"]
-                summary += f" ({esc['count']} in {duration(esc['window_seconds'], style='spelled')})"
-            out.append(
-                Finding(
-                    kind="xid",
-                    severity=CRITICAL,
-                    action=f["action"],
-                    summary=summary,
-                    gpu=f["gpu"],
-                    uuid=f.get("uuid"),
-                    evidence={
-                        "xid": f["xid"],
-                        "lifecycle": f["lifecycle"],
-                        "count": f["count"],
-                        "first_seconds": f["first_seconds"],
-                        "last_seconds": f.get("last_seconds"),
-                        "followed_by": f.get("followed_by", []),
-                        "source": f.get("source"),
-                        **({"nvlink": f["nvlink"]} if f.get("nvlink") else {}),
-                        **({"escalated": f["escalated"]} if f.get("escalated") else {}),
-                    },
-                )
-            )
+        out: list[Finding] = [fault_finding(f) for f in self.faults]
         faulted = {(f["gpu"], f["xid"]) for f in self.faults}
         transient: dict[tuple[int, int], list[dict[str, Any]]] = {}
         for e in self.recent:

@@ -141,6 +141,37 @@ def test_operator_clear_resolves_and_the_old_events_do_not_come_back(life: XidLi
     assert states(life, T0 + 121)[0][0] == CRITICAL
 
 
+def test_an_xid_that_comes_after_a_clear_the_daemon_has_not_read_yet_is_a_fault_again(life: XidLifecycle) -> None:
+    """The daemon reads clears when it next reports (up to 5 s later): an XID that came between the
+    clear and that report is after the clear, so it is not cleared with the fault it repeats."""
+    life.record(xid(79, T0))
+    life.record(xid(79, T0 + 120))  # after the clear below, recorded before the clear was read
+    life.apply_clears([Clear(gpu=0, reason="reseated", at_seconds=T0 + 60, user="ops")])
+    assert life.resolved[-1]["resolved_by"] == "cleared by operator ops: reseated"
+    found = life.findings(T0 + 121)
+    assert [(f.severity, f.summary) for f in found] == [(CRITICAL, "xid 79 fallen off the bus")]
+    assert found[0].evidence["count"] == 1  # the one after the clear
+
+
+def test_a_service_reading_a_clear_late_gives_the_verdict_of_one_that_read_it_at_once(tmp_path: Path) -> None:
+    config = HealthConfig(boot_id_path=tmp_path / "boot_id", sysfs_root=tmp_path / "nosys")
+    verdicts = []
+    for read_between in (True, False):
+        state = tmp_path / str(read_between)
+        state.mkdir()
+        now = [T0]
+        service = HealthService(state, XidCatalog.load(), config, clock=lambda now=now: now[0])
+        service.on_snapshot(snap())
+        service.on_xid(xid(79, T0 + 1))
+        add_clear(state, Clear(gpu=0, reason="fixed", at_seconds=T0 + 2, user="ops"))
+        if read_between:
+            service.report()
+        service.on_xid(xid(79, T0 + 3))
+        now[0] = T0 + 4
+        verdicts.append(service.report().status)
+    assert verdicts == [CRITICAL, CRITICAL]
+
+
 def test_the_state_survives_a_restart_and_clears_from_the_command_line(tmp_path: Path) -> None:
     boot = tmp_path / "boot_id"
     boot.write_text("boot-1\n")
