@@ -195,9 +195,9 @@ class AlertService:
                 now = self._now()
                 revision = self._engine_revision()
                 self._burn = self._read_burn()
-                if self._steady is not None:  # taken a moment ago: its age counts on the steady clock
-                    snapshot = dataclasses.replace(snapshot, timestamp_seconds=now)
-                self._engine.evaluate(snapshot, now, self._burn)
+                # taken a moment ago: with a steady clock its age counts from now, on that clock
+                taken_at = now if self._steady is not None else None
+                self._engine.evaluate(snapshot, now, self._burn, taken_at)
                 if self._deliver(now) or self._engine_revision() != revision:
                     self._mark_dirty()
         except Exception:
