@@ -115,6 +115,23 @@ def test_each_rule_kind_names_the_fields_it_reads() -> None:
         assert input_fields(Rule(name="R", field=name))[1:] == inputs
 
 
+def test_a_firing_alerts_text_follows_its_value_and_it_is_announced_once() -> None:
+    from gpumon.alerts.delivery import deliver
+    from gpumon.alerts.notification import Notification
+
+    e = engine({**HOT, "for": "0s", "annotations": {"summary": "GPU {{ gpu }} at {{ value }} °C"}})
+    delivered: dict[str, Notification] = {}
+    seen = []
+    for second, celsius in enumerate([90.0, 91.0, 91.0, 92.0, 92.0]):
+        e.evaluate(snap(T0 + second, gpu(0, temperature_celsius=celsius)), T0 + second)
+        assert deliver(e.notifiable(), delivered, [], T0 + second, "", float) == (second == 0), "queued once"
+        [(fp, notification)] = delivered.items()
+        [alert] = e.alerts()
+        assert fp == alert.fingerprint and notification.annotations == alert.annotations
+        seen.append(notification.annotations["summary"])
+    assert seen == [f"GPU 0 at {c} °C" for c in (90, 91, 91, 92, 92)]
+
+
 # ---- the property: passing over quiet GPUs gives exactly the alerts of observing every GPU ----------------
 
 PROCESSES = st.sampled_from(
@@ -193,6 +210,7 @@ def test_passing_over_quiet_gpus_gives_the_alerts_of_observing_every_gpu(
 ) -> None:
     """Every kind of per-GPU rule and the host rules at once, against the same rules observing every GPU."""
     fast, plain = engine(*RULES), engine(*RULES, pass_over_quiet=False)
+    rules = fast.rules
     now = T0
     for n, (step, age, snapshot) in enumerate(sequence):
         now += step
@@ -200,10 +218,14 @@ def test_passing_over_quiet_gpus_gives_the_alerts_of_observing_every_gpu(
             moved = [{**r, "threshold": r["threshold"] + 1} if type(r.get("threshold")) is int else r for r in RULES]
             new = alerting({"builtin_rules": False, "rules": moved}).all_rules()
             assert fast.set_rules(new, now) == plain.set_rules(new, now)
+            rules = fast.rules
         taken = dataclasses.replace(snapshot, timestamp_seconds=now - age, monotonic_seconds=now - age)
         assert fast.evaluate(taken, now) == plain.evaluate(taken, now), f"poll {n}"
         assert fast.alerts() == plain.alerts()
         assert fast.export_state() == plain.export_state()
         assert fast.revision == plain.revision
+        fresh = AlertEngine(rules, host="node1", started_at=T0)  # its alerts made anew from the saved states
+        fresh.restore_state(fast.export_state())
+        assert fast.alerts() == fresh.alerts()
         if n % 3 == 2:
             assert fast.tick(now + 0.5) == plain.tick(now + 0.5)
