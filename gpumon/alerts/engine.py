@@ -126,6 +126,16 @@ class AlertEngine:
             return []  # fresh, no alert of the rule open: likewise
         return observer.observe(rule, snapshot, now, active)
 
+    @property
+    def has_open_alerts(self) -> bool:
+        """Whether any alert is pending or firing: the only ones a burn can hold back."""
+        return bool(self._active)
+
+    def hold_back(self, burn: BurnHoldBack | None) -> None:
+        """Take ``burn`` as the running burn now: each open alert held back or not as it covers its GPU."""
+        self._burn = burn
+        self._update_held_back()
+
     def tick(self, now: float, burn: BurnHoldBack | None = None) -> list[AlertChange]:
         """Timer work between polls: the stale-snapshot rules and XID expiry.
 
