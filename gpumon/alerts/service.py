@@ -198,8 +198,10 @@ class AlertService:
                 taken_at = now if self._steady is not None else None
                 self._engine.evaluate(snapshot, now, self._burn, taken_at)
                 if self._engine.has_open_alerts:  # a burn holds back only open alerts: its marker read (a stat) then
-                    self._burn = self._read_burn()
-                    self._engine.hold_back(self._burn)
+                    burn = self._read_burn()
+                    if burn != self._burn:
+                        self._burn = burn
+                        self._engine.hold_back(burn)
                 if self._deliver(now) or self._engine_revision() != revision:
                     self._mark_dirty()
         except Exception:
