@@ -79,6 +79,14 @@ def test_poll_parts_benchmark_reports_each_part_against_another_checkout() -> No
     assert "ratio" in out
 
 
+def test_alert_rules_benchmark_fires_the_alerts_it_times_against_another_checkout() -> None:
+    this_checkout = str(Path(__file__).resolve().parent.parent)
+    out = _quick("bench_alert_rules.py", "--gpus", "2", "--reference", this_checkout)
+    [fired] = [line.split()[-1] for line in out.splitlines() if "firing GpuMemoryHigh: alerts firing" in line]
+    assert float(fired) >= 2, out
+    assert "simulation" in out and "ratio" in out
+
+
 def test_memory_benchmark_sums_the_daemon_and_its_reference_by_what_they_hold() -> None:
     import subprocess
 

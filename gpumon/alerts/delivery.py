@@ -32,15 +32,19 @@ def deliver(
     queued = False
     generator = external_url.rstrip("/") + "/api/alerts" if external_url else ""
     for fp, alert in current.items():
+        starts_at = to_wall(alert.starts_at if alert.starts_at is not None else now)
+        old = delivered.get(fp)
+        if old is not None and _same(old, alert, starts_at, generator):
+            continue  # announced, and as it is: most firing alerts, most polls
         notification = Notification(
             fingerprint=fp,
             status="firing",
             labels=alert.labels,
             annotations=alert.annotations,
-            starts_at=to_wall(alert.starts_at if alert.starts_at is not None else now),
+            starts_at=starts_at,
             generator_url=generator,
         )
-        if fp not in delivered:
+        if old is None:
             _enqueue_all(receivers, notification, now)
             queued = True
         delivered[fp] = notification
@@ -65,6 +69,18 @@ def resend(
                 receiver.enqueue(notification, now)
                 queued = True
     return queued
+
+
+def _same(announced: Notification, alert: Alert, starts_at: float, generator: str) -> bool:
+    """Whether ``announced`` is what announcing the firing ``alert`` now gives (``deliver``)."""
+    return (
+        announced.status == "firing"
+        and announced.ends_at is None
+        and announced.starts_at == starts_at
+        and announced.generator_url == generator
+        and announced.labels == alert.labels
+        and announced.annotations == alert.annotations
+    )
 
 
 def _enqueue_all(receivers: Iterable[Receiver], notification: Notification, now: float) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 from gpumon.alerts.alert import Alert, AlertChange, AlertCount, Target
 from gpumon.alerts.alert_state import AlertState, severity_of, state_from_json, state_json, to_alert
 from gpumon.alerts.observation import Observation, finding_observations, xid_matches
+from gpumon.alerts.quiet_gpus import PER_GPU_KINDS, QuietGpus
 from gpumon.alerts.rule_config import normalize_action
 from gpumon.alerts.rules import Rule
 from gpumon.alerts.snapshot_observer import SnapshotObserver
@@ -42,7 +43,11 @@ class AlertEngine:
         host_label: str = "host",
         xid_action: Callable[[int], str] = lambda code: "unknown",
         started_at: float = 0.0,
+        pass_over_quiet: bool = True,
     ) -> None:
+        """``pass_over_quiet``: a rule passes over the GPUs where it observed nothing last time and reads
+        the same values now (``quiet_gpus``), and the host rules over a snapshot with nothing to start,
+        keep or resolve; False: every rule observes every GPU at every snapshot (what the first must equal)."""
         self._rules: dict[str, Rule] = {}
         self.host = host
         self.host_label = host_label
@@ -50,6 +55,7 @@ class AlertEngine:
         self._active: dict[tuple[str, Target], AlertState] = {}
         self._observer = SnapshotObserver(started_at)
         """What the snapshot rules see, and what it remembers of the GPUs (ECC baselines, links seen up)."""
+        self._quiet = QuietGpus() if pass_over_quiet else None
         self._burn: BurnHoldBack | None = None
         self._revision = 0
         """Bumped whenever an alert state changes (the observer counts its own memory's changes)."""
@@ -69,6 +75,8 @@ class AlertEngine:
         """Replace the rules (SIGHUP). Alerts of rules that still exist keep their state;
         those of removed rules resolve (firing) or vanish (pending)."""
         old, self._rules = self._rules, {r.name: r for r in rules}
+        if self._quiet is not None:
+            self._quiet.set_rules(self._rules.values())
         changes: list[AlertChange] = []
         for key, st in list(self._active.items()):
             if st.rule not in self._rules:
@@ -77,21 +85,56 @@ class AlertEngine:
         return changes
 
     # ---- evaluation ------------------------------------------------------
-    def evaluate(self, snapshot: Snapshot, now: float, burn: BurnHoldBack | None = None) -> list[AlertChange]:
-        """Apply every snapshot rule to ``snapshot`` at time ``now``; expire XID alerts."""
-        self._observer.last_snapshot_at = snapshot.timestamp_seconds
+    def evaluate(
+        self, snapshot: Snapshot, now: float, burn: BurnHoldBack | None = None, taken_at: float | None = None
+    ) -> list[AlertChange]:
+        """Apply every snapshot rule to ``snapshot`` at time ``now``; expire XID alerts. ``taken_at``: when
+        the snapshot was taken on the engine's clock (None: its ``timestamp_seconds``), what its age counts from."""
+        self._observer.last_snapshot_at = snapshot.timestamp_seconds if taken_at is None else taken_at
         self._burn = burn
         changes: list[AlertChange] = []
         open_rules = {st.rule for st in self._active.values()}
+        quiet = self._quiet.begin(snapshot.gpus) if self._quiet is not None else set()
         for rule in self._rules.values():
             if rule.kind in ("xid", "finding"):
                 continue
-            observations = self._observer.observe(rule, snapshot, now, self._active)
-            if observations or rule.name in open_rules:  # else nothing to start, keep or resolve (most polls)
+            is_open = rule.name in open_rules
+            if rule.name in quiet:
+                observations = []  # observed nothing last time, reads the same values now: most rules, most polls
+            elif self._quiet is None:
+                observations = self._observer.observe(rule, snapshot, now, self._active)
+            else:
+                observations = self._observe_changed(rule, snapshot, now, is_open)
+            if observations or is_open:  # else nothing to start, keep or resolve (most polls)
                 changes.extend(self._apply(rule, observations, now))
         changes.extend(self._expire_xids(now))
         self._update_held_back()
         return changes
+
+    def _observe_changed(self, rule: Rule, snapshot: Snapshot, now: float, is_open: bool) -> list[Observation]:
+        """What ``rule`` observes of ``snapshot`` that can start, keep or resolve an alert (``is_open``: one of
+        the rule's is pending or firing): the same alerts as observing everything (``observe``)."""
+        assert self._quiet is not None
+        observer, active = self._observer, self._active
+        if rule.kind in PER_GPU_KINDS:
+            return self._quiet.observe(rule, lambda gpu: observer.observe_gpu(rule, gpu, active, is_open))
+        if is_open:
+            return observer.observe(rule, snapshot, now, active)
+        if rule.kind == "nvml_down" and snapshot.nvml_up:
+            return []  # NVML up, no alert of the rule open: the observation would start nothing
+        if rule.kind == "stale_snapshot" and not (rule.threshold is not None and observer.age(now) > rule.threshold):
+            return []  # fresh, no alert of the rule open: likewise
+        return observer.observe(rule, snapshot, now, active)
+
+    @property
+    def has_open_alerts(self) -> bool:
+        """Whether any alert is pending or firing: the only ones a burn can hold back."""
+        return bool(self._active)
+
+    def hold_back(self, burn: BurnHoldBack | None) -> None:
+        """Take ``burn`` as the running burn now: each open alert held back or not as it covers its GPU."""
+        self._burn = burn
+        self._update_held_back()
 
     def tick(self, now: float, burn: BurnHoldBack | None = None) -> list[AlertChange]:
         """Timer work between polls: the stale-snapshot rules and XID expiry.
@@ -208,6 +251,8 @@ class AlertEngine:
                 restored[(st.rule, st.target)] = st
         self._observer.restore_state(data)
         self._active.update(restored)
+        if self._quiet is not None:
+            self._quiet.forget()
         return dropped
 
     # ---- internals ---------------------------------------------------------

@@ -117,6 +117,13 @@ DERIVED_FIELDS: Mapping[str, Callable[[GpuSnapshot], float | None]] = {
 }
 """Fields computed from others: memory_used_ratio = used / total (0-1); temperature_slowdown_margin_celsius =
 slowdown threshold - temperature (°C); process_count; process_memory_bytes (sum over compute processes)."""
+DERIVED_FIELD_INPUTS: Mapping[str, tuple[str, ...]] = {
+    "memory_used_ratio": ("memory_used_bytes", "memory_total_bytes"),
+    "temperature_slowdown_margin_celsius": ("temperature_celsius", "temperature_slowdown_threshold_celsius"),
+    "process_count": ("processes",),
+    "process_memory_bytes": ("processes",),
+}
+"""The GpuSnapshot fields each derived field is computed from (and nothing else)."""
 
 _MAPPING_FIELDS = frozenset(f.name for f in dataclasses.fields(GpuSnapshot) if f.metadata.get("mapping"))
 _NESTED_MAPPING_FIELDS = frozenset({"nvlink_errors_total"})
@@ -223,14 +230,15 @@ def field_reader(name: str) -> Callable[[GpuSnapshot], float | None]:
         value: object = gpu.__dict__.get(name)  # a plain field: most rules
         if value is None:
             if derived is not None:
-                return derived(gpu)
-            if not dot:
+                value = derived(gpu)  # NaN or infinite from a NaN or infinite input: unknown, as a plain field's
+            elif not dot:
                 return None
-            value = getattr(gpu, base, None)
-            for key in keys:
-                if type(value) is not dict and not isinstance(value, Mapping):  # a dict: no ABC check
-                    return None
-                value = value.get(key)
+            else:
+                value = getattr(gpu, base, None)
+                for key in keys:
+                    if type(value) is not dict and not isinstance(value, Mapping):  # a dict: no ABC check
+                        return None
+                    value = value.get(key)
         if isinstance(value, bool):
             return 1.0 if value else 0.0
         if isinstance(value, (int, float)) and math.isfinite(value):

@@ -194,10 +194,14 @@ class AlertService:
             with self._lock:
                 now = self._now()
                 revision = self._engine_revision()
-                self._burn = self._read_burn()
-                if self._steady is not None:  # taken a moment ago: its age counts on the steady clock
-                    snapshot = dataclasses.replace(snapshot, timestamp_seconds=now)
-                self._engine.evaluate(snapshot, now, self._burn)
+                # taken a moment ago: with a steady clock its age counts from now, on that clock
+                taken_at = now if self._steady is not None else None
+                self._engine.evaluate(snapshot, now, self._burn, taken_at)
+                if self._engine.has_open_alerts:  # a burn holds back only open alerts: its marker read (a stat) then
+                    burn = self._read_burn()
+                    if burn != self._burn:
+                        self._burn = burn
+                        self._engine.hold_back(burn)
                 if self._deliver(now) or self._engine_revision() != revision:
                     self._mark_dirty()
         except Exception:
@@ -213,6 +217,8 @@ class AlertService:
                         event, timestamp_seconds=self._steady.from_wall(event.timestamp_seconds)
                     )
                 if self._engine.on_xid(event, now):
+                    self._burn = self._read_burn()  # the marker as it is now (no poll may have read it)
+                    self._engine.hold_back(self._burn)
                     self._deliver(now)
                     self._mark_dirty()
         except Exception:
@@ -320,6 +326,8 @@ class AlertService:
 
     def _deliver(self, now: float) -> bool:
         """Announce newly firing alerts and withdraw those no longer firing; True when anything was queued."""
+        if not self._delivered and not self._engine.has_open_alerts:
+            return False  # nothing announced, nothing to announce: most polls of a healthy host
         return deliver(
             self._engine.notifiable(),
             self._delivered,

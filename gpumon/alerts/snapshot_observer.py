@@ -66,53 +66,65 @@ class SnapshotObserver:
 
     # ---- observations per rule kind -------------------------------------------
     def observe(self, rule: Rule, snapshot: Snapshot, now: float, active: Active) -> list[Observation]:
-        """What snapshot ``rule`` sees in ``snapshot`` at ``now`` (seconds)."""
+        """What snapshot ``rule`` sees in ``snapshot`` at ``now`` (seconds), every GPU observed."""
         if rule.kind == "nvml_down":
-            return [
-                Observation((), None, not snapshot.nvml_up, not snapshot.nvml_up, {"detail": snapshot.nvml_error or ""})
-            ]
+            return [self.nvml(snapshot)]
         if rule.kind == "stale_snapshot":
             return [self.stale(rule, now)]
+        watching = any(key[0] == rule.name for key in active)
         out: list[Observation] = []
-        if rule.kind == "threshold":
-            assert rule.field is not None and rule.op is not None and rule.threshold is not None
-            watching = any(key[0] == rule.name for key in active)
-            read, compare, up_rule = self._reader(rule.field), OPS[rule.op], rule.field == "up"
-            for gpu in snapshot.gpus:
-                if not (gpu.up or up_rule) or (value := read(gpu)) is None:
-                    continue  # a lost GPU (but for the ``up`` rule) or an unknown value: nothing observed
-                fire = compare(value, rule.threshold)
-                if fire or watching:  # most polls: nothing to keep or resolve, so only a crossing GPU is observed
-                    out.extend(self._threshold(rule, gpu, value, fire, active))
-            return out
         for gpu in snapshot.gpus:
-            if rule.kind == "ecc_uncorrectable":
-                out.extend(self._ecc(rule, gpu, active))
-            elif rule.kind == "nvlink_down":
-                out.extend(self._nvlink(rule, gpu, active))
-            elif rule.kind == "pcie_degraded":
-                out.extend(self._pcie(rule, gpu, active))
-            elif rule.kind == "idle_with_memory":
-                out.extend(self._idle(rule, gpu, active))
+            out.extend(self.observe_gpu(rule, gpu, active, watching))
         return out
+
+    def observe_gpu(self, rule: Rule, gpu: GpuSnapshot, active: Active, watching: bool) -> list[Observation]:
+        """What per-GPU ``rule`` sees on ``gpu`` (``watching``: an alert of the rule is open on some GPU).
+        Most polls nothing crosses and no alert is open: an empty list."""
+        kind = rule.kind
+        if kind == "threshold":
+            return self._threshold(rule, gpu, active, watching)
+        if kind == "ecc_uncorrectable":
+            return self._ecc(rule, gpu, active)
+        if kind == "nvlink_down":
+            return self._nvlink(rule, gpu, active, watching)
+        if kind == "pcie_degraded":
+            return self._pcie(rule, gpu, active)
+        if kind == "idle_with_memory":
+            return self._idle(rule, gpu, active)
+        return []
+
+    def nvml(self, snapshot: Snapshot) -> Observation:
+        """The nvml_down rules' observation of ``snapshot``: fires while NVML cannot be used."""
+        down = not snapshot.nvml_up
+        return Observation((), None, down, down, {"detail": snapshot.nvml_error or ""})
+
+    def age(self, now: float) -> float:
+        """Seconds since the last snapshot (since gpumon started, before the first) at ``now``."""
+        last = self.last_snapshot_at if self.last_snapshot_at is not None else self._started_at
+        return max(0.0, now - last)
 
     def stale(self, rule: Rule, now: float) -> Observation:
         """The stale-snapshot ``rule``'s observation at ``now``: the last snapshot's age in seconds."""
-        last = self.last_snapshot_at if self.last_snapshot_at is not None else self._started_at
-        age = max(0.0, now - last)
+        age = self.age(now)
         stale = rule.threshold is not None and age > rule.threshold
         detail = f"last snapshot {format_value(round(age, 1))} s ago" if self.last_snapshot_at else "no snapshot yet"
         return Observation((), round(age, 1), stale, stale, {"detail": detail})
 
-    def _threshold(self, rule: Rule, gpu: GpuSnapshot, value: float, fire: bool, active: Active) -> list[Observation]:
-        """``gpu``'s observation for threshold ``rule``, its field read as ``value`` (``fire``: it crosses)."""
+    def _threshold(self, rule: Rule, gpu: GpuSnapshot, active: Active, watching: bool) -> list[Observation]:
+        """``gpu``'s observation for threshold ``rule``: its field compared with the threshold."""
+        assert rule.field is not None and rule.op is not None and rule.threshold is not None
+        up_rule = rule.field == "up"
+        if not (gpu.up or up_rule) or (value := self._reader(rule.field)(gpu)) is None:
+            return []  # a lost GPU (but for the ``up`` rule) or an unknown value: nothing observed
+        fire = OPS[rule.op](value, rule.threshold)
+        if not (fire or watching):
+            return []  # most polls: nothing to keep or resolve, so only a crossing GPU is observed
         target = gpu_target(gpu)
         if not fire and (rule.name, target) not in active:
             return []  # nothing to start and nothing to keep or resolve
-        assert rule.op is not None
         keep = OPS[rule.op](value, rule.clear_threshold) if rule.clear_threshold is not None else fire
         context = gpu_context(gpu)
-        if rule.field == "up" and not gpu.up:
+        if up_rule and not gpu.up:
             context["detail"] = gpu.lost_reason or "GPU is lost"
         else:
             context["detail"] = f"{rule.field} = {format_value(value, rule.field)}"
@@ -144,12 +156,12 @@ class SnapshotObserver:
         context = {**gpu_context(gpu), "detail": detail}
         return [Observation(target, float(max(volatile or 0, grown)), fire, fire, context)]
 
-    def _nvlink(self, rule: Rule, gpu: GpuSnapshot, active: Active) -> list[Observation]:
+    def _nvlink(self, rule: Rule, gpu: GpuSnapshot, active: Active, watching: bool) -> list[Observation]:
         links = gpu.nvlink_up
         if not gpu.up or links is None:
             return []
         seen = self.links_seen_up.setdefault(gpu.uuid, set())
-        if all(links.values()) and seen.issuperset(links) and not any(k[0] == rule.name for k in active):
+        if all(links.values()) and seen.issuperset(links) and not watching:
             return []  # every link up and known, no alert to resolve (the usual case, every poll)
         out = []
         for link, up in sorted(links.items(), key=lambda kv: (len(kv[0]), kv[0])):

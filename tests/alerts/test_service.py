@@ -193,6 +193,23 @@ def test_burn_marker_holds_back_alerts_of_its_gpus(
     assert gpu0["startsAt"] == "2027-01-15T08:00:00.000Z", "it fired when the GPU got hot, not when the burn ended"
 
 
+def test_a_burn_started_while_no_alert_was_open_holds_back_the_next_poll_s_alert(
+    receiver: TestReceiver, tmp_path: Path, services: list[AlertService]
+) -> None:
+    """The marker is read when an alert is open to hold back: a burn that began between two quiet polls
+    holds back the alert that opens at the next one, as one read at every poll would."""
+    clock = FakeClock(T0)
+    service = make(services, config(alertmanagers=[receiver.url]), tmp_path, clock=clock, tick_seconds=3600)
+    for _ in range(3):
+        service.on_snapshot(snap(clock.now, gpu(0, temperature_celsius=50), gpu(1, temperature_celsius=50)))
+        clock.advance(1)
+    write_marker(tmp_path, os.getpid(), [0], [UUID0])
+    service.on_snapshot(snap(clock.now, gpu(0, temperature_celsius=90), gpu(1, temperature_celsius=90)))
+    wait_for(lambda: receiver.alerts(), 5, what="GPU 1's alert")
+    assert {a["gpu"]: a["state"] for a in service.active_alerts()} == {"0": "suppressed", "1": "firing"}
+    assert [a["labels"]["gpu"] for a in receiver.alerts()] == ["1"], "GPU 0 is burning: held back"
+
+
 def test_stale_burn_marker_is_ignored(tmp_path: Path, services: list[AlertService]) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
