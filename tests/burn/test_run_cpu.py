@@ -97,7 +97,7 @@ def test_a_slow_group_is_localised_by_pairwise_all_reduce(burn, tmp_path):
     assert r.code == 1
     faults = r.report["faults"]
     assert any(f.startswith("all-reduce over 4 ranks: busbw") for f in faults), faults
-    assert "GPU 2: allreduce: every link of this GPU is slow while the other links are fine" in faults, faults
+    assert "GPU 2: allreduce: every link of this GPU is slow while most other links are fine" in faults, faults
     pairs = [c for c in r.report["checks"] if c["check"] == "pair_busbw"]
     assert len(pairs) == 6
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpumon.burn.verdict.judgement import GpuKey, Judgement, blame_links, median, slow_gpus
+from gpumon.burn.verdict.judgement import GpuKey, Judgement, blame_links, slow_gpus, upper_quartile
 from gpumon.burn.verdict.thresholds import GroupLink, Thresholds
 
 
@@ -135,13 +135,14 @@ def _record_sizes(j: Judgement, ran: Mapping[GpuKey, Any], lead: GpuKey) -> None
 
 
 def _judge_pairs(j: Judgement, ran: Mapping[GpuKey, Any], th: Thresholds) -> tuple[list[str], set[GpuKey]]:
-    """The pairwise runs against their median; returns the slow links' faults and the GPUs slow on every link."""
+    """The pairwise runs against what the fine pairs reach (their upper quartile: a slow GPU is in up to
+    half the pairs); returns the slow links' faults and the GPUs slow on every link."""
     pairs = [p for d in ran.values() for p in d.get("pairwise", [])]
     if not pairs:
         return [], set()
     by_rank = {g["rank"]: k for k, g in j.gpus.items()}
-    med = median(p["busbw_bytes_per_second"] for p in pairs) or 0.0
-    limit = (1 - th.link_fraction) * med  # pairs against each other: the floor only decided to run them
+    reference = upper_quartile(p["busbw_bytes_per_second"] for p in pairs) or 0.0
+    limit = (1 - th.link_fraction) * reference  # pairs against each other: the floor only decided to run them
     judged = []
     for p in pairs:
         a, b = by_rank[p["ranks"][0]], by_rank[p["ranks"][1]]
