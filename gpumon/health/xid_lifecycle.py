@@ -297,9 +297,10 @@ class XidLifecycle:
             if (clear.gpu, clear.at_seconds) in done:
                 continue
             self.clears_applied.append(clear.to_json())
+
             cleared = [f for f in self.faults if f["gpu"] == clear.gpu and f["first_seconds"] <= clear.at_seconds]
             self._resolve(
-                lambda f, c=clear: f["gpu"] == c.gpu and f["first_seconds"] <= c.at_seconds,
+                lambda f, c=cleared: any(f is x for x in c),
                 f"cleared by operator{' ' + clear.user if clear.user else ''}: {clear.reason}",
                 at=clear.at_seconds,
             )
