@@ -4,49 +4,39 @@ port (another user's process, while the daemon is down) cannot make ``gpumon ale
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from gpumon.commands.health_daemon import DaemonSilent, ask_daemon
 from tests.helpers import run_cli
+from tests.raw_server import RawServer
 
 HUGE_BYTES = 400 * 1024 * 1024
 
 
-class HugeJsonServer:
+class HugeJsonServer(RawServer):
     """Answers every request 200 with a JSON list of 400 MiB; counts the bytes it got out."""
 
     def __init__(self) -> None:
         self.sent = 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(self._huge_json)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn, contextlib.suppress(OSError):
-                conn.recv(65536)
-                conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {HUGE_BYTES}\r\n\r\n[".encode())
-                self.sent = 1
-                block = b"1," * 32768
-                while self.sent < HUGE_BYTES:
-                    conn.sendall(block)
-                    self.sent += len(block)
+    def _huge_json(self, conn: socket.socket, method: str, path: str) -> None:
+        conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {HUGE_BYTES}\r\n\r\n[".encode())
+        self.sent = 1
+        block = b"1," * 32768
+        while self.sent < HUGE_BYTES:
+            conn.sendall(block)
+            self.sent += len(block)
 
 
 @pytest.fixture
 def huge() -> Iterator[HugeJsonServer]:
     server = HugeJsonServer()
     yield server
-    server.sock.close()
+    server.close()
 
 
 def test_gpumon_alerts_does_not_read_a_huge_answer_whole(huge: HugeJsonServer) -> None:

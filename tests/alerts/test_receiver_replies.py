@@ -5,7 +5,6 @@ never blocks the sender; fixing the file lets the alerts through."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import ssl
@@ -22,42 +21,10 @@ from gpumon.alerts.notify import Receiver
 from tests.alerts.helpers import TestReceiver
 from tests.helpers import wait_for
 from tests.pki import Pki
+from tests.raw_server import RawServer
 
 BODY = [{"labels": {"alertname": "GpuHot"}}]
 HUGE_BYTES = 400 * 1024 * 1024
-
-
-class RawServer:
-    """A one-thread TCP server on 127.0.0.1 that reads a request's head and answers ``reply(path, method)``."""
-
-    def __init__(self, reply: object) -> None:
-        self.reply = reply
-        self.requests: list[tuple[str, str]] = []
-        self.body_bytes_sent = 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    head += chunk
-                method, path = head.split(b" ", 2)[:2]
-                self.requests.append((method.decode(), path.decode()))
-                with contextlib.suppress(OSError):  # the client closed: what it read is counted
-                    self.reply(conn, method.decode(), path.decode())  # type: ignore[operator]
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture
