@@ -187,3 +187,12 @@ def test_an_allocation_failure_in_the_memory_test_is_out_of_memory_on_that_gpu_o
         "GPU 0 (rank 0): out of memory (injected out of memory allocating (1048576,) torch.int32)",
     )
     assert memory(context(1))["mismatched_words"] == 0
+
+
+def test_an_injected_slow_gpu_is_the_memory_straggler_on_cpu(burn):
+    """On CPU the memory figure is the fastest batch in the worker's own time (a loaded host slows a batch
+    now and then); a GPU slowed ten times is slow in every batch, so it is still named."""
+    r = burn([*CPU, "--gpus", "0,1", "--tests", "memory"], env={"GPUMON_BURN_INJECT": "slow:1"})
+    assert r.code == 1, r.out + r.err
+    assert [f for f in r.report["faults"] if "memory" in f and f.startswith("GPU 1 ")], r.report["faults"]
+    assert not [f for f in r.report["faults"] if f.startswith("GPU 0 ")], r.report["faults"]
