@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import http.client
 import os
 import sys
@@ -34,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from daemon_proc import VARIANTS, free_port, thread_cpu_seconds
 
+from gpumon.backends.factory import make_backend
 from gpumon.backends.fake import FakeBackend
 from gpumon.config.file import Config
 from gpumon.daemon import Daemon
@@ -45,6 +47,7 @@ class Parts:
     def __init__(self) -> None:
         self.open = False
         self.spent: dict[str, list[float]] = {}
+        self._gc_start = 0.0
 
     def timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -62,7 +65,7 @@ class Parts:
     def instrument(self, daemon: Daemon) -> None:
         """Wrap the parts of a poll and the other threads' work."""
         backend, poller = daemon.backend, daemon.poller
-        backend.read = self.timed("poll: backend reads (simulation), a read", backend.read)  # type: ignore[method-assign]
+        backend.read = self.timed("poll: backend reads, a read", backend.read)  # type: ignore[method-assign]
         poller._merge = self.timed("poll: merge, a GPU", poller._merge)
         daemon.poll_job._poll = self.timed("poll, whole (listeners included)", daemon.poll_job._poll)
         daemon.store._listeners = tuple(
@@ -77,6 +80,16 @@ class Parts:
         health.current_report = self.timed("health report (current_report)", health.current_report)  # type: ignore[method-assign]
         writer = alerts._spool_writer
         writer.write = self.timed("alert spool write", writer.write)  # type: ignore[method-assign]
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        """Time the cyclic garbage collector's passes, by generation, on whichever thread ran them."""
+        if phase == "start":
+            self._gc_start = time.thread_time()
+        elif self.open:
+            row = self.spent.setdefault(f"gc: generation {info['generation']}", [0, 0.0])
+            row[0] += 1
+            row[1] += time.thread_time() - self._gc_start
 
     def report(self, elapsed: float) -> None:
         print(f"{'part':<60}{'calls':>7}{'µs a call':>11}{'% of one core':>15}")
@@ -86,7 +99,8 @@ class Parts:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--backend", default="fake", choices=("fake", "nvml"), help="nvml: this host's GPUs")
+    parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs (--backend fake)")
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--scrape-interval", type=float, default=15.0)
     parser.add_argument("--warmup", type=float, default=5.0)
@@ -98,8 +112,9 @@ def main() -> int:
     port = free_port()
     parts = Parts()
     with tempfile.TemporaryDirectory() as state:
-        config = Config(listen=f"127.0.0.1:{port}", state_dir=Path(state), backend="fake", fake_gpus=args.gpus)
-        daemon = Daemon(config, FakeBackend.plausible(args.gpus))
+        config = Config(listen=f"127.0.0.1:{port}", state_dir=Path(state), backend=args.backend, fake_gpus=args.gpus)
+        backend = FakeBackend.plausible(args.gpus) if args.backend == "fake" else make_backend("nvml", daemon=True)
+        daemon = Daemon(config, backend)
         daemon._install_signals = lambda: None  # type: ignore[method-assign]  # not the main thread here
         if args.parts:
             parts.instrument(daemon)
@@ -140,8 +155,9 @@ def main() -> int:
         ),
         reverse=True,
     )
+    what = f"{args.gpus} simulated GPUs" if args.backend == "fake" else "this host's GPUs (NVML)"
     print(
-        f"## gpumon Daemon in process, {args.gpus} simulated GPUs, a scrape every {args.scrape_interval:g} s, "
+        f"## gpumon Daemon in process, {what}, a scrape every {args.scrape_interval:g} s, "
         f"{elapsed:.0f} s; % of one core"
     )
     for share, name in rows:
