@@ -243,7 +243,7 @@ class Daemon:
     def stop(self) -> None:
         log.info("gpumon stopping")
         self.notifier.stopping()
-        self.events.request_stop()  # its event wait ends within 1 s, while the rest stops
+        self.events.request_stop()  # it ends after its event wait; nothing waits for that (a simulated one ends now)
         if self.kernel_log is not None:
             self.kernel_log.request_stop()  # its read ends within 0.25 s
         self.poll_job.shutdown()  # no new poll; returns at once (the scheduler's thread runs none)
@@ -255,8 +255,8 @@ class Daemon:
             # leave the poll's daemon thread inside the hung call and do not touch NVML from here
             log.warning("a poll is stuck inside the backend; exiting without waiting for it")
         self.server.stop()
-        # not waited for long: backend.shutdown() below waits for an NVML event wait in progress
-        # (its set is never freed under it) and ends a simulated one at once
+        # not waited for long: backend.shutdown() below leaves NVML to the process's exit while an NVML
+        # event wait is in progress (its set is never freed under it), and ends a simulated one at once
         self.events.stop(timeout=0.1)
         if self.kernel_log is not None:
             self.kernel_log.stop(timeout=0.5)

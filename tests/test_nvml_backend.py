@@ -13,6 +13,7 @@ import logging
 import re
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pynvml
@@ -803,6 +804,25 @@ def test_gpu_without_xid_events_is_skipped(fake: FakeNvml, backend: NvmlBackend)
     fake.gpus[0].supported_events = 0
     fake.push_event(1, 62)
     assert [e.gpu_index for e in backend.wait_events(1.0)] == [1]
+
+
+def test_shutdown_never_waits_for_an_event_wait_nor_shuts_nvml_down_under_it(
+    fake: FakeNvml, backend: NvmlBackend
+) -> None:
+    """The event thread's wait may last seconds: a stop does not wait for it, and leaves the event set
+    and NVML as they are (the process's exit frees them) rather than shut NVML down under the wait."""
+    result: list[list[int]] = []
+    waiter = threading.Thread(target=lambda: result.append([e.xid for e in backend.wait_events(30.0)]))
+    waiter.start()
+    while fake.calls["nvmlEventSetWait_v2"] == 0:  # the wait has begun
+        threading.Event().wait(0.001)
+    began = time.monotonic()
+    backend.shutdown()
+    assert time.monotonic() - began < 1.0
+    assert fake.calls["nvmlShutdown"] == 0 and fake.calls["nvmlEventSetFree"] == 0
+    fake.push_event(0, 79)  # the wait goes on, on a set never freed under it
+    waiter.join(timeout=10)
+    assert result == [[79]]
 
 
 def test_event_wait_after_shutdown_returns_nothing(fake: FakeNvml, backend: NvmlBackend) -> None:

@@ -1,8 +1,10 @@
 """The event thread: waits on the backend for XIDs; an XID ends the wait at once, so it is seen as it comes.
 
-Each wait lasts at most ``wait_seconds`` (1 s): the thread wakes that often to see a stop or NVML
-coming up. An idle wake costs CPU (docs/benchmarks.md, daemon CPU), and a stop waits for the wait
-in progress (NVML's event set is never freed under it), so SIGTERM ends gpumon within about that."""
+Each wait lasts at most ``wait_seconds`` (5 s): an idle wake costs CPU on a real host (docs/benchmarks.md,
+daemon CPU), and nothing waits for its end: a stop leaves a wait in progress to the process's exit
+(NVML's event set is never freed under it, gpumon.backends.nvml.core), and NVML coming up ends a wait
+for it at once. What the length does delay: a GPU that answers again after it was lost is registered
+for events at the start of the next wait."""
 
 from __future__ import annotations
 
@@ -14,6 +16,11 @@ from gpumon.backends.base import GpuBackend, GpuLostError
 from gpumon.model.xid import XidEvent
 
 log = logging.getLogger(__name__)
+
+WAIT_SECONDS = 5.0
+"""The longest event wait: the thread wakes that often when no XID comes."""
+LOST_BACKOFF_SECONDS = 1.0
+"""After a GPU was lost inside a wait, the next wait (for the others) starts this much later."""
 
 
 class XidEventThread:
@@ -28,7 +35,7 @@ class XidEventThread:
         backend: GpuBackend,
         on_event: Callable[[XidEvent], object],
         ready: Callable[[], bool],
-        wait_seconds: float = 1.0,
+        wait_seconds: float = WAIT_SECONDS,
     ) -> None:
         self._backend = backend
         self._on_event = on_event
@@ -49,7 +56,7 @@ class XidEventThread:
         self._up.set()
 
     def request_stop(self) -> None:
-        """Ask the thread to end after its current wait (at most ``wait_seconds``)."""
+        """Ask the thread to end after its current wait (at most ``wait_seconds``; a simulated wait ends now)."""
         self._stop.set()
         self._up.set()
 
@@ -71,7 +78,7 @@ class XidEventThread:
                 failures = 0
             except GpuLostError as exc:
                 log.error("XID watch: GPU %d lost (%s); still watching the others", exc.index, exc.reason)
-                self._stop.wait(self._wait)
+                self._stop.wait(min(self._wait, LOST_BACKOFF_SECONDS))
                 continue
             except Exception:
                 failures += 1

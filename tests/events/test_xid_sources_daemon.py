@@ -115,3 +115,18 @@ def test_stop_with_the_follower_running_is_quick(start: Callable[[], Daemon]) ->
     d.stop()
     assert time.monotonic() - began < 2.0
     assert d.kernel_log is not None and not d.kernel_log._thread.is_alive()
+
+
+def test_an_idle_event_thread_wakes_once_in_five_seconds_and_a_stop_does_not_wait_for_it(
+    fake: FakeNvml, start: Callable[[], Daemon]
+) -> None:
+    d = start()
+    wait_for(lambda: fake.calls["nvmlEventSetWait_v2"] > 0, 5, what="NVML events registered")
+    waits = fake.calls["nvmlEventSetWait_v2"]
+    time.sleep(3.0)  # no XID comes
+    assert fake.calls["nvmlEventSetWait_v2"] - waits <= 1
+    fake.push_event(0, 48)  # an XID still ends the wait at once
+    wait_for(lambda: xids(d, "0", "48") == 1.0, 2, what="the XID counted")
+    began = time.monotonic()
+    d.stop()
+    assert time.monotonic() - began < 1.5

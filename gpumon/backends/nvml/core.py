@@ -26,6 +26,9 @@ from gpumon.model.xid import XidEvent
 
 log = logging.getLogger(__name__)
 
+SHUTDOWN_WAIT_SECONDS = 0.2
+"""How long ``shutdown`` waits for an NVML event wait in progress to end before it leaves NVML as it is."""
+
 Plan = tuple[tuple[tuple[str, Reader], ...], tuple[tuple[str, Reader], ...]]
 
 
@@ -135,12 +138,15 @@ class NvmlBackend:
     def shutdown(self) -> None:
         """Free the event set and GPM samples, then nvmlShutdown. Safe when init failed."""
         self._stop.set()
-        # An event wait in progress ends within its timeout; never free the set under it.
-        if self._events.lock.acquire(timeout=5.0):
-            try:
-                self._events.close(free=self._inited)
-            finally:
-                self._events.lock.release()
+        # Never free the event set, nor shut NVML down, under an event wait in progress (the event
+        # thread's, up to 5 s): both are left to the process's exit then, so a stop never waits for it.
+        if not self._events.lock.acquire(timeout=SHUTDOWN_WAIT_SECONDS):
+            log.debug("an NVML event wait is in progress: its event set and NVML are left to the process's exit")
+            return
+        try:
+            self._events.close(free=self._inited)
+        finally:
+            self._events.lock.release()
         with self._lock:
             if not self._inited:
                 return
