@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -47,17 +48,22 @@ class DaemonThreadExecutor(BaseExecutor):  # type: ignore[misc]  # apscheduler h
     """Runs jobs on daemon threads, reusing an idle one (starting a thread costs ~170 µs of CPU
     a poll): the thread that ran the last poll waits, blocked without a timeout, for the next.
     A job submitted while every worker is busy gets a new thread; a worker that finds another
-    idle one when it is done ends."""
+    idle one when it is done ends.
+
+    The hand-off is a ``queue.SimpleQueue``, whose ``get`` waits in C: a ``threading.Condition``
+    wait is Python code that the poll thread ran on each wake-up (once a poll)."""
 
     def __init__(self, thread_name: str = "gpumon-poll") -> None:
         super().__init__()
         self._thread_name = thread_name
         self._active_lock = threading.Lock()
         self._active = 0
-        self._cond = threading.Condition(self._active_lock)
         self._idle = 0
-        """Workers waiting for a job."""
-        self._pending: list[Callable[[], None]] = []
+        """Workers waiting (or about to wait) for a job."""
+        self._queued = 0
+        """Jobs handed to the waiting workers and not taken yet."""
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        """Jobs for the waiting workers; None ends one (shutdown)."""
         self._closed = False
 
     @property
@@ -84,9 +90,9 @@ class DaemonThreadExecutor(BaseExecutor):  # type: ignore[misc]  # apscheduler h
 
         with self._active_lock:
             self._active += 1
-            if self._idle > len(self._pending):
-                self._pending.append(run)
-                self._cond.notify()
+            if self._idle > self._queued:
+                self._queued += 1
+                self._jobs.put(run)
                 return
         try:
             threading.Thread(target=self._work, args=(run,), name=self._thread_name, daemon=True).start()
@@ -99,21 +105,24 @@ class DaemonThreadExecutor(BaseExecutor):  # type: ignore[misc]  # apscheduler h
         job: Callable[[], None] | None = first
         while job is not None:
             job()
-            with self._cond:
+            with self._active_lock:
                 if self._idle or self._closed:
                     return  # another worker already waits: one is enough
                 self._idle += 1
-                while not self._pending and not self._closed:
-                    self._cond.wait()
+            job = self._jobs.get()
+            with self._active_lock:
                 self._idle -= 1
-                job = self._pending.pop(0) if self._pending else None
+                if job is not None:
+                    self._queued -= 1
 
     def shutdown(self, wait: bool = True) -> None:
         """Nothing to join: a running job ends by itself or is left behind (a daemon thread);
         an idle worker ends."""
-        with self._cond:
+        with self._active_lock:
             self._closed = True
-            self._cond.notify_all()
+            waiting = self._idle
+        for _ in range(waiting):
+            self._jobs.put(None)
 
 
 STEP_TOLERANCE_SECONDS = 0.5
