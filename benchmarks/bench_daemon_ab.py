@@ -1,13 +1,14 @@
-"""Two gpumon daemons from two checkouts, started together on simulated GPUs: CPU and RSS of each.
+"""Two gpumon daemons from two checkouts, started together on simulated GPUs (or this host's): CPU and RSS of each.
 
     python benchmarks/bench_daemon_ab.py REFERENCE_CHECKOUT [OTHER_CHECKOUT] [--gpus 8] [--seconds 250]
-        [--scrape-interval 1] [--quick]
+        [--scrape-interval 1] [--backend nvml] [--quick]
 
 REFERENCE_CHECKOUT is a tree of gpumon (``git worktree add /tmp/before a76c2bb``, or ``git archive
 REV | tar -x -C DIR``); OTHER_CHECKOUT defaults to this one. Each tree runs its own ``gpumon run
 --backend fake --fake-gpus N`` (default intervals, its own state dir, its own modules through
 PYTHONPATH); both start together and are scraped every ``--scrape-interval`` seconds (default 1),
-in turn, for ``--seconds``. Printed: each daemon's share of one core over that time (the sum of its
+in turn, for ``--seconds``; ``--backend nvml``: both read this host's GPUs through NVML (``--gpus`` is
+then ignored). Printed: each daemon's share of one core over that time (the sum of its
 threads' schedstat run time; and user + system in clock ticks, which counts threads that ended
 within the window too), its threads' shares largest first, its RSS, and the ratio of the
 other to the reference.
@@ -46,7 +47,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("reference", type=Path, help="the checkout measured first in each round (before)")
     parser.add_argument("other", type=Path, nargs="?", default=HERE, help="the other checkout (default: this one)")
-    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs (--backend fake)")
+    parser.add_argument("--backend", default="fake", choices=("fake", "nvml"), help="nvml: this host's GPUs")
     parser.add_argument("--seconds", type=float, default=250.0)
     parser.add_argument("--scrape-interval", type=float, default=1.0, help="seconds between scrapes (default 1)")
     parser.add_argument("--quick", action="store_true", help="2 GPUs for 3 s (checks the script runs)")
@@ -54,7 +56,7 @@ def main() -> int:
     gpus, seconds = (2, 3.0) if args.quick else (args.gpus, args.seconds)
     trees = [args.reference.resolve(), args.other.resolve()]
     with contextlib.ExitStack() as stack:  # both started, one right after the other, before either is measured
-        procs, ports = zip(*(stack.enter_context(daemon(gpus, tree=tree)) for tree in trees), strict=True)
+        procs, ports = zip(*(stack.enter_context(daemon(gpus, backend=args.backend, tree=tree)) for tree in trees), strict=True)
         time.sleep(3.0)  # past start-up: the first static and slow reads
         conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=30) for port in ports]
         before = [process_cpu_seconds(proc.pid) for proc in procs]
@@ -79,8 +81,9 @@ def main() -> int:
             for proc, old in zip(procs, threads_before, strict=True)
         ]
         rss = [psutil.Process(proc.pid).memory_info().rss / 2**20 for proc in procs]
+    what = f"{gpus} simulated GPUs" if args.backend == "fake" else "this host's GPUs (NVML)"
     print(
-        f"## two daemons started together, {gpus} simulated GPUs, a scrape every {args.scrape_interval:g} s each, "
+        f"## two daemons started together, {what}, a scrape every {args.scrape_interval:g} s each, "
         f"{elapsed:.0f} s"
     )
     print(f"{'checkout':<50}{'% of a core':>12}{'(ticks)':>9}{'RSS MiB':>9}  threads, % of a core each, largest first")
