@@ -825,6 +825,27 @@ def test_shutdown_never_waits_for_an_event_wait_nor_shuts_nvml_down_under_it(
     assert result == [[79]]
 
 
+def test_nvml_gone_under_an_event_wait_is_initialised_again_only_after_the_wait(
+    fake: FakeNvml, backend: NvmlBackend
+) -> None:
+    """The poller shuts the backend down when NVML went away and initialises it again later: with
+    the event thread inside a wait, NVML is shut down after that wait ends, then initialised afresh."""
+    waiter = threading.Thread(target=lambda: backend.wait_events(30.0))
+    waiter.start()
+    while fake.calls["nvmlEventSetWait_v2"] == 0:
+        threading.Event().wait(0.001)
+    backend.shutdown()
+    with pytest.raises(NvmlUnavailableError):
+        backend.init()  # not over the old session while the wait runs
+    assert fake.calls["nvmlShutdown"] == 0 and fake.calls["nvmlInit"] == 1
+    fake.push_event(0, 79)
+    waiter.join(timeout=10)
+    backend.init()
+    assert fake.calls["nvmlEventSetFree"] == 1 and fake.calls["nvmlShutdown"] == 1 and fake.calls["nvmlInit"] == 2
+    fake.push_event(1, 48)
+    assert [(e.gpu_index, e.xid) for e in backend.wait_events(1.0)] == [(1, 48)]  # a fresh set
+
+
 def test_event_wait_after_shutdown_returns_nothing(fake: FakeNvml, backend: NvmlBackend) -> None:
     backend.wait_events(0.01)
     backend.shutdown()

@@ -130,3 +130,25 @@ def test_an_idle_event_thread_wakes_once_in_five_seconds_and_a_stop_does_not_wai
     began = time.monotonic()
     d.stop()
     assert time.monotonic() - began < 1.5
+
+
+def test_nvml_gone_while_the_event_thread_waits_comes_back_and_xids_are_seen_again(
+    fake: FakeNvml, start: Callable[[], Daemon]
+) -> None:
+    """The driver goes away under a running daemon while the event thread is inside its (long) wait:
+    NVML is shut down after that wait, never under it, initialised again, and XIDs counted again."""
+    d = start()
+    wait_for(lambda: fake.calls["nvmlEventSetWait_v2"] > 0, 5, what="NVML events registered")
+    for name in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage"):
+        fake.failures[(name, None)] = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    wait_for(lambda: nvml_up(d) == 0.0, 10, what="NVML seen gone")
+    fake.failures.clear()
+    wait_for(lambda: nvml_up(d) == 1.0 and fake.calls["nvmlInit"] >= 2, 20, what="NVML initialised again")
+    assert fake.calls["nvmlShutdown"] >= 1
+    fake.push_event(1, 48)
+    wait_for(lambda: xids(d, "1", "48") == 1.0, 10, what="an XID counted on the new event set")
+
+
+def nvml_up(d: Daemon) -> float | None:
+    text = requests.get(f"http://127.0.0.1:{d.server.port}/metrics", timeout=5).text
+    return value(text, "gpumon_nvml_up")

@@ -64,6 +64,8 @@ class NvmlBackend:
         self._stop = threading.Event()
         self._readers = collect_readers()
         self._ctx = self._context(GpmSampler(pynvml))
+        self._shutdown_pending = False
+        """A shutdown was asked under an event wait: NVML is not shut down yet (``init`` finishes it)."""
         self._events = EventWatcher(pynvml, lambda: self._gpus, self._lock, self._mark_lost_from_events, self._stop)
 
     @classmethod
@@ -101,6 +103,10 @@ class NvmlBackend:
     # ---- lifecycle --------------------------------------------------------
     def init(self) -> None:
         """nvmlInit once, then find the GPUs. Raises NvmlUnavailableError with a one-line reason."""
+        if self._shutdown_pending:
+            self.shutdown()  # the one asked under an event wait, if that wait has ended
+            if self._shutdown_pending:
+                raise NvmlUnavailableError("NVML is shut down once an NVML event wait in progress ends (5 s at most)")
         with self._lock:
             if self._inited:
                 return
@@ -136,13 +142,17 @@ class NvmlBackend:
         log.info("NVML initialised: %d GPU(s)", count)
 
     def shutdown(self) -> None:
-        """Free the event set and GPM samples, then nvmlShutdown. Safe when init failed."""
+        """Free the event set and GPM samples, then nvmlShutdown. Safe when init failed.
+
+        Never under an event wait in progress (the event thread's, up to 5 s): then it returns at once
+        and the shutdown is finished by the next ``init`` once the wait has ended, or left to the
+        process's exit (a daemon's stop never waits for the wait)."""
         self._stop.set()
-        # Never free the event set, nor shut NVML down, under an event wait in progress (the event
-        # thread's, up to 5 s): both are left to the process's exit then, so a stop never waits for it.
         if not self._events.lock.acquire(timeout=SHUTDOWN_WAIT_SECONDS):
-            log.debug("an NVML event wait is in progress: its event set and NVML are left to the process's exit")
+            self._shutdown_pending = True
+            log.debug("an NVML event wait is in progress: NVML is shut down after it, not under it")
             return
+        self._shutdown_pending = False
         try:
             self._events.close(free=self._inited)
         finally:
