@@ -69,12 +69,6 @@ class _Inputs:
         self.column: Column | None = None
         self.version = 0
 
-    def take(self, gpus: Sequence[GpuSnapshot]) -> None:
-        column = tuple(map(self.getter, gpus))
-        if column != self.column:
-            self.column = column
-            self.version += 1
-
 
 class QuietGpus:
     """For each per-GPU snapshot rule: the GPUs where it observed nothing, and the values it read there."""
@@ -113,8 +107,11 @@ class QuietGpus:
             self._identities = identities
             self._memo.clear()
         self._gpus = gpus
-        for inputs in self._distinct:
-            inputs.take(gpus)
+        for inputs in self._distinct:  # each set of fields' column; written out, no call per set (every poll)
+            column = tuple(map(inputs.getter, gpus))
+            if column != inputs.column:
+                inputs.column = column
+                inputs.version += 1
         memo, inputs_of = self._memo, self._inputs
         return {name for name, last in memo.items() if last[2] and last[0] == inputs_of[name].version}
 
