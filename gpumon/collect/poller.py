@@ -176,7 +176,9 @@ class Poller:
                 gpus, durations = self._read_planned_tiers(start)
                 end = self._mono()
             self._reading_gpu = None
-            self._count_backend_errors()
+            errors = self._backend.take_errors()
+            if errors:  # most polls: none, no call for them
+                self._count_backend_errors(errors)
         except NvmlUnavailableError as exc:
             # the driver went away under us (unloaded, upgraded): re-initialise with backoff
             log.error("NVML went away: %s; re-initialising with backoff", exc)
@@ -197,7 +199,10 @@ class Poller:
             for tier, seconds in durations.items():
                 tier_stats[_TIER_NAMES[tier]] = TierStats.of_read(seconds, self._tier_errors[tier], end_wall)
         self._tier_stats = tier_stats
-        return Snapshot.of_poll(end_wall, end, self._with_host_figures(start), gpus, tier_stats)
+        host = self._host_figures_cache  # _with_host_figures's own test, asked here: a call every slow interval
+        if host is None or start - self._host_figures_at >= self._intervals.slow_seconds:
+            host = self._with_host_figures(start)
+        return Snapshot.of_poll(end_wall, end, host, gpus, tier_stats)
 
     def _read_fast_tier(self, now: float) -> tuple[GpuSnapshot, ...]:
         """Every GPU's fast tier (the poll of most seconds): one backend read and one merge per GPU."""
@@ -319,9 +324,9 @@ class Poller:
                 log.debug("could not re-read the UUID of GPU %d", index, exc_info=True)
         return self._merge(index, state)
 
-    def _count_backend_errors(self) -> None:
-        """Errors the backend survived inside a read (one reader group failing), once per poll."""
-        for tier_name, count in self._backend.take_errors().items():
+    def _count_backend_errors(self, errors: Mapping[str, int]) -> None:
+        """Errors the backend survived inside a read (one reader group failing), by tier, once per poll."""
+        for tier_name, count in errors.items():
             tier = Tier(tier_name)
             self._tier_errors[tier] = self._tier_errors.get(tier, 0) + count
 
