@@ -2,7 +2,7 @@
 by module; and its thread CPU. Optionally against another checkout.
 
     python benchmarks/bench_poll_calls.py [--backend nvml|fake] [--gpus 1] [--polls 200] [--top 0]
-        [--reference CHECKOUT] [--pairs 3] [--quick]
+        [--cold] [--reference CHECKOUT] [--pairs 3] [--quick]
 
 A ``Daemon`` (built, its port bound, never started) is polled with a simulated second between polls,
 on ``--backend nvml``: the real ``NvmlBackend`` (spaced, as the daemon's) over tests/fake_pynvml.py,
@@ -15,7 +15,9 @@ Calls are counted with ``sys.setprofile`` over ``--polls // 10`` polls (the prof
 CPU is measured on other polls, without it): a call count is steady where thread CPU is noise, and
 what a poll costs in a running daemon follows how many distinct functions and objects it touches
 after the idle second (docs/benchmarks.md, "Daemon CPU, round 4"). The CPU is hot (back-to-back
-polls): a running daemon pays 3-8x as much (bench_daemon_threads.py --parts measures that).
+polls): a running daemon pays 3-8x as much (bench_daemon_threads.py --parts measures that); with
+``--cold`` each timed poll comes after 64 MiB were written, which evicts the caches as the idle second
+does (the figures come near the running daemon's).
 
 With ``--reference CHECKOUT`` (a ``git archive REV gpumon | tar -x -C DIR`` tree) the same runs in a
 subprocess for that tree and for this one, ``--pairs`` times alternately (the CPU line: medians), and
@@ -48,8 +50,10 @@ def _part(filename: str) -> str:
     return "other: " + filename.rsplit("/", 1)[-1]
 
 
-def measure(backend_kind: str, gpus: int, polls: int, top: int) -> dict[str, Any]:
-    """Calls per poll by part, distinct functions, the most called ones, and µs of thread CPU per poll."""
+def measure(backend_kind: str, gpus: int, polls: int, top: int, cold: bool = False) -> dict[str, Any]:
+    """Calls per poll by part, distinct functions, the most called ones, and µs of thread CPU per poll
+    (``cold``: 64 MiB written before each timed poll, outside its time, so that it finds its code and
+    data out of the caches, as a daemon's poll does after the idle second)."""
     from gpumon.config.file import Config
     from gpumon.daemon import Daemon
 
@@ -58,6 +62,8 @@ def measure(backend_kind: str, gpus: int, polls: int, top: int) -> dict[str, Any
         config = Config(listen="127.0.0.1:0", state_dir=Path(state), backend="fake", fake_gpus=gpus)
         if backend_kind == "nvml":
             from gpumon.backends.nvml import NvmlBackend
+
+            sys.path.append(str(HERE))  # tests/, last: a --reference tree's gpumon stays first
             from tests.fake_pynvml import FakeGpu, FakeNvml
 
             backend: Any = NvmlBackend(FakeNvml([FakeGpu(index=i) for i in range(gpus)]), spaced=True)
@@ -92,7 +98,9 @@ def measure(backend_kind: str, gpus: int, polls: int, top: int) -> dict[str, Any
                 clock[0] += 1.0
                 wall[0] += 1.0
             cpu = 0.0
+            scratch, filler = (bytearray(64 << 20), bytes(64 << 20)) if cold else (bytearray(), b"")
             for _ in range(polls):
+                scratch[:] = filler  # a memcpy in C: every cache line of the last level evicted (cold only)
                 start = time.thread_time()
                 poller.poll()
                 cpu += time.thread_time() - start
@@ -105,6 +113,7 @@ def measure(backend_kind: str, gpus: int, polls: int, top: int) -> dict[str, Any
     ours = [k for k in functions if not k[0].startswith(("binding", "other"))]
     return {
         "cpu_us": cpu * 1e6 / polls,
+        "cold": cold,
         "parts": by_part,
         "distinct": len(ours),
         "top": [(f"{p} {name}", n / profiled) for (p, name), n in functions.most_common(top)],
@@ -115,6 +124,7 @@ def in_subprocess(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(HERE)])}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--json", "--backend", args.backend]
     cmd += ["--gpus", str(args.gpus), "--polls", str(args.polls), "--top", str(args.top)]
+    cmd += ["--cold"] if args.cold else []
     done = subprocess.run(cmd, env=env, cwd=HERE, capture_output=True, text=True, timeout=600, check=True)
     result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     return result
@@ -139,7 +149,7 @@ def report(result: dict[str, Any], reference: dict[str, Any] | None) -> None:
     )
     print(head)
     ref = reference
-    print(line("thread CPU, µs (hot)", result["cpu_us"], ref and ref["cpu_us"]))
+    print(line(f"thread CPU, µs ({'cold' if result.get('cold') else 'hot'})", result["cpu_us"], ref and ref["cpu_us"]))
     for ours, label in ((False, "every"), (True, "gpumon's own")):
         py, c = totals(result, ours)
         rpy, rc = totals(ref, ours) if ref else (None, None)
@@ -160,6 +170,7 @@ def main() -> None:
     parser.add_argument("--backend", choices=("nvml", "fake"), default="nvml")
     parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--polls", type=int, default=200)
+    parser.add_argument("--cold", action="store_true", help="evict the caches before each timed poll")
     parser.add_argument("--top", type=int, default=0, help="also list the N functions called most")
     parser.add_argument("--reference", type=Path, help="another checkout's tree, measured in a subprocess")
     parser.add_argument("--pairs", type=int, default=3, help="runs of each tree, alternately (CPU: the median)")
@@ -169,11 +180,11 @@ def main() -> None:
     if args.quick:
         args.polls, args.pairs = 20, 1
     if args.json:
-        print(json.dumps(measure(args.backend, args.gpus, args.polls, args.top)))
+        print(json.dumps(measure(args.backend, args.gpus, args.polls, args.top, args.cold)))
         return
     print(f"## one poll of {args.gpus} GPU(s), backend {args.backend}, in process ({args.polls} polls)")
     if args.reference is None:
-        report(measure(args.backend, args.gpus, args.polls, args.top), None)
+        report(measure(args.backend, args.gpus, args.polls, args.top, args.cold), None)
         return
     theirs, mine = [], []
     for _ in range(args.pairs):  # alternately: a shared box's speed drifts
