@@ -10,9 +10,10 @@ the same fields give nothing again. A GPU with a pending or firing alert of the 
 fields changed, is observed as before, so ``for:`` and ``keep_firing_for`` count at every snapshot.
 
 Most polls most rules observe nothing anywhere. Every field some rule reads is taken once a GPU, as
-one row (one ``operator.attrgetter`` call a GPU, in C, the GPU's identity first); when a GPU's row
-changed, each set of fields' column is picked out of the rows (rules that read the same fields share
-it) and compared with the last column whole. Snapshots are never changed once
+one row (one ``operator.attrgetter`` call a GPU, in C, the GPU's identity first): while no GPU's row
+changed (an idle host, most polls), no column did. When one did, what each set of fields reads is
+taken for all GPUs at once, a column (one ``attrgetter`` call a GPU; rules that read the same fields
+share it), and compared with the last column whole. Snapshots are never changed once
 published, so equal values are the same inputs. The memory is dropped (everything observed at the
 next snapshot) when a GPU is replaced or moved, and when the engine's rules or state are replaced.
 """
@@ -46,8 +47,6 @@ PER_GPU_KINDS = frozenset({"threshold", *KIND_INPUTS})
 """The snapshot rule kinds observed GPU by GPU (the others watch the host, or XIDs and findings)."""
 
 _IDENTITY = operator.attrgetter("index", "uuid")
-_IDENTITY_IN_ROW = operator.itemgetter(0, 1)
-"""A GPU's (index, uuid) out of its row (``QuietGpus._row_of``: identity first)."""
 
 Column = tuple[tuple[object, ...], ...]
 """The values of some fields on each GPU of a snapshot, in the snapshot's order."""
@@ -63,13 +62,13 @@ def input_fields(rule: Rule) -> tuple[str, ...]:
 
 
 class _Inputs:
-    """One set of input fields: its getter (out of a GPU's row of every input), and its column at the
-    latest snapshot with a version that changes whenever the column does."""
+    """One set of input fields: its getter, and its column at the latest snapshot with a version that
+    changes whenever the column does."""
 
     __slots__ = ("column", "getter", "version")
 
-    def __init__(self, positions: tuple[int, ...]) -> None:
-        self.getter: Callable[[tuple[object, ...]], Any] = operator.itemgetter(*positions)
+    def __init__(self, fields: tuple[str, ...]) -> None:
+        self.getter: Callable[[GpuSnapshot], Any] = operator.attrgetter(*fields)
         self.column: Column | None = None
         self.version = 0
 
@@ -95,12 +94,8 @@ class QuietGpus:
         """Take ``rules`` (config load, SIGHUP): their getters made once; every GPU observed at the next snapshot."""
         fields_of = {rule.name: input_fields(rule) for rule in rules if rule.kind in PER_GPU_KINDS}
         every = ("index", "uuid", *dict.fromkeys(f for fields in fields_of.values() for f in fields))
-        position = {name: i for i, name in enumerate(every)}
         by_fields: dict[tuple[str, ...], _Inputs] = {}
-        self._inputs = {
-            name: by_fields.setdefault(fields, _Inputs(tuple(position[f] for f in fields)))
-            for name, fields in fields_of.items()
-        }
+        self._inputs = {name: by_fields.setdefault(fields, _Inputs(fields)) for name, fields in fields_of.items()}
         self._distinct = tuple(by_fields.values())
         self._row_of = operator.attrgetter(*every)
         self._rows = None
@@ -114,18 +109,18 @@ class QuietGpus:
         """Take a new snapshot's GPUs; returns the per-GPU rules that observe nothing on any of them: those
         quiet everywhere last time whose inputs did not change. A GPU replaced, added, gone or moved: none.
 
-        Each GPU's inputs are read once, as one row (in C); the columns are made again only when a row
-        changed (on an idle host most polls none did)."""
+        Each GPU's inputs are read once, as one row (in C); the identities and the columns are taken
+        again only when a row changed (on an idle host most polls none did)."""
         rows = tuple(map(self._row_of, gpus))
         self._gpus = gpus
         if rows != self._rows:
             self._rows = rows
-            identities = tuple(map(_IDENTITY_IN_ROW, rows))
+            identities = tuple(map(_IDENTITY, gpus))
             if identities != self._identities:
                 self._identities = identities
                 self._memo.clear()
             for inputs in self._distinct:  # each set of fields' column; written out, no call per set
-                column = tuple(map(inputs.getter, rows))
+                column = tuple(map(inputs.getter, gpus))
                 if column != inputs.column:
                     inputs.column = column
                     inputs.version += 1
