@@ -144,3 +144,9 @@ def test_health_parts_benchmark_times_the_engines_and_the_report_hot_and_cold_ag
     ):
         assert part in out, out
     assert "ratio" in out
+
+
+def test_poll_calls_benchmark_counts_gpumons_calls_apart_from_the_binding() -> None:
+    out = _quick("bench_poll_calls.py")
+    assert "Python calls, gpumon's own" in out and "binding (tests/fake_pynvml.py)" in out
+    assert "gpumon/backends/nvml/core.py" in out and "gpumon/collect/poller.py" in out

@@ -381,3 +381,51 @@ def test_a_failed_fast_read_keeps_the_gpus_last_values_and_is_counted() -> None:
     assert temps == [40, 41, 41, 43]
     assert errors == [0, 0, 1, 1]
     assert all(g.up for g in snapshot.gpus)
+
+
+def test_a_planned_poll_reads_each_gpus_tiers_in_order_and_times_every_fast_read() -> None:
+    """A poll that reads the slow tier of some GPUs: each GPU's tiers are read slowest first, GPU by GPU,
+    and the fast tier's duration is every GPU's fast read (the slow ones' are the slow tier's)."""
+    calls: list[tuple[int, Tier]] = []
+    backend = FakeBackend.from_mapping({"count": 4})
+    original = backend.read
+    clock = Clock()
+    cost = {Tier.FAST: 0.01, Tier.SLOW: 0.25, Tier.STATIC: 0.5}
+
+    def spy(index: int, tier: Tier) -> Any:
+        calls.append((index, tier))
+        clock.now += cost[tier]  # the read takes this long on the poller's clock
+        return original(index, tier)
+
+    backend.read = spy  # type: ignore[method-assign]
+    poller = Poller(
+        backend, SnapshotStore(), PollIntervals(1, 4, 100), monotonic=clock, wall_clock=clock, host_figures=dict
+    )
+    poller.poll()  # every tier of every GPU
+    clock.now = 1004.0  # every GPU's slow tier due: one GPU a poll (ceil(4 × 1 / 4))
+    calls.clear()
+    snapshot = poller.poll()
+    assert calls == [(0, Tier.SLOW), (0, Tier.FAST), (1, Tier.FAST), (2, Tier.FAST), (3, Tier.FAST)]
+    assert snapshot.tiers["fast"].duration_seconds == pytest.approx(0.04)
+    assert snapshot.tiers["slow"].duration_seconds == pytest.approx(0.25)
+    assert [g.up for g in snapshot.gpus] == [True] * 4
+
+
+def test_a_listener_that_fails_then_works_is_said_to_work_again_once(caplog: pytest.LogCaptureFixture) -> None:
+    """The store logs a failing listener once, and once that it works again; not on the polls after."""
+    backend = FakeBackend.from_mapping({"gpus": [{}]})
+    store = SnapshotStore()
+    clock = Clock()
+    failing = [True, True, False, False, False]
+
+    def flaky(snapshot: Snapshot) -> None:
+        if failing.pop(0):
+            raise RuntimeError("listener bug")
+
+    store.subscribe(flaky)
+    poller = Poller(backend, store, monotonic=clock, wall_clock=clock, host_figures=dict)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(5):
+            poll(poller, clock)
+    again = [r for r in caplog.records if "works again" in r.getMessage()]
+    assert len(again) == 1 and "flaky" in again[0].getMessage()

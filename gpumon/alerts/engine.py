@@ -32,6 +32,9 @@ from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
 from gpumon.state.burn_marker import BurnHoldBack
 
+_NO_RULES: frozenset[str] = frozenset()
+"""The rules with an open alert when none is open (most polls): no set made for it."""
+
 
 class AlertEngine:
     """Applies rules to snapshots and XID events; keeps one state per rule and target."""
@@ -93,7 +96,8 @@ class AlertEngine:
         self._observer.last_snapshot_at = snapshot.timestamp_seconds if taken_at is None else taken_at
         self._burn = burn
         changes: list[AlertChange] = []
-        open_rules = {st.rule for st in self._active.values()}
+        active = self._active
+        open_rules = {st.rule for st in active.values()} if active else _NO_RULES
         quiet = self._quiet.begin(snapshot.gpus) if self._quiet is not None else set()
         for rule in self._rules.values():
             if rule.kind in ("xid", "finding"):
@@ -107,8 +111,9 @@ class AlertEngine:
                 observations = self._observe_changed(rule, snapshot, now, is_open)
             if observations or is_open:  # else nothing to start, keep or resolve (most polls)
                 changes.extend(self._apply(rule, observations, now))
-        changes.extend(self._expire_xids(now))
-        self._update_held_back()
+        if active:  # both go over the open alerts alone: none, most polls of a healthy host
+            changes.extend(self._expire_xids(now))
+            self._update_held_back()
         return changes
 
     def _observe_changed(self, rule: Rule, snapshot: Snapshot, now: float, is_open: bool) -> list[Observation]:

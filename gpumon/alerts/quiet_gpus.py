@@ -9,9 +9,11 @@ there), no alert of it is open there (only an observation opens one) and its mem
 the same fields give nothing again. A GPU with a pending or firing alert of the rule, or whose
 fields changed, is observed as before, so ``for:`` and ``keep_firing_for`` count at every snapshot.
 
-Most polls most rules observe nothing anywhere. What a rule reads is taken for all GPUs at once, a
-column per set of fields (one ``operator.attrgetter`` call a GPU, in C; rules that read the same
-fields share it) and compared with the last column whole. Snapshots are never changed once
+Most polls most rules observe nothing anywhere. Every field some rule reads is taken once a GPU, as
+one row (one ``operator.attrgetter`` call a GPU, in C, the GPU's identity first): while no GPU's row
+changed (an idle host, most polls), no column did. When one did, what each set of fields reads is
+taken for all GPUs at once, a column (one ``attrgetter`` call a GPU; rules that read the same fields
+share it), and compared with the last column whole. Snapshots are never changed once
 published, so equal values are the same inputs. The memory is dropped (everything observed at the
 next snapshot) when a GPU is replaced or moved, and when the engine's rules or state are replaced.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from gpumon.alerts.observation import Observation
 from gpumon.alerts.rules import DERIVED_FIELD_INPUTS, Rule
@@ -65,15 +68,9 @@ class _Inputs:
     __slots__ = ("column", "getter", "version")
 
     def __init__(self, fields: tuple[str, ...]) -> None:
-        self.getter: Callable[[GpuSnapshot], tuple[object, ...]] = operator.attrgetter(*fields)
+        self.getter: Callable[[GpuSnapshot], Any] = operator.attrgetter(*fields)
         self.column: Column | None = None
         self.version = 0
-
-    def take(self, gpus: Sequence[GpuSnapshot]) -> None:
-        column = tuple(map(self.getter, gpus))
-        if column != self.column:
-            self.column = column
-            self.version += 1
 
 
 class QuietGpus:
@@ -83,6 +80,10 @@ class QuietGpus:
         self._inputs: dict[str, _Inputs] = {}
         """Each per-GPU rule's input fields (shared by rules that read the same fields), by rule name."""
         self._distinct: tuple[_Inputs, ...] = ()
+        self._row_of: Callable[[GpuSnapshot], tuple[object, ...]] = _IDENTITY
+        """A GPU's identity and every field a per-GPU rule reads, in one ``attrgetter`` (each field read once)."""
+        self._rows: tuple[tuple[object, ...], ...] | None = None
+        """Each GPU's row at the latest snapshot: while it is equal, no column and no identity changed."""
         self._identities: tuple[tuple[object, ...], ...] = ()
         self._gpus: Sequence[GpuSnapshot] = ()
         self._memo: dict[str, tuple[int, Column, bool, list[bool]]] = {}
@@ -91,14 +92,13 @@ class QuietGpus:
 
     def set_rules(self, rules: Iterable[Rule]) -> None:
         """Take ``rules`` (config load, SIGHUP): their getters made once; every GPU observed at the next snapshot."""
+        fields_of = {rule.name: input_fields(rule) for rule in rules if rule.kind in PER_GPU_KINDS}
+        every = ("index", "uuid", *dict.fromkeys(f for fields in fields_of.values() for f in fields))
         by_fields: dict[tuple[str, ...], _Inputs] = {}
-        self._inputs = {
-            rule.name: by_fields.setdefault(fields, _Inputs(fields))
-            for rule in rules
-            if rule.kind in PER_GPU_KINDS
-            for fields in (input_fields(rule),)
-        }
+        self._inputs = {name: by_fields.setdefault(fields, _Inputs(fields)) for name, fields in fields_of.items()}
         self._distinct = tuple(by_fields.values())
+        self._row_of = operator.attrgetter(*every)
+        self._rows = None
         self.forget()
 
     def forget(self) -> None:
@@ -107,14 +107,23 @@ class QuietGpus:
 
     def begin(self, gpus: Sequence[GpuSnapshot]) -> set[str]:
         """Take a new snapshot's GPUs; returns the per-GPU rules that observe nothing on any of them: those
-        quiet everywhere last time whose inputs did not change. A GPU replaced, added, gone or moved: none."""
-        identities = tuple(map(_IDENTITY, gpus))
-        if identities != self._identities:
-            self._identities = identities
-            self._memo.clear()
+        quiet everywhere last time whose inputs did not change. A GPU replaced, added, gone or moved: none.
+
+        Each GPU's inputs are read once, as one row (in C); the identities and the columns are taken
+        again only when a row changed (on an idle host most polls none did)."""
+        rows = tuple(map(self._row_of, gpus))
         self._gpus = gpus
-        for inputs in self._distinct:
-            inputs.take(gpus)
+        if rows != self._rows:
+            self._rows = rows
+            identities = tuple(map(_IDENTITY, gpus))
+            if identities != self._identities:
+                self._identities = identities
+                self._memo.clear()
+            for inputs in self._distinct:  # each set of fields' column; written out, no call per set
+                column = tuple(map(inputs.getter, gpus))
+                if column != inputs.column:
+                    inputs.column = column
+                    inputs.version += 1
         memo, inputs_of = self._memo, self._inputs
         return {name for name, last in memo.items() if last[2] and last[0] == inputs_of[name].version}
 

@@ -192,17 +192,21 @@ class AlertService:
         """Evaluate the rules on a new snapshot. Runs on the polling thread: quick, no I/O, never raises."""
         try:
             with self._lock:
+                engine = self._engine
                 now = self._now()
-                revision = self._engine_revision()
+                revision = engine.revision
                 # taken a moment ago: with a steady clock its age counts from now, on that clock
                 taken_at = now if self._steady is not None else None
-                self._engine.evaluate(snapshot, now, self._burn, taken_at)
-                if self._engine.has_open_alerts:  # a burn holds back only open alerts: its marker read (a stat) then
+                engine.evaluate(snapshot, now, self._burn, taken_at)
+                open_alerts = engine.has_open_alerts
+                if open_alerts:  # a burn holds back only open alerts: its marker read (a stat) then
                     burn = self._read_burn()
                     if burn != self._burn:
                         self._burn = burn
-                        self._engine.hold_back(burn)
-                if self._deliver(now) or self._engine_revision() != revision:
+                        engine.hold_back(burn)
+                # _deliver's own first test, asked here: most polls of a healthy host make no call for it
+                delivered = (open_alerts or bool(self._delivered)) and self._deliver(now)
+                if delivered or engine.revision != revision:
                     self._mark_dirty()
         except Exception:
             self._failed("alert evaluation failed")

@@ -32,7 +32,7 @@ from typing import Any
 from gpumon.backends.base import GpuBackend, GpuLostError, NvmlUnavailableError
 from gpumon.collect.host_figures import HostFigureReader
 from gpumon.collect.merge import GpuMerge, ProcessEnricher, UnknownFieldError, XidCounts
-from gpumon.collect.poll_plan import plan_tiers
+from gpumon.collect.poll_plan import FAST_ONLY, plan_tiers
 from gpumon.collect.poll_state import POLLED_TIERS, GpuState
 from gpumon.collect.store import SnapshotStore
 from gpumon.model.poll_intervals import PollIntervals
@@ -46,7 +46,6 @@ from gpumon.model.snapshot import (
 
 log = logging.getLogger(__name__)
 
-_FAST_ONLY: tuple[Tier, ...] = (Tier.FAST,)
 _FAST = Tier.FAST
 """Tier.FAST, read once: each ``Tier.X`` is a descriptor call (~0.1 µs), and the fast path names it per GPU."""
 _TIER_NAMES: Mapping[Tier, str] = {tier: tier.value for tier in Tier}
@@ -176,7 +175,9 @@ class Poller:
                 gpus, durations = self._read_planned_tiers(start)
                 end = self._mono()
             self._reading_gpu = None
-            self._count_backend_errors()
+            errors = self._backend.take_errors()
+            if errors:  # most polls: none, no call for them
+                self._count_backend_errors(errors)
         except NvmlUnavailableError as exc:
             # the driver went away under us (unloaded, upgraded): re-initialise with backoff
             log.error("NVML went away: %s; re-initialising with backoff", exc)
@@ -197,17 +198,28 @@ class Poller:
             for tier, seconds in durations.items():
                 tier_stats[_TIER_NAMES[tier]] = TierStats.of_read(seconds, self._tier_errors[tier], end_wall)
         self._tier_stats = tier_stats
-        return Snapshot.of_poll(end_wall, end, self._with_host_figures(start), gpus, tier_stats)
+        host = self._host_figures_cache  # _with_host_figures's own test, asked here: a call every slow interval
+        if host is None or start - self._host_figures_at >= self._intervals.slow_seconds:
+            host = self._with_host_figures(start)
+        return Snapshot.of_poll(end_wall, end, host, gpus, tier_stats)
 
-    def _read_fast_tier(self, now: float) -> tuple[GpuSnapshot, ...]:
-        """Every GPU's fast tier (the poll of most seconds): one backend read and one merge per GPU."""
-        read = self._backend.read
+    def _read_fast_tier(
+        self, now: float, plan: Sequence[Sequence[Tier]] | None = None, durations: dict[Tier, float] | None = None
+    ) -> tuple[GpuSnapshot, ...]:
+        """Every GPU's fast tier, one backend read and one merge per GPU: the poll of most seconds (no
+        ``plan``), and in a planned poll each GPU whose plan is ``FAST_ONLY`` (most of them), its read timed
+        into ``durations`` when given; a GPU with a slower tier planned, or lost, goes to ``_read_gpu``."""
+        read, mono = self._backend.read, self._mono
         out = []
         for index, state in enumerate(self._gpus):
-            if state.lost_reason is not None:  # re-probed with every tier, when its backoff allows
-                out.append(self._read_gpu(index, state, _FAST_ONLY, {}, now, timed=False))
+            tiers = FAST_ONLY if plan is None else plan[index]
+            if (
+                tiers is not FAST_ONLY or state.lost_reason is not None
+            ):  # a lost GPU: re-probed, when its backoff allows
+                out.append(self._read_gpu(index, state, tiers, durations or {}, now, timed=durations is not None))
                 continue
             self._reading_gpu = index
+            t0 = 0.0 if durations is None else mono()
             try:
                 state.cache[_FAST] = read(index, _FAST)
             except GpuLostError as exc:
@@ -219,6 +231,9 @@ class Poller:
             except Exception:  # the GPU's cached values are kept
                 self._tier_errors[_FAST] += 1
                 log.exception("reading fast tier of GPU %d failed", index)
+            finally:
+                if durations is not None:
+                    durations[_FAST] += mono() - t0
             out.append(self._merge(index, state))
         return tuple(out)
 
@@ -229,10 +244,10 @@ class Poller:
         plan, due, self._next_slower_due = plan_tiers(self._gpus, intervals, start)
         durations = dict.fromkeys(due, 0.0)
         # A fast-only poll (a GPU re-probed later, say) is timed as a whole: clock reads cost µs on some VMs.
-        timed = len(due) > 1
-        gpus = tuple([self._read_gpu(i, state, plan[i], durations, start, timed) for i, state in enumerate(self._gpus)])
-        if not timed:
-            durations[Tier.FAST] = self._mono() - start
+        if len(due) > 1:
+            return self._read_fast_tier(start, plan, durations), durations
+        gpus = self._read_fast_tier(start, plan)
+        durations[Tier.FAST] = self._mono() - start
         return gpus, durations
 
     def _try_init(self, now: float) -> None:
@@ -319,9 +334,9 @@ class Poller:
                 log.debug("could not re-read the UUID of GPU %d", index, exc_info=True)
         return self._merge(index, state)
 
-    def _count_backend_errors(self) -> None:
-        """Errors the backend survived inside a read (one reader group failing), once per poll."""
-        for tier_name, count in self._backend.take_errors().items():
+    def _count_backend_errors(self, errors: Mapping[str, int]) -> None:
+        """Errors the backend survived inside a read (one reader group failing), by tier, once per poll."""
+        for tier_name, count in errors.items():
             tier = Tier(tier_name)
             self._tier_errors[tier] = self._tier_errors.get(tier, 0) + count
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -38,6 +39,8 @@ from gpumon.events.xid_log import XidLog
 from gpumon.model.bus_id import normalize_bus_id
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
+
+_BUS_AND_INDEX = operator.attrgetter("pci_bus_id", "index")
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +99,8 @@ class XidTracker:
         """What ``for_gpu`` gives for a GPU without XIDs: the same empty mappings every time (never changed)."""
         self._said_buses: set[str] = set()
         """Bus ids whose XIDs were said to be on no GPU gpumon watches (said once GPUs are known, never before)."""
-        self._last_snapshot_buses: dict[str, int] | None = None
-        """The bus ids -> index of the last snapshot ``set_gpus_from_snapshot`` saw (polling thread only)."""
+        self._last_snapshot_rows: tuple[tuple[str | None, int], ...] | None = None
+        """(bus id, index) of each GPU of the last snapshot ``set_gpus_from_snapshot`` saw (polling thread only)."""
 
     # ---- inputs --------------------------------------------------------------
     def set_gpus(self, bus_to_index: Mapping[str, int]) -> None:
@@ -110,7 +113,7 @@ class XidTracker:
         rehomed: list[XidEvent] = []
         with self._lock:
             self._bus_to_index = normalized
-            self._last_snapshot_buses = None
+            self._last_snapshot_rows = None
             still: list[XidEvent] = []
             for event in self._unmatched:
                 match = normalized.get(event.pci_bus_id or "")
@@ -135,14 +138,15 @@ class XidTracker:
         Fits ``SnapshotStore.subscribe``, so GPUs that appear after a late NVML start are learnt too.
         """
         self._xid_log.flush()  # every poll: the summaries of repeated XIDs that are due
-        mapping = {g.pci_bus_id: g.index for g in snapshot.gpus if g.pci_bus_id}
-        if mapping == self._last_snapshot_buses:
+        rows = tuple(map(_BUS_AND_INDEX, snapshot.gpus))  # in C: no dict made on every poll
+        if rows == self._last_snapshot_rows:
             return  # every poll but the first: the same GPUs at the same bus ids
+        mapping = {bus: index for bus, index in rows if bus}
         with self._lock:
             current = {bus: index for bus, index in self._bus_to_index.items()}
         if {normalize_bus_id(b): i for b, i in mapping.items()} != current:
             self.set_gpus(mapping)
-        self._last_snapshot_buses = mapping
+        self._last_snapshot_rows = rows
 
     def subscribe(self, listener: XidListener, *, attributed: bool = False) -> None:
         """Call ``listener(event)`` for each counted event (GPU index filled in when known), e.g. the alert engine.

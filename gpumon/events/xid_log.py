@@ -73,6 +73,8 @@ class XidLog:
 
     def flush(self) -> None:
         """Write the summaries that are due (repeats not written for ``interval_seconds``)."""
+        if not self._faults:  # every poll of a host that saw no XID: no clock, no lock
+            return
         now = self._clock()
         with self._lock:
             due = [

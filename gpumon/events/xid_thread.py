@@ -52,8 +52,10 @@ class XidEventThread:
 
     def nvml_up(self) -> None:
         """NVML answers (the daemon calls it for each snapshot that says so): a thread waiting for
-        NVML to come up starts waiting for events now, not at the end of its wait."""
-        self._up.set()
+        NVML to come up starts waiting for events now, not at the end of its wait. Set only when not set:
+        ``Event.set`` runs a Condition's Python (six calls), and once NVML is up it stays set."""
+        if not self._up.is_set():
+            self._up.set()
 
     def request_stop(self) -> None:
         """Ask the thread to end after its current wait (at most ``wait_seconds``; a simulated wait ends now)."""

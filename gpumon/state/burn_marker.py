@@ -47,13 +47,16 @@ class BurnMarkerReader:
 
     def __init__(self, state_dir: Path, alive: Callable[[int], bool] = pid_alive) -> None:
         self.path = marker_path(state_dir)
+        self._path_text = str(self.path)
+        """The path as text, made once: ``os.stat`` of a Path calls its ``__fspath__`` and ``__str__`` (the
+        health engines read the marker every poll)."""
         self._alive = alive
         self._key: FileStamp | None = None
         self._parsed: BurnHoldBack | None = None
 
     def read(self) -> BurnHoldBack | None:
         """The running burn, or None (no marker, a bad marker, or its process gone)."""
-        key = file_stamp(self.path)
+        key = file_stamp(self._path_text)
         if key is None:
             self._key, self._parsed = None, None
             return None
