@@ -24,7 +24,7 @@ OPENMETRICS = "openmetrics"
 
 def render_text(families: Sequence[Family], fmt: str, heads: Heads | None = None) -> str:
     """``families`` in format ``fmt`` (OpenMetrics without its ``# EOF``); ``heads``: see ``text.render``."""
-    return openmetrics.render_text(families) if fmt == OPENMETRICS else render(families, heads)
+    return openmetrics.render_text(families, heads) if fmt == OPENMETRICS else render(families, heads)
 
 
 class Rendered:
