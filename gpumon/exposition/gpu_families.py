@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 from gpumon.exposition.metrics import gpu_rows
+from gpumon.exposition.openmetrics import om_header
 from gpumon.exposition.text import header, render, sample_lines, sample_template
 from gpumon.model.families import Family, family_name, refuse_twins
 from gpumon.model.poll_intervals import PollIntervals
 from gpumon.model.snapshot import GpuSnapshot, Snapshot, Tier
-from gpumon.util.reuse import Reuse, ReuseSealed
+from gpumon.util.reuse import Reuse
 
 GPU_LABELS = ("gpu", "uuid")
 INFO_LABELS = (
@@ -129,8 +130,9 @@ class GpuFamilies:
         self._group_keys: dict[Tier, float] = {}
         """Per kept group: the tier's last read (its stats' timestamp) its families were last made for;
         cleared when the served GPUs or the intervals change."""
-        self._of_snapshot: ReuseSealed[Family] = ReuseSealed()
-        """The families of the last snapshot built, with the intervals and process opt-in they were built with."""
+        self._of_snapshot: Reuse[list[Family]] = Reuse()
+        """The families of the last snapshot built, with the intervals and process opt-in they were built
+        with; each one sealed as it was made (a row's, once put together; the others, once rendered)."""
         self._fresh_families: dict[str, Family] = {}
         """The families of the last snapshot rendered that are made whole (info, up, processes), by
         name: one whose samples did not change is reused."""
@@ -139,9 +141,9 @@ class GpuFamilies:
         of the GPU are equal to those they were made from."""
         self._gpu_set: tuple[tuple[int, str, bool], ...] = ()
         """The GPUs (index, UUID, up) ``_by_gpu`` and ``_families`` were last made for."""
-        self._heads: Reuse[list[tuple[Family, Callable[..., str]]]] = Reuse()
+        self._heads: Reuse[list[tuple[Family, Callable[..., str], str]]] = Reuse()
         """The intervals the rows' HELP texts were written for; per row, its family without samples
-        (``rendered``: its HELP and TYPE lines) and its sample template."""
+        (``rendered``: its HELP and TYPE lines), its sample template and its OpenMetrics HELP and TYPE."""
 
     def set_options(self, intervals: PollIntervals, *, processes: bool, detail: frozenset[str] | None = None) -> None:
         """New intervals (for HELP texts), per-process and detail opt-ins after a reload."""
@@ -241,13 +243,13 @@ class GpuFamilies:
             self._gpu_set = gpu_set
         return live
 
-    def _heads_now(self) -> list[tuple[Family, Callable[..., str]]]:
+    def _heads_now(self) -> list[tuple[Family, Callable[..., str], str]]:
         """Per row, its family without samples, its HELP saying how often it refreshes (``rendered``:
         its HELP and TYPE lines), and its sample template; made once per set of intervals (every
         family is then made again, with the new HELP)."""
         return self._heads.get(self._made_heads, equal=(self._intervals,))
 
-    def _made_heads(self) -> list[tuple[Family, Callable[..., str]]]:
+    def _made_heads(self) -> list[tuple[Family, Callable[..., str], str]]:
         """Per row, its family without samples and its sample template, for the intervals now;
         every row's family is to be made again."""
         made = []
@@ -261,7 +263,7 @@ class GpuFamilies:
             )
             empty.rendered = header(empty)
             empty.seal()
-            made.append((empty, sample_template(empty)))
+            made.append((empty, sample_template(empty), om_header(empty)))
         self._families = [None] * len(self._rows)
         self._group_keys = {}
         return made
@@ -315,22 +317,28 @@ class GpuFamilies:
                 kept.group_values[group.tier] = now
         for position in group.positions:
             if position in changed or families[position] is None:
-                families[position] = self._row_family(position, heads[position][0], gpus)
+                families[position] = self._row_family(position, heads[position], gpus)
         if group.tier is not None and key is not None:
             self._group_keys[group.tier] = key
 
-    def _row_family(self, position: int, empty: Family, gpus: Sequence[GpuSnapshot]) -> Family:
-        """Row ``position``'s family over ``gpus``, its text (``rendered``) put together from the GPUs' parts."""
+    def _row_family(
+        self, position: int, head: tuple[Family, Callable[..., str], str], gpus: Sequence[GpuSnapshot]
+    ) -> Family:
+        """Row ``position``'s family over ``gpus``, its text (``rendered``) and its OpenMetrics text
+        (``rendered_openmetrics``: the same sample lines) put together from the GPUs' parts."""
         row = self._rows[position]
+        empty = head[0]
         family = Family(row.name, row.kind, empty.help, empty.label_names, plain_labels=row.plain_labels)
         samples = family.samples
-        texts = [empty.rendered or ""]
+        texts = []
         by_gpu = self._by_gpu
         for gpu in gpus:
             part = by_gpu[(gpu.index, gpu.uuid)].parts[position]
             samples.extend(part[0])
             texts.append(part[1])
-        family.rendered = "".join(texts)
+        lines = "".join(texts)
+        family.rendered = (empty.rendered or "") + lines
+        family.rendered_openmetrics = head[2] + lines
         family.seal()
         return family
 
