@@ -58,6 +58,9 @@ STALLED_SCRAPE_SECONDS = 20.0
 """A /metrics body not made in this long (it takes milliseconds; 256 GPUs, tens of them) means a source
 hangs: scrapes are not answered, and the systemd watchdog (WatchdogSec=30s) is no longer fed."""
 
+_NEGOTIATED_KEPT = 64
+"""Sets of (Accept, Accept-Encoding) headers whose answer a server keeps (scrapers send one set each)."""
+
 DEFAULT_LIMITS = HttpLimits()
 """The limits a MetricsServer has unless told otherwise (a frozen value, shared)."""
 
@@ -90,6 +93,9 @@ class MetricsServer(HttpConnectionServer):
         self._routes: dict[str, Route] = dict(routes or {})
         self._mono = monotonic
         self._inflight: dict[tuple[str, bool], asyncio.Future[Body]] = {}
+        self._negotiated: dict[tuple[str | None, str | None], tuple[bool, bool]] = {}
+        """(OpenMetrics, gzip) by the (Accept, Accept-Encoding) headers that asked for them: a scraper
+        sends the same ones every time (at most ``_NEGOTIATED_KEPT`` kept)."""
         self._rendering_since: dict[tuple[str, bool], float] = {}
         """When (``monotonic``) each body being rendered on a worker thread was asked for."""
         super().__init__(address, web_config=web_config, limits=limits)
@@ -164,10 +170,21 @@ class MetricsServer(HttpConnectionServer):
             return 500, {"Content-Type": TEXT_PLAIN}, b"internal error\n"
         return code, {"Content-Type": ctype}, payload
 
+    def _negotiate(self, accept: str | None, accept_encoding: str | None) -> tuple[bool, bool]:
+        """Whether to answer in OpenMetrics, and gzipped, for these request headers."""
+        key = (accept, accept_encoding)
+        answer = self._negotiated.get(key)
+        if answer is None:
+            answer = (self._exposition.serves_openmetrics and wants_openmetrics(accept), accepts_gzip(accept_encoding))
+            if len(self._negotiated) >= _NEGOTIATED_KEPT:
+                self._negotiated.clear()
+            self._negotiated[key] = answer
+        return answer
+
     async def _metrics(self, request: Request) -> tuple[int, dict[str, str], Body]:
-        use_openmetrics = self._exposition.serves_openmetrics and wants_openmetrics(request.headers.get("accept"))
+        asked = request.headers
+        use_openmetrics, use_gzip = self._negotiate(asked.get("accept"), asked.get("accept-encoding"))
         kind = "openmetrics" if use_openmetrics else "text"
-        use_gzip = accepts_gzip(request.headers.get("accept-encoding"))
         try:
             body: Body | None = self._exposition.ready_body(openmetrics=use_openmetrics, gzip=use_gzip)
             if body is None:
