@@ -172,9 +172,9 @@ class GpumonCollector:
             rendered.served.add((fmt, gzip))
         blocks = [extras] if rendered is None else [rendered, extras]
         if gzip:
-            parts = [gzip_parts.stored(head_bytes), *(b.part(fmt) for b in blocks), gzip_parts.stored(tail_bytes)]
+            parts = [gzip_parts.stored(head_bytes), *[b.part(fmt) for b in blocks], gzip_parts.stored(tail_bytes)]
             return gzip_parts.member(parts)
-        return [head_bytes, *(b.block(fmt) for b in blocks), tail_bytes]
+        return [head_bytes, *[b.block(fmt) for b in blocks], tail_bytes]
 
     def collect(self) -> Iterator[Metric]:
         """The same families as prometheus_client Metric objects (for registries)."""

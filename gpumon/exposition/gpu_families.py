@@ -72,6 +72,8 @@ class _Group:
     only when that tier is read; every other row (``tier`` None) may change with every snapshot."""
 
     tier: Tier | None
+    tier_name: str | None
+    """``tier.value`` (the key of its stats in a snapshot), taken once: an Enum's value is a Python call."""
     positions: tuple[int, ...]
     """The rows' positions in the metric table."""
     values_of: Callable[[Mapping[str, object]], object]
@@ -118,6 +120,7 @@ class GpuFamilies:
         self._groups = tuple(
             _Group(
                 tier,
+                None if tier is None else tier.value,
                 positions := tuple(
                     i for i, row in enumerate(self._rows) if (row.tier if row.tier in kept else None) is tier
                 ),
@@ -234,7 +237,7 @@ class GpuFamilies:
         GPUs no longer among them are dropped and every row's family is made again (a GPU that is
         lost or back has every group made again, though no slower tier was read)."""
         live = list(snapshot.gpus)
-        gpu_set = tuple((g.index, g.uuid, g.up) for g in live)
+        gpu_set = tuple([(g.index, g.uuid, g.up) for g in live])
         if gpu_set != self._gpu_set:
             keep = {(index, uuid) for index, uuid, _up in gpu_set}
             self._by_gpu = {where: parts for where, parts in self._by_gpu.items() if where in keep}
@@ -282,7 +285,7 @@ class GpuFamilies:
         heads = self._heads_now()
         key: float | None = None
         if group.tier is not None:
-            stats = snapshot.tiers.get(group.tier.value)
+            stats = snapshot.tiers.get(group.tier_name or "")
             if stats is not None:
                 key = stats.last_timestamp_seconds  # the served GPUs are the same: ``_live`` clears the keys
                 if self._group_keys.get(group.tier) == key:

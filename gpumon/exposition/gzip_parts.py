@@ -124,4 +124,4 @@ def member(parts: Sequence[Part]) -> list[bytes]:
             crc = crc32_combine(crc, part.crc32, part.shift)
         length += part.length_bytes
     trailer = struct.pack("<II", crc, length & 0xFFFFFFFF)
-    return [_HEADER, *(p.deflated for p in parts), _LAST_BLOCK + trailer]
+    return [_HEADER, *[p.deflated for p in parts], _LAST_BLOCK + trailer]
