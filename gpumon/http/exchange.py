@@ -107,8 +107,9 @@ class ResponseWriter:
             chunks = []
         for chunk in coalesced([head, *chunks]):
             writer.write(chunk)
-        async with asyncio.timeout(self.write_timeout_seconds):
-            await writer.drain()
+        if writer.transport.get_write_buffer_size():  # (all taken by the kernel: nothing to wait for)
+            async with asyncio.timeout(self.write_timeout_seconds):
+                await writer.drain()
 
     async def error(self, writer: asyncio.StreamWriter, request: Request | None, status: int, message: bytes) -> None:
         """Answer ``status`` with a plain-text ``message`` and Connection: close."""
