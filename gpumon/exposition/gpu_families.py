@@ -151,6 +151,8 @@ class GpuFamilies:
     def set_options(self, intervals: PollIntervals, *, processes: bool, detail: frozenset[str] | None = None) -> None:
         """New intervals (for HELP texts), per-process and detail opt-ins after a reload."""
         with self._build_lock:
+            if intervals != self._intervals:
+                self._group_keys = {}  # every kept group made again, with the new HELP texts
             self._intervals = intervals
             self._processes = processes
             if detail is not None and detail != self._detail:
@@ -282,14 +284,14 @@ class GpuFamilies:
         slow reads are spread over polls, a few GPUs a poll: a GPU whose values of the whole group
         are those of the last time is passed over at once), and a row's family only when one of
         its parts was made again."""
-        heads = self._heads_now()
         key: float | None = None
         if group.tier is not None:
             stats = snapshot.tiers.get(group.tier_name or "")
             if stats is not None:
                 key = stats.last_timestamp_seconds  # the served GPUs are the same: ``_live`` clears the keys
                 if self._group_keys.get(group.tier) == key:
-                    return
+                    return  # (new intervals clear the keys: ``set_options``)
+        heads = self._heads_now()
         rows, values_of, by_gpu, families = self._rows, self._values_of, self._by_gpu, self._families
         changed: set[int] = set()
         for gpu in gpus:
