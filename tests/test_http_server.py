@@ -344,3 +344,50 @@ def test_a_small_response_is_answered_and_the_connection_kept_for_the_next_reque
         assert server.open_connections <= 1
     finally:
         server.stop()
+
+
+class _Gated:
+    """An exposition whose body waits for the test's go, counts its calls, and fails while told to."""
+
+    serves_openmetrics = False
+
+    def __init__(self) -> None:
+        import threading
+
+        self.go = threading.Event()
+        self.calls = 0
+        self.fail = False
+
+    def ready_body(self, *, openmetrics: bool = False, gzip: bool = False) -> None:
+        return None
+
+    def body(self, *, openmetrics: bool = False, gzip: bool = False) -> list[bytes]:
+        self.calls += 1
+        self.go.wait(10)
+        if self.fail:
+            raise RuntimeError("a source broke")
+        return [b"gpumon_x ", b"1.0\n"]
+
+
+def test_scrapes_that_come_while_a_body_is_made_share_it_and_a_body_that_fails_answers_500() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    exposition = _Gated()
+    server = MetricsServer(("127.0.0.1", 0), exposition, SnapshotStore(), stale_after_seconds=5)
+    server.start()
+    url = f"http://127.0.0.1:{server.port}/metrics"
+    try:
+        with ThreadPoolExecutor(3) as clients:
+            plain = {"Accept-Encoding": "identity"}
+            answers = [clients.submit(requests.get, url, headers=plain, timeout=10) for _ in range(3)]
+            wait_for(lambda: server.open_connections == 3, what="three scrapes waiting")
+            exposition.go.set()
+            assert [a.result().content for a in answers] == [b"gpumon_x 1.0\n"] * 3
+        assert exposition.calls == 1
+        exposition.fail = True
+        assert requests.get(url, headers=plain, timeout=10).status_code == 500
+        exposition.fail = False
+        assert requests.get(url, headers=plain, timeout=10).content == b"gpumon_x 1.0\n"
+        assert server.serving_problem() is None
+    finally:
+        server.stop()
