@@ -136,6 +136,8 @@ class GpuFamilies:
         self._of_snapshot: Reuse[list[Family]] = Reuse()
         """The families of the last snapshot built, with the intervals and process opt-in they were built
         with; each one sealed as it was made (a row's, once put together; the others, once rendered)."""
+        self._identity: Reuse[list[Family]] = Reuse()
+        """gpumon_gpu_info and gpumon_gpu_up as last made, kept while the GPUs' identities and states are equal."""
         self._fresh_families: dict[str, Family] = {}
         """The families of the last snapshot rendered that are made whole (info, up, processes), by
         name: one whose samples did not change is reused."""
@@ -197,31 +199,15 @@ class GpuFamilies:
     def _build_gpu_metrics(self, snapshot: Snapshot) -> list[Family]:
         if not snapshot.gpus:
             return []
-        info = Family(GPU_INFO, "gauge", "Identity of the GPU; always 1 (nvidia-smi -q).", (*GPU_LABELS, *INFO_LABELS))
-        up = Family(
-            GPU_UP,
-            "gauge",
-            "1 when the GPU answers NVML, 0 when it is lost (fallen off the bus, needs reset).",
-            GPU_LABELS,
-        )
         host = snapshot.host
-        for gpu in snapshot.gpus:
-            info.add(
-                [
-                    str(gpu.index),
-                    gpu.uuid,
-                    gpu.name or "",
-                    gpu.pci_bus_id or "",
-                    gpu.serial or "",
-                    gpu.vbios_version or "",
-                    host.driver_version or "",
-                    host.cuda_driver_version or "",
-                    gpu.compute_capability or "",
-                ],
-                1.0,
-            )
-            up.add([str(gpu.index), gpu.uuid], 1.0 if gpu.up else 0.0)
-        out = [info, up]
+        identity = [
+            (g.index, g.uuid, g.name, g.pci_bus_id, g.serial, g.vbios_version, g.compute_capability, g.up)
+            for g in snapshot.gpus
+        ]
+        out = self._identity.get(
+            lambda: _identity_families(snapshot), equal=(identity, host.driver_version, host.cuda_driver_version)
+        )
+        out = list(out)
         live = self._live(snapshot)
         if live:
             formatted: dict[float, str] = {}
@@ -378,3 +364,30 @@ class GpuFamilies:
                 if p.sm_utilization_ratio is not None:
                     sm.add(labels, p.sm_utilization_ratio)
         return [f for f in (memory, sm) if f.samples]
+
+
+def _identity_families(snapshot: Snapshot) -> list[Family]:
+    """gpumon_gpu_info and gpumon_gpu_up of ``snapshot``'s GPUs, rendered (and so sealed)."""
+    info = Family(GPU_INFO, "gauge", "Identity of the GPU; always 1 (nvidia-smi -q).", (*GPU_LABELS, *INFO_LABELS))
+    up = Family(
+        GPU_UP, "gauge", "1 when the GPU answers NVML, 0 when it is lost (fallen off the bus, needs reset).", GPU_LABELS
+    )
+    host = snapshot.host
+    for gpu in snapshot.gpus:
+        info.add(
+            [
+                str(gpu.index),
+                gpu.uuid,
+                gpu.name or "",
+                gpu.pci_bus_id or "",
+                gpu.serial or "",
+                gpu.vbios_version or "",
+                host.driver_version or "",
+                host.cuda_driver_version or "",
+                gpu.compute_capability or "",
+            ],
+            1.0,
+        )
+        up.add([str(gpu.index), gpu.uuid], 1.0 if gpu.up else 0.0)
+    render([info, up])
+    return [info, up]
