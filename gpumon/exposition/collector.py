@@ -6,7 +6,8 @@ Extra sources (alerts, burn results, health, DCGM names) give their families ins
 scrape, each timed and guarded: one that fails is logged and reported by
 ``gpumon_collector_success 0``, and the scrape still answers 200 with everything else
 (``gpumon.exposition.extra_sources``). The daemon's own families before the per-GPU ones
-are ``gpumon.exposition.own_families``'s.
+are ``gpumon.exposition.own_families``'s (a scrape's, ``KeptHead``'s: each part kept while what it
+shows holds, the age made anew).
 
 Every source gives gpumon.model.families.Family objects (``families()``); ``render()`` and
 ``render_openmetrics()`` write them all with the fast renderers, and ``collect()`` gives the
