@@ -12,8 +12,8 @@ PYTHONPATH (``PYTHONPATH=/tmp/before:. python benchmarks/bench_daemon_threads.py
 ``--parts`` also times the parts of a poll as the running daemon pays them (caches gone cold in the
 second between polls, unlike bench_poll_parts.py's back-to-back polls): the backend's reads, the
 poller's merge, each store listener, APScheduler's wake, the alert tick (and the health report it and
-the scrapes ask for), and the spool's writes, as calls in the window and µs of thread CPU a call. The
-wrappers add about a µs a call.
+the scrapes ask for), the spool's writes and a scrape's body (made on a worker thread, or kept bytes
+on the event loop), as calls in the window and µs of thread CPU a call. The wrappers add about a µs a call.
 """
 
 from __future__ import annotations
@@ -78,6 +78,9 @@ class Parts:
         alerts.tick = self.timed("alert tick", alerts.tick)  # type: ignore[method-assign]
         health = daemon.health  # its report: the alert tick's finding rules and each scrape's health series
         health.current_report = self.timed("health report (current_report)", health.current_report)  # type: ignore[method-assign]
+        collector = daemon.collector  # a scrape's body: on a worker thread (body) or the event loop (ready_body)
+        collector.body = self.timed("scrape: GpumonCollector.body (worker)", collector.body)  # type: ignore[method-assign]
+        collector.ready_body = self.timed("scrape: GpumonCollector.ready_body (loop)", collector.ready_body)  # type: ignore[method-assign]
         writer = alerts._spool_writer
         writer.write = self.timed("alert spool write", writer.write)  # type: ignore[method-assign]
         gc.callbacks.append(self._on_gc)

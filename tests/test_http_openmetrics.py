@@ -149,3 +149,28 @@ def test_real_prometheus_scrapes_openmetrics(
         assert prom.wait_query('gpumon_gpu_up{job="gpumon",gpu="8"}')[0]["value"][1] == "1"
     assert calls["openmetrics"] >= 1
     assert calls["text"] == 0, "Prometheus asks for OpenMetrics first and gets it"
+
+
+def test_each_request_gets_the_format_and_encoding_its_own_headers_ask_for_request_after_request() -> None:
+    collector = golden_collector()
+    server = MetricsServer(("127.0.0.1", 0), collector, SnapshotStore(), stale_after_seconds=5)
+    server.start()
+    asks = [
+        (PROMETHEUS_242_ACCEPT, "gzip", OPENMETRICS, "gzip"),
+        (None, None, TEXT, None),
+        (PROMETHEUS_242_ACCEPT, "identity", OPENMETRICS, None),
+        ("text/plain", "gzip", TEXT, "gzip"),
+    ]
+    many = [(f"text/plain;q=0.{i % 9 + 1}", None, TEXT, None) for i in range(80)]  # more sets than are kept
+    try:
+        with requests.Session() as session:
+            for accept, encoding, content_type, content_encoding in [*asks, *many, *asks]:
+                headers = {"Accept": accept or "", "Accept-Encoding": encoding or ""}
+                response = session.get(f"http://127.0.0.1:{server.port}/metrics", headers=headers, timeout=10)
+                assert response.headers["Content-Type"] == content_type
+                assert response.headers.get("Content-Encoding") == content_encoding
+                expected = collector.render_openmetrics() if content_type == OPENMETRICS else collector.render()
+                assert response.content == expected
+                assert response.headers["Date"].endswith(" GMT")
+    finally:
+        server.stop()

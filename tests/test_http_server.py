@@ -307,3 +307,87 @@ def test_connections_evicted_before_the_server_looked_at_them_are_closed_at_once
         for sock in queued:
             sock.close()
         server.stop()
+
+
+def test_a_client_that_takes_no_part_of_a_large_response_is_closed_after_the_write_timeout() -> None:
+    big = b"gpumon_x 1.0\n" * (4 << 20)  # 52 MB: more than the socket buffers take
+    server = MetricsServer(
+        ("127.0.0.1", 0),
+        RenderedBytes(lambda: big),
+        SnapshotStore(),
+        stale_after_seconds=5,
+        limits=HttpLimits(write_timeout_seconds=1.0),
+    )
+    server.start()
+    try:
+        stalled = socket.create_connection(("127.0.0.1", server.port))
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")  # and never reads
+        wait_for(lambda: server.open_connections == 1, what="the stalled connection open")
+        assert requests.get(f"http://127.0.0.1:{server.port}/healthz", timeout=10).text == "ok\n"
+        wait_for(lambda: server.open_connections == 0, timeout=20, what="the stalled connection closed")
+        stalled.close()
+    finally:
+        server.stop()
+
+
+def test_a_small_response_is_answered_and_the_connection_kept_for_the_next_request() -> None:
+    server = MetricsServer(
+        ("127.0.0.1", 0), RenderedBytes(lambda: b"gpumon_x 1.0\n"), SnapshotStore(), stale_after_seconds=5
+    )
+    server.start()
+    try:
+        with requests.Session() as session:
+            for _ in range(3):
+                response = session.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10)
+                assert response.content == b"gpumon_x 1.0\n"
+        assert server.open_connections <= 1
+    finally:
+        server.stop()
+
+
+class _Gated:
+    """An exposition whose body waits for the test's go, counts its calls, and fails while told to."""
+
+    serves_openmetrics = False
+
+    def __init__(self) -> None:
+        import threading
+
+        self.go = threading.Event()
+        self.calls = 0
+        self.fail = False
+
+    def ready_body(self, *, openmetrics: bool = False, gzip: bool = False) -> None:
+        return None
+
+    def body(self, *, openmetrics: bool = False, gzip: bool = False) -> list[bytes]:
+        self.calls += 1
+        self.go.wait(10)
+        if self.fail:
+            raise RuntimeError("a source broke")
+        return [b"gpumon_x ", b"1.0\n"]
+
+
+def test_scrapes_that_come_while_a_body_is_made_share_it_and_a_body_that_fails_answers_500() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    exposition = _Gated()
+    server = MetricsServer(("127.0.0.1", 0), exposition, SnapshotStore(), stale_after_seconds=5)
+    server.start()
+    url = f"http://127.0.0.1:{server.port}/metrics"
+    try:
+        with ThreadPoolExecutor(3) as clients:
+            plain = {"Accept-Encoding": "identity"}
+            answers = [clients.submit(requests.get, url, headers=plain, timeout=10) for _ in range(3)]
+            wait_for(lambda: server.open_connections == 3, what="three scrapes waiting")
+            exposition.go.set()
+            assert [a.result().content for a in answers] == [b"gpumon_x 1.0\n"] * 3
+        assert exposition.calls == 1
+        exposition.fail = True
+        assert requests.get(url, headers=plain, timeout=10).status_code == 500
+        exposition.fail = False
+        assert requests.get(url, headers=plain, timeout=10).content == b"gpumon_x 1.0\n"
+        assert server.serving_problem() is None
+    finally:
+        server.stop()

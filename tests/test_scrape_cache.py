@@ -297,6 +297,17 @@ def test_a_member_of_deflated_and_stored_parts_inflates_to_the_parts_joined() ->
         assert zlib.decompress(b"".join(gzip_parts.member(parts)), 31) == b"".join(datas)  # no trailing data
 
 
+def test_a_member_of_deflated_parts_short_and_long_in_any_order_inflates_to_the_parts_joined() -> None:
+    rng = random.Random(11)
+    sizes = [0, 1, 12_000, 64 << 10, (64 << 10) + 1, 300_000]  # short parts keep their bytes, long ones not
+    for _ in range(20):
+        datas = [rng.randbytes(n // 2) + b"gpumon_x 1.0\n" * (n // 26) for n in rng.sample(sizes, k=4)]
+        parts = [gzip_parts.deflate(d) if rng.random() < 0.7 else gzip_parts.stored(d) for d in datas]
+        member = b"".join(gzip_parts.member(parts))
+        assert gzip.decompress(member) == b"".join(datas)
+        assert zlib.decompress(member, 31) == b"".join(datas)
+
+
 def test_small_chunks_go_out_joined_and_large_ones_as_they_are() -> None:
     big = b"x" * (2 << 20)
     assert coalesced([b"a", b"b", b"c"]) == [b"abc"]

@@ -6,7 +6,8 @@ Extra sources (alerts, burn results, health, DCGM names) give their families ins
 scrape, each timed and guarded: one that fails is logged and reported by
 ``gpumon_collector_success 0``, and the scrape still answers 200 with everything else
 (``gpumon.exposition.extra_sources``). The daemon's own families before the per-GPU ones
-are ``gpumon.exposition.own_families``'s.
+are ``gpumon.exposition.own_families``'s (a scrape's, ``KeptHead``'s: each part kept while what it
+shows holds, the age made anew).
 
 Every source gives gpumon.model.families.Family objects (``families()``); ``render()`` and
 ``render_openmetrics()`` write them all with the fast renderers, and ``collect()`` gives the
@@ -26,12 +27,11 @@ from gpumon import __version__
 from gpumon.collect.store import SnapshotStore
 from gpumon.exposition import gzip_parts
 from gpumon.exposition.extra_sources import ExtraSources
-from gpumon.exposition.family_reuse import FamilyReuse
 from gpumon.exposition.gpu_families import GpuFamilies
 from gpumon.exposition.openmetrics import EOF as OPENMETRICS_EOF
-from gpumon.exposition.own_families import SelfStats, head_families
+from gpumon.exposition.own_families import KeptHead, SelfStats, head_families
 from gpumon.exposition.rendered import OPENMETRICS, TEXT, Rendered, RenderedSnapshot, render_text
-from gpumon.exposition.text import Heads, render
+from gpumon.exposition.text import Heads, needs_escaping, render
 from gpumon.model.families import Family, FamilySource
 from gpumon.model.poll_intervals import PollIntervals
 from gpumon.model.snapshot import Snapshot, Tier
@@ -72,10 +72,14 @@ class GpumonCollector:
         self._processes = processes
         self._detail = detail
         self._gpu = GpuFamilies(intervals, processes=processes, detail=detail)
-        self._last_head = FamilyReuse()
-        """gpumon's own families of the last scrape: most hold the same samples every scrape."""
         self._version = version
         self._python_version = python_version or platform.python_version()
+        self._head = KeptHead(self_stats, monotonic, version=version, python_version=self._python_version)
+        """gpumon's own families of the scrapes: each part kept while what it shows holds."""
+        self._served: tuple[frozenset[str], frozenset[str], frozenset[str]] = (frozenset(), frozenset(), frozenset())
+        """The head's names and the per-GPU ones the last served names were worked out from, and those."""
+        self._success: tuple[list[tuple[str, float]], Family] | None = None
+        """The collectors and their success in the last scrape, and its gpumon_collector_success family."""
         self._lock = threading.Lock()
         self._newest: RenderedSnapshot | None = None
         """The newest snapshot whose per-GPU families are rendered."""
@@ -83,8 +87,8 @@ class GpumonCollector:
         """The last snapshot ``prepare`` was called with (None: no store listener, never render ahead)."""
         self._rendering: Snapshot | None = None
         """The snapshot ``prepare`` renders ahead of the scrapes right now."""
-        self._text_heads: Heads = {}
-        """The HELP and TYPE lines and templates of the head's and tail's families, made anew every scrape."""
+        self._heads: dict[str, Heads] = {TEXT: {}, OPENMETRICS: {}}
+        """Per format, the HELP and TYPE lines and templates of the head's and tail's families, made anew."""
         self._extras = ExtraSources(extra)
         self._extras_rendered: tuple[Rendered, list[tuple[str, float, float]]] | None = None
         """The extra sources' families of the last scrape and their bytes, and the sources' timings."""
@@ -152,27 +156,26 @@ class GpumonCollector:
             return None  # (the extra families' bytes in another format or encoding are a few milliseconds)
         if rendered is None and latest is not None:
             rendered = self._rendered(latest)
-        head = self._last_head.reuse(self._head_families(None if rendered is None else rendered.snapshot))
+        head, head_names = self._head.families(None if rendered is None else rendered.snapshot)
         timings = [("gpumon", 1.0, self._mono() - start)]
         if previous and last is not None:
             extras = last[0]  # as the last scrape got them, before the polling thread's listeners ran
             timings += last[1]
         else:
-            extra = self._extras.families(timings, self._mono, self._served_by_gpumon(head))
+            extra = self._extras.families(timings, self._mono, self._served_with(head_names))
             extras = last[0] if last is not None and last[0].holds(extra) else Rendered(extra)
             self._extras_rendered = (extras, timings[1:])
         openmetrics = fmt == OPENMETRICS
-        head_bytes = render_text(head, fmt, self._text_heads).encode()
-        tail_bytes = (
-            render_text(self._meta(timings), fmt, self._text_heads) + (OPENMETRICS_EOF if openmetrics else "")
-        ).encode()
+        heads = self._heads[fmt]
+        head_bytes = render_text(head, fmt, heads).encode()
+        tail_bytes = (render_text(self._meta(timings), fmt, heads) + (OPENMETRICS_EOF if openmetrics else "")).encode()
         if rendered is not None:
             rendered.served.add((fmt, gzip))
         blocks = [extras] if rendered is None else [rendered, extras]
         if gzip:
-            parts = [gzip_parts.stored(head_bytes), *(b.part(fmt) for b in blocks), gzip_parts.stored(tail_bytes)]
+            parts = [gzip_parts.stored(head_bytes), *[b.part(fmt) for b in blocks], gzip_parts.stored(tail_bytes)]
             return gzip_parts.member(parts)
-        return [head_bytes, *(b.block(fmt) for b in blocks), tail_bytes]
+        return [head_bytes, *[b.block(fmt) for b in blocks], tail_bytes]
 
     def collect(self) -> Iterator[Metric]:
         """The same families as prometheus_client Metric objects (for registries)."""
@@ -190,10 +193,21 @@ class GpumonCollector:
         out += self._extras.families(timings, self._mono, self._served_by_gpumon(out))
         return out + self._meta(timings)
 
-    def _served_by_gpumon(self, own: list[Family]) -> set[str]:
+    def _served_by_gpumon(self, own: list[Family]) -> frozenset[str]:
         """The names of the families gpumon serves itself in a scrape whose own families are
         ``own``: the head, every per-GPU family these options can serve, the sources' report."""
-        return {f.family_name for f in own} | self._gpu.names | {SUCCESS, DURATION}
+        return frozenset(f.family_name for f in own) | self._gpu.names | {SUCCESS, DURATION}
+
+    def _served_with(self, head: frozenset[str]) -> frozenset[str]:
+        """``_served_by_gpumon`` for a scrape whose head's names are ``head`` (the same set object,
+        scrape after scrape, while the names hold: the set is worked out again only when it changes)."""
+        served = self._served
+        gpu = self._gpu.names
+        if served[0] is head and served[1] is gpu:
+            return served[2]
+        names = head | gpu | {SUCCESS, DURATION}
+        self._served = (head, gpu, names)
+        return names
 
     def _head_families(self, snapshot: Snapshot | None) -> list[Family]:
         """gpumon's own families before the per-GPU ones, for ``snapshot``."""
@@ -202,21 +216,30 @@ class GpumonCollector:
         )
 
     def _meta(self, timings: list[tuple[str, float, float]]) -> list[Family]:
-        success = Family(
-            SUCCESS,
-            "gauge",
-            "1 when the named collector ran without error in this scrape.",
-            ("collector",),
-        )
+        """gpumon_collector_success (kept while each collector's success is the same, so its text is
+        rendered once) and gpumon_collector_duration_seconds, one row per collector of ``timings``."""
+        oks = [(name, ok) for name, ok, _seconds in timings]
+        kept = self._success
+        if kept is not None and kept[0] == oks:
+            success = kept[1]
+        else:
+            success = Family(
+                SUCCESS,
+                "gauge",
+                "1 when the named collector ran without error in this scrape.",
+                ("collector",),
+                [((name,), float(ok)) for name, ok in oks],
+                plain_labels=not needs_escaping(name for name, _ok in oks),
+            )
+            self._success = (oks, success)
         duration = Family(
             DURATION,
             "gauge",
             "Time the named collector took in this scrape, seconds.",
             ("collector",),
+            [((name,), float(seconds)) for name, _ok, seconds in timings],
+            plain_labels=success.plain_labels,
         )
-        for name, ok, seconds in timings:
-            success.add([name], ok)
-            duration.add([name], seconds)
         return [success, duration]
 
     # ------------------------------------------------------------------

@@ -7,14 +7,16 @@ own, or an earlier source's) is refused the same way: a twin is never served. A 
 budget (``exporter.sources``) is asked on a thread of its own and waited for that long at most: one
 that overruns is reported failed and left out, not waited on (gpumon.util.budget). A family
 that holds the same samples as the one of its name the scrape before gave is replaced by
-that one, so its text, once rendered, is reused.
+that one, so its text, once rendered, is reused. A source whose families all hold what they
+held in the last scrape, where the scrape serves the same names besides, is compared once (one
+list of the families' contents) and served the last scrape's families, their twins checked then.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence, Set
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpumon.exposition.family_reuse import FamilyReuse
 from gpumon.model.families import Family, FamilySource, refuse_twins
@@ -52,6 +54,26 @@ class BudgetedSource:
         return self._ask() if self._budgeted is None else self._budgeted()
 
 
+class _Given(NamedTuple):
+    """What a source gave in the last scrape it answered, and where."""
+
+    contents: list[tuple[object, ...]]
+    """What the source gave, family by family (``_contents``), before any was replaced by the last scrape's."""
+    served_before: Set[str]
+    """The names the scrape served before this source's families."""
+    families: list[Family]
+    """The families served (sealed)."""
+    names: frozenset[str]
+
+
+def _contents(families: list[Family]) -> list[tuple[object, ...]]:
+    """What each of ``families`` renders from (its samples copied: a source may change a family it
+    gave, as long as it is not sealed): two equal lists render to the same text."""
+    return [
+        (f.name, f.kind, f.help, f.label_names, tuple(f.samples), f.plain_labels, f.optional_labels) for f in families
+    ]
+
+
 class ExtraSources:
     """The extra sources by name, in the order they were added, and the families they gave last."""
 
@@ -60,6 +82,8 @@ class ExtraSources:
         self._per_snapshot: set[str] = set()
         self._last = FamilyReuse()
         """The extra sources' families of the last scrape (their text, once rendered, is reused)."""
+        self._given: dict[str, _Given] = {}
+        """Per source, what it gave in the last scrape it answered."""
         self._late: set[str] = set()
         """The sources that overran their budget in the last scrape (logged once, until they answer again)."""
         for name, source in sources:
@@ -93,12 +117,10 @@ class ExtraSources:
         (name, success, seconds) appended to ``timings``); ``served``: the family names the scrape
         serves besides, which no source may serve again."""
         out: list[Family] = []
-        served = set(served)
         for name, source in self._sources:
             start = monotonic()
             try:
-                families = list(source.families())
-                served |= refuse_twins((f.family_name for f in families), served)
+                families, served = self._served(name, list(source.families()), served)
                 ok = 1.0
             except OverBudget as exc:
                 if name not in self._late:
@@ -112,8 +134,21 @@ class ExtraSources:
                 self._late.discard(name)
                 log.warning("collector %s answers within its budget again", name)
             timings.append((name, ok, monotonic() - start))
-            out.extend(self._last.reuse(families))
+            out.extend(families)
         return out
+
+    def _served(self, name: str, families: list[Family], served: Set[str]) -> tuple[list[Family], Set[str]]:
+        """The families to serve of ``families`` (source ``name``'s), each replaced by the last
+        scrape's of its name when it holds the same, and the names served with them;
+        DuplicateFamilyError for a twin (of ``served`` or among them)."""
+        contents = _contents(families)
+        given = self._given.get(name)
+        if given is not None and given.contents == contents and given.served_before == served:
+            return given.families, served | given.names  # checked for twins with these very names
+        names = refuse_twins((f.family_name for f in families), served)
+        families = self._last.reuse(families)
+        self._given[name] = _Given(contents, served, families, names)
+        return families, served | names
 
     def warm_per_snapshot(self) -> None:
         """Have each per-snapshot source build its families of the latest snapshot."""

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 from gpumon.exposition.metrics import gpu_rows
+from gpumon.exposition.openmetrics import om_header
 from gpumon.exposition.text import header, render, sample_lines, sample_template
 from gpumon.model.families import Family, family_name, refuse_twins
 from gpumon.model.poll_intervals import PollIntervals
 from gpumon.model.snapshot import GpuSnapshot, Snapshot, Tier
-from gpumon.util.reuse import Reuse, ReuseSealed
+from gpumon.util.reuse import Reuse
 
 GPU_LABELS = ("gpu", "uuid")
 INFO_LABELS = (
@@ -71,6 +72,8 @@ class _Group:
     only when that tier is read; every other row (``tier`` None) may change with every snapshot."""
 
     tier: Tier | None
+    tier_name: str | None
+    """``tier.value`` (the key of its stats in a snapshot), taken once: an Enum's value is a Python call."""
     positions: tuple[int, ...]
     """The rows' positions in the metric table."""
     values_of: Callable[[Mapping[str, object]], object]
@@ -117,6 +120,7 @@ class GpuFamilies:
         self._groups = tuple(
             _Group(
                 tier,
+                None if tier is None else tier.value,
                 positions := tuple(
                     i for i, row in enumerate(self._rows) if (row.tier if row.tier in kept else None) is tier
                 ),
@@ -129,8 +133,11 @@ class GpuFamilies:
         self._group_keys: dict[Tier, float] = {}
         """Per kept group: the tier's last read (its stats' timestamp) its families were last made for;
         cleared when the served GPUs or the intervals change."""
-        self._of_snapshot: ReuseSealed[Family] = ReuseSealed()
-        """The families of the last snapshot built, with the intervals and process opt-in they were built with."""
+        self._of_snapshot: Reuse[list[Family]] = Reuse()
+        """The families of the last snapshot built, with the intervals and process opt-in they were built
+        with; each one sealed as it was made (a row's, once put together; the others, once rendered)."""
+        self._identity: Reuse[list[Family]] = Reuse()
+        """gpumon_gpu_info and gpumon_gpu_up as last made, kept while the GPUs' identities and states are equal."""
         self._fresh_families: dict[str, Family] = {}
         """The families of the last snapshot rendered that are made whole (info, up, processes), by
         name: one whose samples did not change is reused."""
@@ -139,13 +146,15 @@ class GpuFamilies:
         of the GPU are equal to those they were made from."""
         self._gpu_set: tuple[tuple[int, str, bool], ...] = ()
         """The GPUs (index, UUID, up) ``_by_gpu`` and ``_families`` were last made for."""
-        self._heads: Reuse[list[tuple[Family, Callable[..., str]]]] = Reuse()
+        self._heads: Reuse[list[tuple[Family, Callable[..., str], str]]] = Reuse()
         """The intervals the rows' HELP texts were written for; per row, its family without samples
-        (``rendered``: its HELP and TYPE lines) and its sample template."""
+        (``rendered``: its HELP and TYPE lines), its sample template and its OpenMetrics HELP and TYPE."""
 
     def set_options(self, intervals: PollIntervals, *, processes: bool, detail: frozenset[str] | None = None) -> None:
         """New intervals (for HELP texts), per-process and detail opt-ins after a reload."""
         with self._build_lock:
+            if intervals != self._intervals:
+                self._group_keys = {}  # every kept group made again, with the new HELP texts
             self._intervals = intervals
             self._processes = processes
             if detail is not None and detail != self._detail:
@@ -190,31 +199,15 @@ class GpuFamilies:
     def _build_gpu_metrics(self, snapshot: Snapshot) -> list[Family]:
         if not snapshot.gpus:
             return []
-        info = Family(GPU_INFO, "gauge", "Identity of the GPU; always 1 (nvidia-smi -q).", (*GPU_LABELS, *INFO_LABELS))
-        up = Family(
-            GPU_UP,
-            "gauge",
-            "1 when the GPU answers NVML, 0 when it is lost (fallen off the bus, needs reset).",
-            GPU_LABELS,
-        )
         host = snapshot.host
-        for gpu in snapshot.gpus:
-            info.add(
-                [
-                    str(gpu.index),
-                    gpu.uuid,
-                    gpu.name or "",
-                    gpu.pci_bus_id or "",
-                    gpu.serial or "",
-                    gpu.vbios_version or "",
-                    host.driver_version or "",
-                    host.cuda_driver_version or "",
-                    gpu.compute_capability or "",
-                ],
-                1.0,
-            )
-            up.add([str(gpu.index), gpu.uuid], 1.0 if gpu.up else 0.0)
-        out = [info, up]
+        identity = [
+            (g.index, g.uuid, g.name, g.pci_bus_id, g.serial, g.vbios_version, g.compute_capability, g.up)
+            for g in snapshot.gpus
+        ]
+        out = self._identity.get(
+            lambda: _identity_families(snapshot), equal=(identity, host.driver_version, host.cuda_driver_version)
+        )
+        out = list(out)
         live = self._live(snapshot)
         if live:
             formatted: dict[float, str] = {}
@@ -232,7 +225,7 @@ class GpuFamilies:
         GPUs no longer among them are dropped and every row's family is made again (a GPU that is
         lost or back has every group made again, though no slower tier was read)."""
         live = list(snapshot.gpus)
-        gpu_set = tuple((g.index, g.uuid, g.up) for g in live)
+        gpu_set = tuple([(g.index, g.uuid, g.up) for g in live])
         if gpu_set != self._gpu_set:
             keep = {(index, uuid) for index, uuid, _up in gpu_set}
             self._by_gpu = {where: parts for where, parts in self._by_gpu.items() if where in keep}
@@ -241,13 +234,13 @@ class GpuFamilies:
             self._gpu_set = gpu_set
         return live
 
-    def _heads_now(self) -> list[tuple[Family, Callable[..., str]]]:
+    def _heads_now(self) -> list[tuple[Family, Callable[..., str], str]]:
         """Per row, its family without samples, its HELP saying how often it refreshes (``rendered``:
         its HELP and TYPE lines), and its sample template; made once per set of intervals (every
         family is then made again, with the new HELP)."""
         return self._heads.get(self._made_heads, equal=(self._intervals,))
 
-    def _made_heads(self) -> list[tuple[Family, Callable[..., str]]]:
+    def _made_heads(self) -> list[tuple[Family, Callable[..., str], str]]:
         """Per row, its family without samples and its sample template, for the intervals now;
         every row's family is to be made again."""
         made = []
@@ -261,7 +254,7 @@ class GpuFamilies:
             )
             empty.rendered = header(empty)
             empty.seal()
-            made.append((empty, sample_template(empty)))
+            made.append((empty, sample_template(empty), om_header(empty)))
         self._families = [None] * len(self._rows)
         self._group_keys = {}
         return made
@@ -277,14 +270,14 @@ class GpuFamilies:
         slow reads are spread over polls, a few GPUs a poll: a GPU whose values of the whole group
         are those of the last time is passed over at once), and a row's family only when one of
         its parts was made again."""
-        heads = self._heads_now()
         key: float | None = None
         if group.tier is not None:
-            stats = snapshot.tiers.get(group.tier.value)
+            stats = snapshot.tiers.get(group.tier_name or "")
             if stats is not None:
                 key = stats.last_timestamp_seconds  # the served GPUs are the same: ``_live`` clears the keys
                 if self._group_keys.get(group.tier) == key:
-                    return
+                    return  # (new intervals clear the keys: ``set_options``)
+        heads = self._heads_now()
         rows, values_of, by_gpu, families = self._rows, self._values_of, self._by_gpu, self._families
         changed: set[int] = set()
         for gpu in gpus:
@@ -315,22 +308,28 @@ class GpuFamilies:
                 kept.group_values[group.tier] = now
         for position in group.positions:
             if position in changed or families[position] is None:
-                families[position] = self._row_family(position, heads[position][0], gpus)
+                families[position] = self._row_family(position, heads[position], gpus)
         if group.tier is not None and key is not None:
             self._group_keys[group.tier] = key
 
-    def _row_family(self, position: int, empty: Family, gpus: Sequence[GpuSnapshot]) -> Family:
-        """Row ``position``'s family over ``gpus``, its text (``rendered``) put together from the GPUs' parts."""
+    def _row_family(
+        self, position: int, head: tuple[Family, Callable[..., str], str], gpus: Sequence[GpuSnapshot]
+    ) -> Family:
+        """Row ``position``'s family over ``gpus``, its text (``rendered``) and its OpenMetrics text
+        (``rendered_openmetrics``: the same sample lines) put together from the GPUs' parts."""
         row = self._rows[position]
+        empty = head[0]
         family = Family(row.name, row.kind, empty.help, empty.label_names, plain_labels=row.plain_labels)
         samples = family.samples
-        texts = [empty.rendered or ""]
+        texts = []
         by_gpu = self._by_gpu
         for gpu in gpus:
             part = by_gpu[(gpu.index, gpu.uuid)].parts[position]
             samples.extend(part[0])
             texts.append(part[1])
-        family.rendered = "".join(texts)
+        lines = "".join(texts)
+        family.rendered = (empty.rendered or "") + lines
+        family.rendered_openmetrics = head[2] + lines
         family.seal()
         return family
 
@@ -365,3 +364,30 @@ class GpuFamilies:
                 if p.sm_utilization_ratio is not None:
                     sm.add(labels, p.sm_utilization_ratio)
         return [f for f in (memory, sm) if f.samples]
+
+
+def _identity_families(snapshot: Snapshot) -> list[Family]:
+    """gpumon_gpu_info and gpumon_gpu_up of ``snapshot``'s GPUs, rendered (and so sealed)."""
+    info = Family(GPU_INFO, "gauge", "Identity of the GPU; always 1 (nvidia-smi -q).", (*GPU_LABELS, *INFO_LABELS))
+    up = Family(
+        GPU_UP, "gauge", "1 when the GPU answers NVML, 0 when it is lost (fallen off the bus, needs reset).", GPU_LABELS
+    )
+    host = snapshot.host
+    for gpu in snapshot.gpus:
+        info.add(
+            [
+                str(gpu.index),
+                gpu.uuid,
+                gpu.name or "",
+                gpu.pci_bus_id or "",
+                gpu.serial or "",
+                gpu.vbios_version or "",
+                host.driver_version or "",
+                host.cuda_driver_version or "",
+                gpu.compute_capability or "",
+            ],
+            1.0,
+        )
+        up.add([str(gpu.index), gpu.uuid], 1.0 if gpu.up else 0.0)
+    render([info, up])
+    return [info, up]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpumon.exposition.text import header, render_samples
+from gpumon.exposition.text import Heads, header, render_samples, sample_template
 from gpumon.model.families import Family
 
 CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -27,12 +27,18 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
+def om_header(fam: Family) -> str:
+    """The HELP and TYPE lines of ``fam`` in OpenMetrics text, under the family name (a counter's
+    without ``_total``)."""
+    name = fam.family_name
+    return f"# HELP {name} {_escape_help(fam.help)}\n# TYPE {name} {_TYPES.get(fam.kind, fam.kind)}\n"
+
+
 def render_family(fam: Family, formatted: dict[float, str] | None = None) -> str:
     """``fam`` in OpenMetrics text: HELP and TYPE under the family name (a counter's without
     ``_total``), then its samples. The sample lines are the text format's: those of a family
     rendered in it already (``rendered``) are taken from there."""
-    name = fam.family_name
-    head = f"# HELP {name} {_escape_help(fam.help)}\n# TYPE {name} {_TYPES.get(fam.kind, fam.kind)}\n"
+    head = om_header(fam)
     text_header = header(fam)
     if fam.rendered is not None and fam.rendered.startswith(text_header):
         return head + fam.rendered[len(text_header) :]
@@ -41,10 +47,12 @@ def render_family(fam: Family, formatted: dict[float, str] | None = None) -> str
     return "".join(out)
 
 
-def render_text(families: Iterable[Family]) -> str:
+def render_text(families: Iterable[Family], heads: Heads | None = None) -> str:
     """The OpenMetrics text of ``families`` without the closing ``# EOF`` (a part of an exposition).
-    Each family's text is kept on it (``rendered_openmetrics``). A family without samples is left
-    out: the official OpenMetrics validator rejects metadata without a sample ("metric name changed")."""
+    Each family's text is kept on it (``rendered_openmetrics``). ``heads``: where the caller keeps
+    the HELP and TYPE lines and templates of families it makes again every time (as for
+    ``text.render``, in OpenMetrics). A family without samples is left out: the official
+    OpenMetrics validator rejects metadata without a sample ("metric name changed")."""
     out: list[str] = []
     formatted: dict[float, str] = {}
     for family in families:
@@ -52,7 +60,15 @@ def render_text(families: Iterable[Family]) -> str:
             continue
         text = family.rendered_openmetrics
         if text is None:
-            text = family.rendered_openmetrics = render_family(family, formatted)
+            if heads is None:
+                text = render_family(family, formatted)
+            else:
+                key = (family.name, family.kind, family.help, family.label_names)
+                head, template = heads.get(key) or heads.setdefault(key, (om_header(family), sample_template(family)))
+                lines = [head]
+                render_samples(family, lines, formatted, template)
+                text = "".join(lines)
+            family.rendered_openmetrics = text
             family.seal()
         out.append(text)
     return "".join(out)

@@ -2,13 +2,17 @@
 
 ``head_families`` gives them for one snapshot (or none yet): gpumon_build_info, gpumon_nvml_up,
 the daemon's counters (``SelfStats``), and with a snapshot its age and the tiers' timings and
-errors, the host's CPU and memory and the GPU count.
+errors, the host's CPU and memory and the GPU count. ``KeptHead`` gives the same families to the
+scrapes, keeping each part while what it is made of holds: the first two while NVML's state does,
+the counters while they are equal, the snapshot's while it is the same snapshot; only the age is
+made for every scrape (so a scrape renders one family of the head, the others keep their text).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpumon.model.families import Family
 from gpumon.model.snapshot import Snapshot
@@ -43,17 +47,79 @@ def head_families(
 ) -> list[Family]:
     """gpumon's own families before the per-GPU ones, for ``snapshot`` (``monotonic``: seconds, the
     clock of ``snapshot.monotonic_seconds``)."""
+    out = [*_build_families(snapshot is not None and snapshot.nvml_up, version, python_version)]
+    out += _daemon_families(self_stats())
+    if snapshot is not None:
+        out += [_age(snapshot, monotonic), *_snapshot_metrics(snapshot), *_host_metrics(snapshot)]
+    return out
+
+
+class _Kept(NamedTuple):
+    """A part of the head, what it was made of, and its families' names."""
+
+    made_of: object
+    families: list[Family]
+    names: frozenset[str]
+
+
+def _kept(made_of: object, families: list[Family]) -> _Kept:
+    """``families`` kept, with their names (``Family.family_name``, written out: one call for all)."""
+    return _Kept(made_of, families, frozenset([f.name[:-6] if f.kind == "counter" else f.name for f in families]))
+
+
+AGE = "gpumon_snapshot_age_seconds"
+
+
+class KeptHead:
+    """``head_families`` for scrape after scrape, each part kept while what it is made of holds (the
+    families kept are sealed once rendered, and their text is rendered once). Scrapes may run at once:
+    a part is replaced whole, and the worst a race does is make a part one more time."""
+
+    def __init__(
+        self, self_stats: Callable[[], SelfStats], monotonic: Callable[[], float], *, version: str, python_version: str
+    ) -> None:
+        self._self_stats = self_stats
+        self._mono = monotonic
+        self._version = version
+        self._python_version = python_version
+        none = _Kept(None, [], frozenset())
+        self._build, self._daemon, self._snapshot = none, none, none
+        self._names: tuple[_Kept, _Kept, _Kept, frozenset[str]] = (none, none, none, frozenset())
+        """The parts the last names were worked out from, and the names."""
+
+    def families(self, snapshot: Snapshot | None) -> tuple[list[Family], frozenset[str]]:
+        """``head_families(snapshot, ...)`` (the same families, in the same order), and their names."""
+        up = snapshot is not None and snapshot.nvml_up
+        build = self._build
+        if build.made_of != up:
+            build = self._build = _kept(up, _build_families(up, self._version, self._python_version))
+        stats = self._self_stats()
+        daemon = self._daemon
+        if daemon.made_of != stats:
+            daemon = self._daemon = _kept(stats, _daemon_families(stats))
+        if snapshot is None:
+            return [*build.families, *daemon.families], build.names | daemon.names
+        kept = self._snapshot
+        if kept.made_of is not snapshot:
+            kept = self._snapshot = _kept(snapshot, [*_snapshot_metrics(snapshot), *_host_metrics(snapshot)])
+        last = self._names
+        if last[0] is build and last[1] is daemon and last[2] is kept:
+            names = last[3]
+        else:
+            names = build.names | daemon.names | kept.names | {AGE}
+            self._names = (build, daemon, kept, names)
+        return [*build.families, *daemon.families, _age(snapshot, self._mono), *kept.families], names
+
+
+def _build_families(nvml_up: bool, version: str, python_version: str) -> list[Family]:
+    """gpumon_build_info and gpumon_nvml_up."""
     build = Family(
         "gpumon_build_info", "gauge", "gpumon version and Python version; always 1.", ("version", "python_version")
     )
     build.add([version, python_version], 1.0)
-    nvml_up = Family("gpumon_nvml_up", "gauge", "1 when NVML is loaded and answering.")
-    nvml_up.add([], 1.0 if snapshot is not None and snapshot.nvml_up else 0.0)
-    out = [build, nvml_up, *_daemon_families(self_stats())]
-    if snapshot is not None:
-        out += _snapshot_metrics(snapshot, monotonic)
-        out += _host_metrics(snapshot)
-    return out
+    up = Family("gpumon_nvml_up", "gauge", "1 when NVML is loaded and answering.")
+    up.add([], 1.0 if nvml_up else 0.0)
+    return [build, up]
 
 
 def _daemon_families(stats: SelfStats) -> list[Family]:
@@ -103,49 +169,68 @@ def _daemon_counters(stats: SelfStats) -> list[Family]:
     return [open_now, shed, xids]
 
 
-def _snapshot_metrics(snapshot: Snapshot, monotonic: Callable[[], float]) -> list[Family]:
-    """The snapshot's age and time, and each tier's last read: its duration, errors and time."""
+def _age(snapshot: Snapshot, monotonic: Callable[[], float]) -> Family:
+    """gpumon_snapshot_age_seconds now (``monotonic``: the clock of ``snapshot.monotonic_seconds``)."""
     age = Family(
-        "gpumon_snapshot_age_seconds",
+        AGE,
         "gauge",
         "Seconds since the snapshot these metrics come from was taken; grows while a poll hangs.",
     )
     age.add([], max(0.0, monotonic() - snapshot.monotonic_seconds))
-    taken = Family("gpumon_snapshot_timestamp_seconds", "gauge", "Unix time the served snapshot was taken.")
-    taken.add([], snapshot.timestamp_seconds)
+    return age
+
+
+def _snapshot_metrics(snapshot: Snapshot) -> list[Family]:
+    """The snapshot's time, and each tier's last read: its duration, errors and time (tier names
+    are gpumon's own: plain labels)."""
+    taken = Family(
+        "gpumon_snapshot_timestamp_seconds",
+        "gauge",
+        "Unix time the served snapshot was taken.",
+        samples=[((), float(snapshot.timestamp_seconds))],
+    )
+    tiers = [(tier, snapshot.tiers[tier]) for tier in sorted(snapshot.tiers)]
     duration = Family(
         "gpumon_poll_duration_seconds",
         "gauge",
         "Time the last read of a tier took over all GPUs, seconds (a poll of the fast tier alone is timed whole).",
         ("tier",),
+        [((tier,), float(stats.duration_seconds)) for tier, stats in tiers],
+        plain_labels=True,
     )
     errors = Family(
-        "gpumon_poll_errors_total", "counter", "Failed backend reads by tier since the daemon started.", ("tier",)
+        "gpumon_poll_errors_total",
+        "counter",
+        "Failed backend reads by tier since the daemon started.",
+        ("tier",),
+        [((tier,), float(stats.errors_total)) for tier, stats in tiers],
+        plain_labels=True,
     )
-    last = Family("gpumon_last_poll_timestamp_seconds", "gauge", "Unix time a tier was last read.", ("tier",))
-    for tier in sorted(snapshot.tiers):
-        stats = snapshot.tiers[tier]
-        duration.add([tier], stats.duration_seconds)
-        errors.add([tier], float(stats.errors_total))
-        last.add([tier], stats.last_timestamp_seconds)
-    return [age, taken, duration, errors, last]
+    last = Family(
+        "gpumon_last_poll_timestamp_seconds",
+        "gauge",
+        "Unix time a tier was last read.",
+        ("tier",),
+        [((tier,), float(stats.last_timestamp_seconds)) for tier, stats in tiers],
+        plain_labels=True,
+    )
+    return [taken, duration, errors, last]
 
 
 def _host_metrics(snapshot: Snapshot) -> list[Family]:
     """The host's CPU and memory (those psutil gave) and, while NVML is up, the GPU count."""
-    out = []
     host = snapshot.host
-    for name, value, doc in (
-        ("gpumon_host_cpu_utilization_ratio", host.cpu_utilization_ratio, "Host CPU busy share, 0-1 (psutil)."),
-        ("gpumon_host_memory_used_bytes", host.memory_used_bytes, "Host memory in use, bytes (psutil)."),
-        ("gpumon_host_memory_total_bytes", host.memory_total_bytes, "Host memory, bytes (psutil)."),
-    ):
-        if value is not None:
-            family = Family(name, "gauge", doc)
-            family.add([], float(value))
-            out.append(family)
+    out = [
+        Family(name, "gauge", doc, samples=[((), float(value))])
+        for name, value, doc in (
+            ("gpumon_host_cpu_utilization_ratio", host.cpu_utilization_ratio, "Host CPU busy share, 0-1 (psutil)."),
+            ("gpumon_host_memory_used_bytes", host.memory_used_bytes, "Host memory in use, bytes (psutil)."),
+            ("gpumon_host_memory_total_bytes", host.memory_total_bytes, "Host memory, bytes (psutil)."),
+        )
+        if value is not None
+    ]
     if snapshot.nvml_up:
-        count = Family("gpumon_gpus", "gauge", "GPUs NVML reports on this host.")
-        count.add([], float(len(snapshot.gpus)))
-        out.append(count)
+        out.append(
+            Family("gpumon_gpus", "gauge", "GPUs NVML reports on this host.", samples=[((), float(len(snapshot.gpus)))])
+        )
     return out

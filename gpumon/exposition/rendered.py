@@ -24,7 +24,7 @@ OPENMETRICS = "openmetrics"
 
 def render_text(families: Sequence[Family], fmt: str, heads: Heads | None = None) -> str:
     """``families`` in format ``fmt`` (OpenMetrics without its ``# EOF``); ``heads``: see ``text.render``."""
-    return openmetrics.render_text(families) if fmt == OPENMETRICS else render(families, heads)
+    return openmetrics.render_text(families, heads) if fmt == OPENMETRICS else render(families, heads)
 
 
 class Rendered:
@@ -34,9 +34,11 @@ class Rendered:
     make them (the same bytes); neither waits for the other.
     """
 
-    def __init__(self, families: Sequence[Family]) -> None:
-        for family in families:
-            family.seal()
+    def __init__(self, families: Sequence[Family], *, sealed: bool = False) -> None:
+        """``sealed``: every one of ``families`` is sealed already (by whoever made them)."""
+        if not sealed:
+            for family in families:
+                family.seal()
         self.families = families
         self._bytes: dict[str, bytes] = {}
         self._parts: dict[str, gzip_parts.Part] = {}
@@ -69,7 +71,7 @@ class RenderedSnapshot(Rendered):
     intervals and process opt-in)."""
 
     def __init__(self, snapshot: Snapshot, options: object, families: Sequence[Family]) -> None:
-        super().__init__(families)
+        super().__init__(families, sealed=True)  # gpumon.exposition.gpu_families seals each one it makes
         self.snapshot = snapshot
         self.options = options
         self.served: set[tuple[str, bool]] = set()

@@ -7,8 +7,6 @@ exporter, always present: 1 for the fake backend, 0 for real GPUs through NVML, 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from gpumon.model.families import Family
 
 
@@ -16,13 +14,13 @@ class SimulatedSource:
     """A metric source of the one ``gpumon_simulated`` gauge (fixed for the daemon's life)."""
 
     def __init__(self, simulated: bool) -> None:
-        self.simulated = simulated
-
-    def families(self) -> Iterator[Family]:
-        family = Family(
+        self._family = Family(
             "gpumon_simulated",
             "gauge",
             "1 when the GPUs are simulated by gpumon's fake backend (--backend fake), not real hardware; 0 for real GPUs.",
+            samples=[((), 1.0 if simulated else 0.0)],
         )
-        family.add((), 1.0 if self.simulated else 0.0)
-        yield family
+        """The one family, made once: the same object every scrape (its text rendered once)."""
+
+    def families(self) -> list[Family]:
+        return [self._family]

@@ -102,7 +102,7 @@ def sample_lines(
         text = formatted.get(value) if value else _zero(value)
         if text is None:
             text = formatted[value] = go_float(value)
-        if not plain_labels:
+        if labels and not plain_labels:
             labels = tuple(_escape_label(v) for v in labels)
         out.append(template(*labels, text))
 

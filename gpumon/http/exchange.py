@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import logging
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpumon.http.messages import REASONS, TEXT_PLAIN, BadRequest, Request, parse_head
@@ -37,7 +38,7 @@ Body = bytes | Sequence[bytes]
 def coalesced(chunks: Sequence[bytes]) -> list[bytes]:
     """``chunks`` with each run of small ones joined (the same bytes, in order; all of them joined
     when they come to less than ``_COALESCE_BYTES``)."""
-    if sum(len(c) for c in chunks) < _COALESCE_BYTES:
+    if sum(map(len, chunks)) < _COALESCE_BYTES:
         return [b"".join(chunks)]
     out: list[bytes] = []
     small: list[bytes] = []
@@ -65,6 +66,18 @@ class ResponseWriter:
     """The web config whose extra headers every response carries (None: none)."""
     write_timeout_seconds: float
     """How long a response may take to leave, seconds."""
+    _date: list[tuple[int, str]] = field(default_factory=lambda: [(0, "")], compare=False, repr=False)
+    """The Date header's value and the second (Unix time) it was written for: written once a second
+    at most (only the event loop sends)."""
+
+    def date(self) -> str:
+        """The Date header's value now (RFC 9110's IMF-fixdate, to the second)."""
+        now = int(time.time())
+        second, text = self._date[0]
+        if second != now:
+            text = email.utils.formatdate(now, usegmt=True)
+            self._date[0] = (now, text)
+        return text
 
     async def send(
         self,
@@ -80,13 +93,13 @@ class ResponseWriter:
         lines = [
             f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}",
             f"Server: {self.server_header}",
-            f"Date: {email.utils.formatdate(usegmt=True)}",
+            f"Date: {self.date()}",
         ]
         lines += [f"{k}: {v}" for k, v in headers.items()]
         if self.web is not None:
             lines += [f"{k}: {v}" for k, v in self.web.extra_headers().items()]
         chunks = [body] if isinstance(body, bytes) else body
-        lines.append(f"Content-Length: {sum(len(c) for c in chunks)}")
+        lines.append(f"Content-Length: {sum(map(len, chunks))}")
         if close:
             lines.append("Connection: close")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -94,8 +107,9 @@ class ResponseWriter:
             chunks = []
         for chunk in coalesced([head, *chunks]):
             writer.write(chunk)
-        async with asyncio.timeout(self.write_timeout_seconds):
-            await writer.drain()
+        if writer.transport.get_write_buffer_size():  # (all taken by the kernel: nothing to wait for)
+            async with asyncio.timeout(self.write_timeout_seconds):
+                await writer.drain()
 
     async def error(self, writer: asyncio.StreamWriter, request: Request | None, status: int, message: bytes) -> None:
         """Answer ``status`` with a plain-text ``message`` and Connection: close."""

@@ -11,6 +11,7 @@ sealable values (metric families) and seals each one it keeps, so adding to it t
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
@@ -19,7 +20,7 @@ V = TypeVar("V")
 
 def same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
     """Whether ``a`` and ``b`` hold the same objects (``is``), in the same order."""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(map(operator.is_, a, b))  # in C: no Python call per item
 
 
 class Reuse(Generic[V]):
