@@ -49,7 +49,7 @@ def _parts(daemon: Any) -> dict[str, tuple[Any, str]]:
     for name in ("stragglers", "trends", "profiling", "stuck_processes"):
         parts[f"… observe {name}"] = (getattr(health.detectors, name), "observe")
     parts["… observe xid lifecycle"] = (health.lifecycle, "observe")
-    parts["… burn marker read"] = (health._burn, "read")
+    parts["… burn marker read"] = (health.burn_marker, "read")
     parts["health report (current_report)"] = (health, "current_report")
     parts["… detectors' findings"] = (health.detectors, "findings")
     parts["… xid lifecycle findings"] = (health.lifecycle, "findings")

@@ -25,7 +25,7 @@ from gpumon.health.config import HealthConfig
 from gpumon.health.detectors import Detectors
 from gpumon.health.drift_check import DriftCheck
 from gpumon.health.gpu_state import snapshot_findings
-from gpumon.health.health_files import read_boot_id
+from gpumon.health.health_files import read_boot_id, set_aside
 from gpumon.health.health_series import HealthCollector
 from gpumon.health.inventory import (
     Inventory,
@@ -34,11 +34,24 @@ from gpumon.health.inventory import (
     missing_from_nvml,
 )
 from gpumon.health.poll_watch import PollWatch
+from gpumon.health.report_cache import ReportCache
 from gpumon.health.report_inputs import ReportInputs
+from gpumon.health.report_parts import (
+    ALL_PARTS,
+    BURN,
+    CLEARS,
+    CLEARS_READERS,
+    DETECTORS,
+    DRIFT,
+    POLL,
+    SET_ASIDE,
+    SNAPSHOT,
+    XID,
+)
 from gpumon.health.stragglers import Deviation
 from gpumon.health.trends import Increase
 from gpumon.health.xid_lifecycle import XidLifecycle, XidPolicy
-from gpumon.model.findings import WARNING, Finding, HealthReport, verdict
+from gpumon.model.findings import Finding, HealthReport, verdict
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
 from gpumon.model.xid_catalog import XidCatalog
@@ -52,7 +65,6 @@ from gpumon.util.state.files import (
     STATE_FILE_MODE,
     DamagedFile,
     health_dir,
-    move_aside,
     read_state_json,
     remove_stale_temporaries,
     write_json,
@@ -61,8 +73,6 @@ from gpumon.util.state.lock import state_lock
 
 log = logging.getLogger(__name__)
 
-REPORT_REUSE_SECONDS = 1.0
-"""How long the scrape may reuse an unchanged health report (the default poll interval)."""
 _MAX_PENDING = 10_000
 
 
@@ -111,18 +121,17 @@ class HealthService:
         """XIDs taken in since the last save ((True, event) recorded, (False, event) a paired copy): what a save
         replays over the file when another process wrote it meanwhile."""
         self.baseline = self._load_baseline()
-        self._baseline_stamp = stat_key(self._inventory_path)
+        self._baseline_stamp = stat_key(self.inventory_path)
         self._baseline_refused: str | None = None
         """Why the baseline was not recorded (said once per reason)."""
         self.detectors = Detectors.of(self.config, catalog)
-        self._burn = BurnMarkerReader(self.state_dir)  # a burn running on the node's GPUs (alerts read it too)
+        self.burn_marker = BurnMarkerReader(self.state_dir)  # a burn running on the node's GPUs (alerts read it too)
         self._boot_id = read_boot_id(self.config.boot_id_path)  # it changes only at a reboot, which restarts us
         self._generation = 0
         """Bumped by every input (snapshot, XID, accepted inventory): a cached report is then stale."""
-        self._report: Reuse[tuple[float, HealthReport]] = Reuse()
-        """The last report and when it was made (``monotonic``), with what it read (``current_report``)."""
         self._burn_read: Reuse[list[Finding]] = Reuse()
         """The last burn's findings, of the very clears and the results file's stat key."""
+        self._kept = ReportCache(self, monotonic)
 
     def _place(self, spec: str | None) -> None:
         """Where the files are: ``folder`` (``STATE_DIR/health``, or a simulated backend's own), the clears (a
@@ -132,9 +141,9 @@ class HealthService:
         if spec is not None:
             log.info("simulated GPUs (%s): health state in %s, apart from the node's own", spec, self.folder)
         self._clears_watch = ClearsWatch([self.folder] + ([health_dir(self.state_dir)] if spec else []), log)
-        self._inventory_path = self.folder / "inventory.json"
+        self.inventory_path = self.folder / "inventory.json"
         self.burn_root = self.folder.parent if spec is not None else self.state_dir
-        self._burn_results_path = burn_dir(self.burn_root) / LAST_NAME
+        self.burn_results_path = burn_dir(self.burn_root) / LAST_NAME
 
     def _new_lifecycle(self) -> XidLifecycle:
         """The XID lifecycle as the file has it now."""
@@ -154,10 +163,10 @@ class HealthService:
         return lifecycle
 
     def _load_baseline(self) -> Inventory | None:
-        raw = self._read_state(self._inventory_path)
+        raw = self._read_state(self.inventory_path)
         baseline = Inventory.from_json(raw)
         if raw is not None and baseline is None:
-            self._damaged(self._inventory_path, "not an inventory of this gpumon (a key or a type is wrong)")
+            self._damaged(self.inventory_path, "not an inventory of this gpumon (a key or a type is wrong)")
         return baseline
 
     def _read_state(self, path: Path) -> object:
@@ -172,20 +181,12 @@ class HealthService:
 
     def _damaged(self, path: Path, why: str) -> None:
         """Move a damaged state file aside (kept for the operator), say so once, show it as a finding."""
-        try:
-            kept = f"moved aside to {move_aside(path, self._clock()).name}"
-        except OSError as exc:
-            kept = f"could not be moved aside: {exc.strerror or exc}"
-        log.error("health state file %s is damaged (%s): %s; going on without it", path, why, kept)
-        self._set_aside.append(
-            Finding(
-                kind="state_damaged",
-                severity=WARNING,
-                action="none",
-                summary=f"{path.name} was damaged ({why}) and {kept}: what it held is not known",
-                evidence={"path": str(path), "why": why},
-            )
-        )
+        self._set_aside.append(set_aside(path, why, self._clock(), log))
+
+    @property
+    def clears_paths(self) -> list[Path]:
+        """The clears' files and folders (gpumon.health.clears_watch), whose stamps a report is kept by."""
+        return self._clears_watch.paths
 
     @property
     def _xid_path(self) -> Path:
@@ -219,7 +220,7 @@ class HealthService:
         with self._lock:
             self._generation += 1
             self._snapshot = snapshot
-            self.detectors.take(snapshot, burning=self._burn.read() is not None)  # observed when next asked
+            self.detectors.take(snapshot, burning=self.burn_marker.read() is not None)  # observed when next asked
             self.lifecycle.observe(snapshot, self._boot_id)
             if self.baseline is None and complete(snapshot):
                 self._record_baseline(snapshot)
@@ -243,7 +244,7 @@ class HealthService:
             return
         try:
             with state_lock(self.folder, self._lock_wait):
-                self._reload_baseline(stat_key(self._inventory_path))  # another run may have recorded it meanwhile
+                self._reload_baseline(stat_key(self.inventory_path))  # another run may have recorded it meanwhile
                 if self.baseline is None:
                     self.baseline = inventory_of(snapshot, self._clock())
                     if self._write_baseline():  # else the failure was said (once, then summed up)
@@ -269,54 +270,55 @@ class HealthService:
     ) -> HealthReport:
         """The verdict now; ``extra`` findings come from the caller (e.g. a poll that hung); ``inputs``: the
         files' stamps and burn marker the caller just took (``current_report``), taken here when None."""
-        inputs = self._inputs(self._generation) if inputs is None else inputs
+        inputs = self._kept.inputs(self._generation) if inputs is None else inputs
         now = self._clock()
-        with self._lock:
-            self._reload_baseline(inputs.inventory)
-            clears = self._clears_watch.clears(inputs.clears)
-            self.lifecycle.apply_clears(clears)
-            snapshot = self._snapshot
-            hung = self._poll_watch.findings(snapshot) if self._poll_watch is not None else []
-            findings = [*extra, *hung, *self.lifecycle.findings(now)]  # first: an XID names a fault best
-            findings += snapshot_findings(snapshot) if snapshot is not None or not extra else []
-            findings += self._burn_findings(clears, inputs.burn_results)
-            findings += self._clears_watch.findings() + self._set_aside
-            findings += self.detectors.findings(now, burning=inputs.burn is not None)
-            if snapshot is not None:
-                findings += self._drift_check.drift(self.baseline, snapshot, self.config.expected_gpu_count)
-            self._save()
+        snapshot, findings = self._findings(ALL_PARTS, inputs, now, extra)
         gpus = [(g.index, g.uuid) for g in snapshot.gpus] if snapshot is not None else []
         return verdict(findings, gpus, now, source)
 
-    def current_report(self) -> HealthReport:
-        """report(), reused while nothing it reads changed: the same snapshot, no XID or accepted
-        inventory since, the same clears, baseline and burn files, the same burn marker, and less
-        than REPORT_REUSE_SECONDS old (so what only time changes, such as an XID leaving its
-        window, is late by at most that). Scrapes ask for it every few seconds, the poll's
-        snapshot changes once an interval."""
-        snapshot, inputs = self._inputs_now()
-        now = self._monotonic()
-        kept = self._report.kept(same=(snapshot,), equal=(inputs,))
-        if kept is not None and now - kept[0] < REPORT_REUSE_SECONDS:
-            return kept[1]
-        self._report.forget()  # the key read before: an input arriving meanwhile is not lost
-        return self._report.get(lambda: (now, self.report(inputs=inputs)), same=(snapshot,), equal=(inputs,))[1]
-
-    def _inputs_now(self) -> tuple[Snapshot | None, ReportInputs]:
-        """What report() reads besides the clock: the snapshot (the very object), and what is
-        compared by value (gpumon.health.report_inputs)."""
+    def _findings(
+        self, parts: frozenset[str], inputs: ReportInputs, now: float, extra: Sequence[Finding] = ()
+    ) -> tuple[Snapshot | None, list[Finding]]:
+        """The snapshot and the findings of the report's ``parts`` (gpumon.health.report_parts) at ``now``."""
         with self._lock:
-            snapshot, generation = self._snapshot, self._generation
-        return snapshot, self._inputs(generation)
+            if DRIFT in parts:
+                self._reload_baseline(inputs.inventory)
+            clears = self._clears_watch.clears(inputs.clears) if parts & CLEARS_READERS else []
+            if XID in parts:
+                self.lifecycle.apply_clears(clears)
+            snapshot = self._snapshot
+            findings = list(extra)
+            if POLL in parts and self._poll_watch is not None:
+                findings += self._poll_watch.findings(snapshot)
+            findings += self.lifecycle.findings(now) if XID in parts else []  # first: an XID names a fault best
+            findings += snapshot_findings(snapshot) if SNAPSHOT in parts and (snapshot is not None or not extra) else []
+            findings += self._burn_findings(clears, inputs.burn_results) if BURN in parts else []
+            findings += self._clears_watch.findings() if CLEARS in parts else []
+            findings += self._set_aside if SET_ASIDE in parts else []
+            if parts & DETECTORS:
+                findings += self.detectors.findings(now, burning=inputs.burn is not None, parts=parts)
+            if DRIFT in parts and snapshot is not None:
+                findings += self._drift_check.drift(self.baseline, snapshot, self.config.expected_gpu_count)
+            self._save()
+        return snapshot, findings
 
-    def _inputs(self, generation: int) -> ReportInputs:
-        return ReportInputs(
-            generation,
-            tuple(stat_key(p) for p in self._clears_watch.paths),
-            stat_key(self._inventory_path),
-            stat_key(self._burn_results_path),
-            self._burn.read(),
-        )
+    def current_report(self) -> HealthReport:
+        """report(), reused while nothing it reads changed (gpumon.health.report_cache)."""
+        return self._kept.current()
+
+    def findings_of(self, names: frozenset[str]) -> list[Finding]:
+        """The findings of current_report() of the kinds ``names`` names (``*`` matches any text, as finding rules
+        name them), in its order, with only the report's parts that can give such kinds worked out."""
+        return self._kept.findings_of(names)
+
+    def findings(self, parts: frozenset[str], inputs: ReportInputs) -> list[Finding]:
+        """The findings of the report's ``parts`` now (gpumon.health.report_parts), unordered; ``inputs`` as for report()."""
+        return self._findings(parts, inputs, self._clock())[1]
+
+    def snapshot_now(self) -> tuple[Snapshot | None, int]:
+        """The latest snapshot (the very object) and the input count, taken together."""
+        with self._lock:
+            return self._snapshot, self._generation
 
     def signals(self) -> tuple[list[Deviation], list[Increase]]:
         """The stragglers' deviations and the error counters' increases now (for the exported series)."""
@@ -376,14 +378,14 @@ class HealthService:
         if self.baseline is None:
             return False
         try:
-            write_json(self._inventory_path, self.baseline.to_json(), mode=STATE_FILE_MODE)
-            self._writes.succeeded(f"writing the inventory baseline {self._inventory_path}")
+            write_json(self.inventory_path, self.baseline.to_json(), mode=STATE_FILE_MODE)
+            self._writes.succeeded(f"writing the inventory baseline {self.inventory_path}")
             return True
         except OSError as exc:
-            self._writes.failed(f"writing the inventory baseline {self._inventory_path}", str(exc))
+            self._writes.failed(f"writing the inventory baseline {self.inventory_path}", str(exc))
             return False
         finally:
-            self._baseline_stamp = stat_key(self._inventory_path)
+            self._baseline_stamp = stat_key(self.inventory_path)
 
     def _burn_findings(self, clears: list[Clear], stamp: FileStamp | None) -> list[Finding]:
         """The last burn's findings, worked out again only when its results file (``stamp``) or the clears changed."""

@@ -8,7 +8,8 @@ import pytest
 
 from gpumon.health.clears import Clear, add_clear
 from gpumon.health.config import HealthConfig
-from gpumon.health.service import REPORT_REUSE_SECONDS, HealthService
+from gpumon.health.report_cache import REPORT_REUSE_SECONDS
+from gpumon.health.service import HealthService
 from gpumon.model.families import Family
 from gpumon.model.snapshot import GpuSnapshot, HostSnapshot, Snapshot
 from gpumon.model.xid import XidEvent
