@@ -4,13 +4,14 @@
 
 A ``Daemon`` on ``FakeBackend.plausible(N)`` (built, never started) is polled with a simulated second between
 polls; its simulated GPUs follow the simulated clock, so two checkouts see the very same snapshots. Every 5th
-poll the health report is asked for (``current_report``, as the alert tick does every 5 s). Printed, per part,
+poll the alert tick's finding rules ask for the health findings (``AlertService._read_findings``: the whole
+report, ``current_report``, before round 7; since, the findings of the kinds the rules name). Printed, per part,
 the median µs of thread CPU a call: *hot* (back-to-back, as bench_poll_parts.py measures) and *cold*: with
 64 MiB written just before the call, so the CPU caches hold none of the part's code or data, as in a daemon
 whose poll comes after an idle second (there each part costs several times its hot figure). In the cold
 pass each part is timed in a run of its own (the eviction before one part would count in a part around it).
 Parts: ``HealthService.on_snapshot`` and, within it, each engine's ``observe`` and the burn marker's read;
-``current_report`` and, within it, the report's parts.
+the tick's findings and, within them, the report (before round 7) and its parts.
 
 With ``--reference CHECKOUT`` (a ``git archive REV | tar -x -C DIR`` tree) the same runs in a subprocess for that
 tree and for this one, alternately, ``--pairs`` times, and each part's median is shown with the ratio this /
@@ -50,6 +51,7 @@ def _parts(daemon: Any) -> dict[str, tuple[Any, str]]:
         parts[f"… observe {name}"] = (getattr(health.detectors, name), "observe")
     parts["… observe xid lifecycle"] = (health.lifecycle, "observe")
     parts["… burn marker read"] = (health.burn_marker, "read")
+    parts["alert tick's findings (_read_findings)"] = (daemon.alerts, "_read_findings")
     parts["health report (current_report)"] = (health, "current_report")
     parts["… detectors' findings"] = (health.detectors, "findings")
     parts["… xid lifecycle findings"] = (health.lifecycle, "findings")
@@ -94,7 +96,7 @@ def _run(gpus: int, rounds: int, timed: Callable[[list[str]], list[str]], cold: 
                     spent.clear()
                 daemon.poller.poll()
                 if n % 5 == 0:
-                    daemon.health.current_report()
+                    daemon.alerts._read_findings()  # as the alert tick asks every 5 s
                 clock[0] += 1.0
                 wall[0] += 1.0
         finally:
