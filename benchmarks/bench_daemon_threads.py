@@ -78,6 +78,12 @@ class Parts:
         alerts.tick = self.timed("alert tick", alerts.tick)  # type: ignore[method-assign]
         health = daemon.health  # its report: the alert tick's finding rules and each scrape's health series
         health.current_report = self.timed("health report (current_report)", health.current_report)  # type: ignore[method-assign]
+        detectors = health.detectors  # the engines observe the snapshots taken when next asked (frozen: set past it)
+        object.__setattr__(
+            detectors,
+            "catch_up",
+            self.timed("health engines catch up (observe the snapshots taken)", detectors.catch_up),
+        )
         if hasattr(health, "findings_of"):  # the tick's finding kinds only (round 7 on; before, it took the report)
             health.findings_of = self.timed("health findings of the tick's kinds (findings_of)", health.findings_of)
         writer = alerts._spool_writer
