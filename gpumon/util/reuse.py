@@ -12,14 +12,16 @@ sealable values (metric families) and seals each one it keeps, so adding to it t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import is_
 from typing import Generic, Protocol, TypeVar
 
 V = TypeVar("V")
 
 
 def same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
-    """Whether ``a`` and ``b`` hold the same objects (``is``), in the same order."""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    """Whether ``a`` and ``b`` hold the same objects (``is``), in the same order (compared in C: a health
+    series' signals hold one object per GPU and signal, compared at every scrape)."""
+    return len(a) == len(b) and all(map(is_, a, b))
 
 
 class Reuse(Generic[V]):
