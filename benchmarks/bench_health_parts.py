@@ -158,9 +158,10 @@ def main() -> None:
         theirs.append(in_subprocess(args.reference.resolve(), args.gpus, args.rounds, args.caught_up))
         mine.append(in_subprocess(HERE, args.gpus, args.rounds, args.caught_up))
     print(f"{'part':<50}{'reference':>10}{'this':>10}{'ratio':>8}")
-    for name in mine[0]:
+    names = list(mine[0]) + [name for name in theirs[0] if name not in mine[0]]  # a part one tree no longer calls: 0
+    for name in names:
         ref = statistics.median(r.get(name, 0.0) for r in theirs)
-        this = statistics.median(m[name] for m in mine)
+        this = statistics.median(m.get(name, 0.0) for m in mine)
         ratio = f"{this / ref:8.2f}" if ref else f"{'-':>8}"
         print(f"{name:<50}{ref:>10.0f}{this:>10.0f}{ratio}")
 
