@@ -52,7 +52,7 @@ def _parts(daemon: Any) -> dict[str, tuple[Any, str]]:
     for name in ("stragglers", "trends", "profiling", "stuck_processes"):
         parts[f"… observe {name}"] = (getattr(health.detectors, name), "observe")
     parts["… observe xid lifecycle"] = (health.lifecycle, "observe")
-    parts["… burn marker read"] = (getattr(health, "burn_marker", None) or health._burn, "read")  # _burn before round 7
+    parts["… burn marker read"] = (health._burn, "read")
     parts["alert tick's findings (_read_findings)"] = (daemon.alerts, "_read_findings")
     parts["health report (current_report)"] = (health, "current_report")
     parts["… detectors' findings"] = (health.detectors, "findings")

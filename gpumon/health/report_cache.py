@@ -36,9 +36,8 @@ class ReportCache:
     def __init__(self, service: HealthService, monotonic: Callable[[], float]) -> None:
         self._service = service
         self._monotonic = monotonic
-        clears = service.clears_paths
-        self._marker = service.burn_marker
-        files = (*clears, service.inventory_path, service.burn_results_path, self._marker.path)
+        clears, inventory, burn_results, self._marker = service.report_files
+        files = (*clears, inventory, burn_results, self._marker.path)
         self._paths = tuple(str(p) for p in files)
         """The files a report reads, stat'ed at every ask: the clears', the baseline, the burn's results and marker."""
         self._clears_count = len(clears)

@@ -121,11 +121,11 @@ class HealthService:
         """XIDs taken in since the last save ((True, event) recorded, (False, event) a paired copy): what a save
         replays over the file when another process wrote it meanwhile."""
         self.baseline = self._load_baseline()
-        self._baseline_stamp = stat_key(self.inventory_path)
+        self._baseline_stamp = stat_key(self._inventory_path)
         self._baseline_refused: str | None = None
         """Why the baseline was not recorded (said once per reason)."""
         self.detectors = Detectors.of(self.config, catalog)
-        self.burn_marker = BurnMarkerReader(self.state_dir)  # a burn running on the node's GPUs (alerts read it too)
+        self._burn = BurnMarkerReader(self.state_dir)  # a burn running on the node's GPUs (alerts read it too)
         self._boot_id = read_boot_id(self.config.boot_id_path)  # it changes only at a reboot, which restarts us
         self._generation = 0
         """Bumped by every input (snapshot, XID, accepted inventory): a cached report is then stale."""
@@ -141,9 +141,9 @@ class HealthService:
         if spec is not None:
             log.info("simulated GPUs (%s): health state in %s, apart from the node's own", spec, self.folder)
         self._clears_watch = ClearsWatch([self.folder] + ([health_dir(self.state_dir)] if spec else []), log)
-        self.inventory_path = self.folder / "inventory.json"
+        self._inventory_path = self.folder / "inventory.json"
         self.burn_root = self.folder.parent if spec is not None else self.state_dir
-        self.burn_results_path = burn_dir(self.burn_root) / LAST_NAME
+        self._burn_results_path = burn_dir(self.burn_root) / LAST_NAME
 
     def _new_lifecycle(self) -> XidLifecycle:
         """The XID lifecycle as the file has it now."""
@@ -163,10 +163,10 @@ class HealthService:
         return lifecycle
 
     def _load_baseline(self) -> Inventory | None:
-        raw = self._read_state(self.inventory_path)
+        raw = self._read_state(self._inventory_path)
         baseline = Inventory.from_json(raw)
         if raw is not None and baseline is None:
-            self._damaged(self.inventory_path, "not an inventory of this gpumon (a key or a type is wrong)")
+            self._damaged(self._inventory_path, "not an inventory of this gpumon (a key or a type is wrong)")
         return baseline
 
     def _read_state(self, path: Path) -> object:
@@ -184,9 +184,10 @@ class HealthService:
         self._set_aside.append(set_aside(path, why, self._clock(), log))
 
     @property
-    def clears_paths(self) -> list[Path]:
-        """The clears' files and folders (gpumon.health.clears_watch), whose stamps a report is kept by."""
-        return self._clears_watch.paths
+    def report_files(self) -> tuple[list[Path], Path, Path, BurnMarkerReader]:
+        """What a report reads from disk, whose stamps it is kept by: the clears' files and folders
+        (gpumon.health.clears_watch), the baseline, the last burn's results, and the burn marker's reader."""
+        return self._clears_watch.paths, self._inventory_path, self._burn_results_path, self._burn
 
     @property
     def _xid_path(self) -> Path:
@@ -220,7 +221,7 @@ class HealthService:
         with self._lock:
             self._generation += 1
             self._snapshot = snapshot
-            self.detectors.take(snapshot, burning=self.burn_marker.read() is not None)  # observed when next asked
+            self.detectors.take(snapshot, burning=self._burn.read() is not None)  # observed when next asked
             self.lifecycle.observe(snapshot, self._boot_id)
             if self.baseline is None and complete(snapshot):
                 self._record_baseline(snapshot)
@@ -244,7 +245,7 @@ class HealthService:
             return
         try:
             with state_lock(self.folder, self._lock_wait):
-                self._reload_baseline(stat_key(self.inventory_path))  # another run may have recorded it meanwhile
+                self._reload_baseline(stat_key(self._inventory_path))  # another run may have recorded it meanwhile
                 if self.baseline is None:
                     self.baseline = inventory_of(snapshot, self._clock())
                     if self._write_baseline():  # else the failure was said (once, then summed up)
@@ -378,14 +379,14 @@ class HealthService:
         if self.baseline is None:
             return False
         try:
-            write_json(self.inventory_path, self.baseline.to_json(), mode=STATE_FILE_MODE)
-            self._writes.succeeded(f"writing the inventory baseline {self.inventory_path}")
+            write_json(self._inventory_path, self.baseline.to_json(), mode=STATE_FILE_MODE)
+            self._writes.succeeded(f"writing the inventory baseline {self._inventory_path}")
             return True
         except OSError as exc:
-            self._writes.failed(f"writing the inventory baseline {self.inventory_path}", str(exc))
+            self._writes.failed(f"writing the inventory baseline {self._inventory_path}", str(exc))
             return False
         finally:
-            self._baseline_stamp = stat_key(self.inventory_path)
+            self._baseline_stamp = stat_key(self._inventory_path)
 
     def _burn_findings(self, clears: list[Clear], stamp: FileStamp | None) -> list[Finding]:
         """The last burn's findings, worked out again only when its results file (``stamp``) or the clears changed."""
