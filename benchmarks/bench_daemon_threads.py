@@ -11,9 +11,11 @@ PYTHONPATH (``PYTHONPATH=/tmp/before:. python benchmarks/bench_daemon_threads.py
 
 ``--parts`` also times the parts of a poll as the running daemon pays them (caches gone cold in the
 second between polls, unlike bench_poll_parts.py's back-to-back polls): the backend's reads, the
-poller's merge, each store listener, APScheduler's wake, the alert tick (and the health report it and
-the scrapes ask for), the spool's writes and a scrape's body (made on a worker thread, or kept bytes
-on the event loop), as calls in the window and µs of thread CPU a call. The wrappers add about a µs a call.
+poller's merge, each store listener, APScheduler's wake, the alert tick (and the health findings it
+asks for), the health report, the health series' asks (built or reused), the health engines'
+catch-up, the spool's writes and a scrape's body (made on a worker thread, or kept bytes on the event
+loop), as calls in the window and µs of thread CPU a call (mean and median). The wrappers add about a
+µs a call.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import contextlib
 import gc
 import http.client
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -39,14 +42,16 @@ from gpumon.backends.factory import make_backend
 from gpumon.backends.fake import FakeBackend
 from gpumon.config.file import Config
 from gpumon.daemon import Daemon
+from gpumon.health.health_series import HealthCollector
 
 
 class Parts:
-    """Calls and thread CPU seconds of wrapped functions, counted while ``open``."""
+    """Thread CPU seconds of each call of wrapped functions, counted while ``open``."""
 
     def __init__(self) -> None:
         self.open = False
         self.spent: dict[str, list[float]] = {}
+        """Each part's calls' thread CPU seconds."""
         self._gc_start = 0.0
 
     def timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -56,9 +61,7 @@ class Parts:
                 return fn(*args, **kwargs)
             finally:
                 if self.open:
-                    row = self.spent.setdefault(name, [0, 0.0])
-                    row[0] += 1
-                    row[1] += time.thread_time() - start
+                    self.spent.setdefault(name, []).append(time.thread_time() - start)
 
         return run
 
@@ -81,23 +84,60 @@ class Parts:
         collector = daemon.collector  # a scrape's body: on a worker thread (body) or the event loop (ready_body)
         collector.body = self.timed("scrape: GpumonCollector.body (worker)", collector.body)  # type: ignore[method-assign]
         collector.ready_body = self.timed("scrape: GpumonCollector.ready_body (loop)", collector.ready_body)  # type: ignore[method-assign]
+        detectors = health.detectors  # the engines observe the snapshots taken when next asked (frozen: set past it)
+        object.__setattr__(
+            detectors,
+            "catch_up",
+            self.timed("health engines catch up (observe the snapshots taken)", detectors.catch_up),
+        )
+        alerts._read_findings = self.timed("alert tick: its health findings", alerts._read_findings)  # type: ignore[method-assign]
+        if hasattr(health, "findings_of"):  # the tick's finding kinds only (round 7 on; before, it took the report)
+            health.findings_of = self.timed("health findings of the tick's kinds (findings_of)", health.findings_of)
+        self._health_series(health)
         writer = alerts._spool_writer
         writer.write = self.timed("alert spool write", writer.write)  # type: ignore[method-assign]
         gc.callbacks.append(self._on_gc)
+
+    def _health_series(self, health: Any) -> None:
+        """Each ask of the health series (``HealthCollector.families``, on its budget thread: the poll's
+        render-ahead and the scrapes), by whether it built the report or handed out the kept one."""
+        built = [0]
+        report = health.report
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            built[0] += 1
+            return report(*args, **kwargs)
+
+        health.report = counted
+        families = HealthCollector.families
+
+        def ask(collector: HealthCollector) -> list[Any]:
+            before, start = built[0], time.thread_time()
+            out = list(families(collector))
+            if self.open:
+                how = "built the report" if built[0] != before else "reused the kept report"
+                self.spent.setdefault(f"health series: an ask that {how}", []).append(time.thread_time() - start)
+            return out
+
+        HealthCollector.families = ask  # type: ignore[assignment,method-assign]  # this process only
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         """Time the cyclic garbage collector's passes, by generation, on whichever thread ran them."""
         if phase == "start":
             self._gc_start = time.thread_time()
         elif self.open:
-            row = self.spent.setdefault(f"gc: generation {info['generation']}", [0, 0.0])
-            row[0] += 1
-            row[1] += time.thread_time() - self._gc_start
+            self.spent.setdefault(f"gc: generation {info['generation']}", []).append(
+                time.thread_time() - self._gc_start
+            )
 
     def report(self, elapsed: float) -> None:
-        print(f"{'part':<60}{'calls':>7}{'µs a call':>11}{'% of one core':>15}")
-        for name, (calls, seconds) in sorted(self.spent.items()):
-            print(f"{name[:59]:<60}{calls:>7.0f}{seconds / calls * 1e6:>11.0f}{100 * seconds / elapsed:>15.3f}")
+        """Each part: calls, mean and median µs a call (the median: steadier where a GC pass or a neighbour's
+        burst lands in a few of a rare part's calls), share of one core."""
+        print(f"{'part':<60}{'calls':>7}{'µs a call':>11}{'median':>8}{'% of one core':>15}")
+        for name, calls in sorted(self.spent.items()):
+            seconds = sum(calls)
+            mean, median = seconds / len(calls) * 1e6, statistics.median(calls) * 1e6
+            print(f"{name[:59]:<60}{len(calls):>7}{mean:>11.0f}{median:>8.0f}{100 * seconds / elapsed:>15.3f}")
 
 
 def main() -> int:

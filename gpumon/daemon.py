@@ -157,7 +157,7 @@ class Daemon:
             clock=wall_clock,
             monotonic=monotonic,  # alerts age on it: a step of the wall clock fires or holds back none
             xid_action=lambda code: self.catalog.lookup(code).action,
-            findings=lambda: self.health.current_report().findings,  # the finding rules (tick thread, every 5 s)
+            findings=lambda kinds: self.health.findings_of(kinds),  # the finding rules (tick thread, every 5 s)
         )
         self.store.subscribe(self.alerts.on_snapshot)
         self.tracker.subscribe(self.alerts.on_xid)

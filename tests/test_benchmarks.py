@@ -140,7 +140,7 @@ def test_health_parts_benchmark_times_the_engines_and_the_report_hot_and_cold_ag
     for part in (
         "hot: health engines (on_snapshot)",
         "cold: … observe stragglers",
-        "cold: health report (current_report)",
+        "cold: alert tick's findings (_read_findings)",
     ):
         assert part in out, out
     assert "ratio" in out

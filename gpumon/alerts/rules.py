@@ -31,7 +31,7 @@ import functools
 import math
 import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpumon.model.snapshot import GpuSnapshot, numeric_field_names
@@ -305,3 +305,8 @@ def _is_bool_field(name: str) -> bool:
 def _bool_fields() -> frozenset[str]:
     """GpuSnapshot's boolean fields (asked on every evaluation: dataclasses.fields costs ~8 µs)."""
     return frozenset(f.name for f in dataclasses.fields(GpuSnapshot) if f.type in ("bool", "bool | None"))
+
+
+def finding_kinds(rules: Iterable[Rule]) -> frozenset[str]:
+    """The finding kinds ``rules``' finding rules name (``*`` matches any text): the only findings they read."""
+    return frozenset(kind for rule in rules if rule.kind == "finding" for kind in rule.finding_kinds)

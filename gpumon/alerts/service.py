@@ -6,8 +6,8 @@ Threads:
 * the XID event thread calls ``on_xid``;
 * ``gpumon-alerts-tick`` runs every 5 s: stale-snapshot check (a hung poll publishes
   nothing), XID expiry, re-sending firing alerts to Alertmanagers every resend interval, and
-  every ``findings_interval_seconds`` the finding rules on the health findings (asked of the
-  ``findings`` provider outside the lock: the poll never waits for them);
+  every ``findings_interval_seconds`` the finding rules on the health findings of the kinds
+  they name (asked of the ``findings`` provider outside the lock: the poll never waits for them);
 * ``gpumon-alerts-spool`` writes the spool whenever something changed;
 * one ``gpumon-alerts-<kind>`` worker per receiver posts its queue.
 
@@ -37,6 +37,7 @@ from gpumon.alerts.engine import AlertEngine
 from gpumon.alerts.metrics import AlertCollector, MetricInputs
 from gpumon.alerts.notification import Notification
 from gpumon.alerts.notify import Receiver
+from gpumon.alerts.rules import finding_kinds
 from gpumon.alerts.spool import Spool
 from gpumon.alerts.spool_restore import restore_spool
 from gpumon.alerts.spool_writer import SpoolWriter
@@ -73,11 +74,12 @@ class AlertService:
         xid_action: Callable[[int], str] | None = None,
         tick_seconds: float = TICK_SECONDS,
         rng: Callable[[], float] | None = None,
-        findings: Callable[[], Sequence[Finding]] | None = None,
+        findings: Callable[[frozenset[str]], Sequence[Finding]] | None = None,
         findings_interval_seconds: float = FINDINGS_INTERVAL_SECONDS,
         monotonic: Callable[[], float] | None = None,
     ) -> None:
-        """``findings``: the health findings now (HealthService.report), for the finding rules.
+        """``findings``: the health findings now of the kinds named (HealthService.findings_of: ``*`` matches
+        any text), for the finding rules; asked with the kinds the finding rules name (``finding_kinds``).
         ``monotonic``: when given, alerts age on it (a ``SteadyClock`` of ``clock`` and it), so a
         step of the wall clock neither fires a ``for: 10m`` alert early nor holds back the stale
         snapshot alert; ``clock`` gives only the times shown and sent. None: everything on ``clock``."""
@@ -85,6 +87,7 @@ class AlertService:
         self._steady = SteadyClock(clock, monotonic) if monotonic is not None else None
         self._now: Callable[[], float] = self._steady if self._steady is not None else clock
         self._findings = findings
+        self._finding_kinds = finding_kinds(config.all_rules())  # the kinds asked for (none: never asked)
         self._findings_interval_seconds = findings_interval_seconds
         self._findings_read_at: float | None = None
         self._clock = clock
@@ -168,6 +171,7 @@ class AlertService:
             self._engine.host = config.host or self._default_host
             self._engine.host_label = config.host_label
             self._engine.set_rules(rules, now)
+            self._finding_kinds = finding_kinds(rules)
             for url, receiver in list(self._receivers.items()):
                 if wanted.get(url) != receiver.kind:
                     receiver.stop(0.5)
@@ -315,12 +319,13 @@ class AlertService:
     def _read_findings(self) -> Sequence[Finding] | None:
         """The health findings when they are due (None otherwise); called without the lock."""
         now = self._now()
-        if self._findings is None or not any(r.kind == "finding" for r in self._engine.rules):
+        kinds = self._finding_kinds
+        if self._findings is None or not kinds:
             return None
         if self._findings_read_at is not None and now - self._findings_read_at < self._findings_interval_seconds:
             return None
         self._findings_read_at = now
-        return self._findings()
+        return self._findings(kinds)
 
     def _engine_revision(self) -> int:
         return self._engine.revision

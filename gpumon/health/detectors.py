@@ -15,10 +15,13 @@ caches warm instead of one after each idle second.
 from __future__ import annotations
 
 import logging
+from collections.abc import Set
 from dataclasses import dataclass, field
 
 from gpumon.health.config import HealthConfig
 from gpumon.health.profiling_stuck import StuckProfiling
+from gpumon.health.report_parts import DETECTORS as ALL
+from gpumon.health.report_parts import PROFILING, STRAGGLERS, STUCK_PROCESSES, TRENDS
 from gpumon.health.stragglers import Deviation, StragglerDetector
 from gpumon.health.stuck_processes import StuckProcesses
 from gpumon.health.trends import Increase, TrendTracker
@@ -74,11 +77,15 @@ class Detectors:
         self.profiling.observe(snapshot)
         self.stuck_processes.observe(snapshot)
 
-    def findings(self, now: float, burning: bool) -> list[Finding]:
-        """Their findings at ``now``; no stragglers while a burn makes the GPUs unequal on purpose."""
+    def findings(self, now: float, burning: bool, parts: Set[str] = ALL) -> list[Finding]:
+        """Their findings at ``now``; no stragglers while a burn makes the GPUs unequal on purpose. ``parts``:
+        the detectors asked (gpumon.health.report_parts: ``stragglers``, ``trends``, ``profiling``,
+        ``stuck_processes``), all of them by default."""
         self.catch_up()
-        found = [] if burning else self.stragglers.findings(now)
-        return found + self.trends.findings(now) + self.profiling.findings(now) + self.stuck_processes.findings(now)
+        found = [] if burning or STRAGGLERS not in parts else self.stragglers.findings(now)
+        found += self.trends.findings(now) if TRENDS in parts else []
+        found += self.profiling.findings(now) if PROFILING in parts else []
+        return found + (self.stuck_processes.findings(now) if STUCK_PROCESSES in parts else [])
 
     def signals(self, now: float) -> tuple[list[Deviation], list[Increase]]:
         self.catch_up()

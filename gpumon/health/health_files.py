@@ -1,13 +1,15 @@
 """The health service's plain files: the inventory baseline (``inventory.json`` in the health folder), the
-kernel's boot id, and the stat key that says whether a file was rewritten."""
+kernel's boot id, and a damaged state file set aside."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from gpumon.health.inventory import Inventory
+from gpumon.model.findings import WARNING, Finding
 from gpumon.util.boundedfile import FileReadError, read_regular_file
-from gpumon.util.state.files import STATE_FILE_MODE, health_dir, read_json, write_json
+from gpumon.util.state.files import STATE_FILE_MODE, health_dir, move_aside, read_json, write_json
 from gpumon.util.state.lock import state_lock
 
 MAX_BOOT_ID_BYTES = 4096
@@ -32,3 +34,20 @@ def save_inventory(state_dir: Path, inventory: Inventory, simulated: str | None 
 
 def load_inventory(state_dir: Path, simulated: str | None = None) -> Inventory | None:
     return Inventory.from_json(read_json(health_dir(state_dir, simulated) / "inventory.json"))
+
+
+def set_aside(path: Path, why: str, now_seconds: float, log: logging.Logger) -> Finding:
+    """Move the damaged state file ``path`` aside (kept for the operator; ``now_seconds``: Unix time, in its
+    new name), say so on ``log``, and the ``state_damaged`` finding that shows it while the process runs."""
+    try:
+        kept = f"moved aside to {move_aside(path, now_seconds).name}"
+    except OSError as exc:
+        kept = f"could not be moved aside: {exc.strerror or exc}"
+    log.error("health state file %s is damaged (%s): %s; going on without it", path, why, kept)
+    return Finding(
+        kind="state_damaged",
+        severity=WARNING,
+        action="none",
+        summary=f"{path.name} was damaged ({why}) and {kept}: what it held is not known",
+        evidence={"path": str(path), "why": why},
+    )

@@ -25,7 +25,7 @@ from gpumon.health.config import HealthConfig
 from gpumon.health.detectors import Detectors
 from gpumon.health.drift_check import DriftCheck
 from gpumon.health.gpu_state import snapshot_findings
-from gpumon.health.health_files import read_boot_id
+from gpumon.health.health_files import read_boot_id, set_aside
 from gpumon.health.health_series import HealthCollector
 from gpumon.health.inventory import (
     Inventory,
@@ -34,11 +34,24 @@ from gpumon.health.inventory import (
     missing_from_nvml,
 )
 from gpumon.health.poll_watch import PollWatch
+from gpumon.health.report_cache import ReportCache
 from gpumon.health.report_inputs import ReportInputs
+from gpumon.health.report_parts import (
+    ALL_PARTS,
+    BURN,
+    CLEARS,
+    CLEARS_READERS,
+    DETECTORS,
+    DRIFT,
+    POLL,
+    SET_ASIDE,
+    SNAPSHOT,
+    XID,
+)
 from gpumon.health.stragglers import Deviation
 from gpumon.health.trends import Increase
 from gpumon.health.xid_lifecycle import XidLifecycle, XidPolicy
-from gpumon.model.findings import WARNING, Finding, HealthReport, verdict
+from gpumon.model.findings import Finding, HealthReport, verdict
 from gpumon.model.snapshot import Snapshot
 from gpumon.model.xid import XidEvent
 from gpumon.model.xid_catalog import XidCatalog
@@ -52,7 +65,6 @@ from gpumon.util.state.files import (
     STATE_FILE_MODE,
     DamagedFile,
     health_dir,
-    move_aside,
     read_state_json,
     remove_stale_temporaries,
     write_json,
@@ -61,8 +73,6 @@ from gpumon.util.state.lock import state_lock
 
 log = logging.getLogger(__name__)
 
-REPORT_REUSE_SECONDS = 1.0
-"""How long the scrape may reuse an unchanged health report (the default poll interval)."""
 _MAX_PENDING = 10_000
 
 
@@ -119,10 +129,9 @@ class HealthService:
         self._boot_id = read_boot_id(self.config.boot_id_path)  # it changes only at a reboot, which restarts us
         self._generation = 0
         """Bumped by every input (snapshot, XID, accepted inventory): a cached report is then stale."""
-        self._report: Reuse[tuple[float, HealthReport]] = Reuse()
-        """The last report and when it was made (``monotonic``), with what it read (``current_report``)."""
         self._burn_read: Reuse[list[Finding]] = Reuse()
         """The last burn's findings, of the very clears and the results file's stat key."""
+        self._kept = ReportCache(self, monotonic)
 
     def _place(self, spec: str | None) -> None:
         """Where the files are: ``folder`` (``STATE_DIR/health``, or a simulated backend's own), the clears (a
@@ -172,20 +181,13 @@ class HealthService:
 
     def _damaged(self, path: Path, why: str) -> None:
         """Move a damaged state file aside (kept for the operator), say so once, show it as a finding."""
-        try:
-            kept = f"moved aside to {move_aside(path, self._clock()).name}"
-        except OSError as exc:
-            kept = f"could not be moved aside: {exc.strerror or exc}"
-        log.error("health state file %s is damaged (%s): %s; going on without it", path, why, kept)
-        self._set_aside.append(
-            Finding(
-                kind="state_damaged",
-                severity=WARNING,
-                action="none",
-                summary=f"{path.name} was damaged ({why}) and {kept}: what it held is not known",
-                evidence={"path": str(path), "why": why},
-            )
-        )
+        self._set_aside.append(set_aside(path, why, self._clock(), log))
+
+    @property
+    def report_files(self) -> tuple[list[Path], Path, Path, BurnMarkerReader]:
+        """What a report reads from disk, whose stamps it is kept by: the clears' files and folders
+        (gpumon.health.clears_watch), the baseline, the last burn's results, and the burn marker's reader."""
+        return self._clears_watch.paths, self._inventory_path, self._burn_results_path, self._burn
 
     @property
     def _xid_path(self) -> Path:
@@ -270,54 +272,55 @@ class HealthService:
     ) -> HealthReport:
         """The verdict now; ``extra`` findings come from the caller (e.g. a poll that hung); ``inputs``: the
         files' stamps and burn marker the caller just took (``current_report``), taken here when None."""
-        inputs = self._inputs(self._generation) if inputs is None else inputs
+        inputs = self._kept.inputs(self._generation) if inputs is None else inputs
         now = self._clock()
-        with self._lock:
-            self._reload_baseline(inputs.inventory)
-            clears = self._clears_watch.clears(inputs.clears)
-            self.lifecycle.apply_clears(clears)
-            snapshot = self._snapshot
-            hung = self._poll_watch.findings(snapshot) if self._poll_watch is not None else []
-            findings = [*extra, *hung, *self.lifecycle.findings(now)]  # first: an XID names a fault best
-            findings += snapshot_findings(snapshot) if snapshot is not None or not extra else []
-            findings += self._burn_findings(clears, inputs.burn_results)
-            findings += self._clears_watch.findings() + self._set_aside
-            findings += self.detectors.findings(now, burning=inputs.burn is not None)
-            if snapshot is not None:
-                findings += self._drift_check.drift(self.baseline, snapshot, self.config.expected_gpu_count)
-            self._save()
+        snapshot, findings = self._findings(ALL_PARTS, inputs, now, extra)
         gpus = [(g.index, g.uuid) for g in snapshot.gpus] if snapshot is not None else []
         return verdict(findings, gpus, now, source)
 
-    def current_report(self) -> HealthReport:
-        """report(), reused while nothing it reads changed: the same snapshot, no XID or accepted
-        inventory since, the same clears, baseline and burn files, the same burn marker, and less
-        than REPORT_REUSE_SECONDS old (so what only time changes, such as an XID leaving its
-        window, is late by at most that). Scrapes ask for it every few seconds, the poll's
-        snapshot changes once an interval."""
-        snapshot, inputs = self._inputs_now()
-        now = self._monotonic()
-        kept = self._report.kept(same=(snapshot,), equal=(inputs,))
-        if kept is not None and now - kept[0] < REPORT_REUSE_SECONDS:
-            return kept[1]
-        self._report.forget()  # the key read before: an input arriving meanwhile is not lost
-        return self._report.get(lambda: (now, self.report(inputs=inputs)), same=(snapshot,), equal=(inputs,))[1]
-
-    def _inputs_now(self) -> tuple[Snapshot | None, ReportInputs]:
-        """What report() reads besides the clock: the snapshot (the very object), and what is
-        compared by value (gpumon.health.report_inputs)."""
+    def _findings(
+        self, parts: frozenset[str], inputs: ReportInputs, now: float, extra: Sequence[Finding] = ()
+    ) -> tuple[Snapshot | None, list[Finding]]:
+        """The snapshot and the findings of the report's ``parts`` (gpumon.health.report_parts) at ``now``."""
         with self._lock:
-            snapshot, generation = self._snapshot, self._generation
-        return snapshot, self._inputs(generation)
+            if DRIFT in parts:
+                self._reload_baseline(inputs.inventory)
+            clears = self._clears_watch.clears(inputs.clears) if parts & CLEARS_READERS else []
+            if XID in parts:
+                self.lifecycle.apply_clears(clears)
+            snapshot = self._snapshot
+            findings = list(extra)
+            if POLL in parts and self._poll_watch is not None:
+                findings += self._poll_watch.findings(snapshot)
+            findings += self.lifecycle.findings(now) if XID in parts else []  # first: an XID names a fault best
+            findings += snapshot_findings(snapshot) if SNAPSHOT in parts and (snapshot is not None or not extra) else []
+            findings += self._burn_findings(clears, inputs.burn_results) if BURN in parts else []
+            findings += self._clears_watch.findings() if CLEARS in parts else []
+            findings += self._set_aside if SET_ASIDE in parts else []
+            if parts & DETECTORS:
+                findings += self.detectors.findings(now, burning=inputs.burn is not None, parts=parts)
+            if DRIFT in parts and snapshot is not None:
+                findings += self._drift_check.drift(self.baseline, snapshot, self.config.expected_gpu_count)
+            self._save()
+        return snapshot, findings
 
-    def _inputs(self, generation: int) -> ReportInputs:
-        return ReportInputs(
-            generation,
-            tuple(stat_key(p) for p in self._clears_watch.paths),
-            stat_key(self._inventory_path),
-            stat_key(self._burn_results_path),
-            self._burn.read(),
-        )
+    def current_report(self) -> HealthReport:
+        """report(), reused while nothing it reads changed (gpumon.health.report_cache)."""
+        return self._kept.current()
+
+    def findings_of(self, names: frozenset[str]) -> list[Finding]:
+        """The findings of current_report() of the kinds ``names`` names (``*`` matches any text, as finding rules
+        name them), in its order, with only the report's parts that can give such kinds worked out."""
+        return self._kept.findings_of(names)
+
+    def findings(self, parts: frozenset[str], inputs: ReportInputs) -> list[Finding]:
+        """The findings of the report's ``parts`` now (gpumon.health.report_parts), unordered; ``inputs`` as for report()."""
+        return self._findings(parts, inputs, self._clock())[1]
+
+    def snapshot_now(self) -> tuple[Snapshot | None, int]:
+        """The latest snapshot (the very object) and the input count, taken together."""
+        with self._lock:
+            return self._snapshot, self._generation
 
     def signals(self) -> tuple[list[Deviation], list[Increase]]:
         """The stragglers' deviations and the error counters' increases now (for the exported series)."""

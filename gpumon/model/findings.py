@@ -196,16 +196,17 @@ class HealthReport:
         )
 
 
+def verdict_order(f: Finding) -> tuple[int, int, int]:
+    """Where a finding stands in a report: the most severe first, then the strongest action, then by GPU
+    (the host's first); findings that tie keep their order (``sorted`` is stable)."""
+    return -STATUSES.index(f.severity), -ACTIONS.index(f.action), f.gpu if f.gpu is not None else -1
+
+
 def verdict(
     findings: Sequence[Finding], gpus: Sequence[tuple[int, str | None]], timestamp_seconds: float, source: str
 ) -> HealthReport:
     """The node verdict from findings; ``gpus`` are the (index, uuid) known, each gets a row."""
-    ordered = tuple(
-        sorted(
-            findings,
-            key=lambda f: (-STATUSES.index(f.severity), -ACTIONS.index(f.action), f.gpu if f.gpu is not None else -1),
-        )
-    )
+    ordered = tuple(sorted(findings, key=verdict_order))
     known = dict(gpus)
     by_gpu: dict[int, list[Finding]] = {}  # each GPU's findings, in the verdict's order (one pass, not one a GPU)
     for f in ordered:

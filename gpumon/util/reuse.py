@@ -11,16 +11,17 @@ sealable values (metric families) and seals each one it keeps, so adding to it t
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
+from operator import is_
 from typing import Generic, Protocol, TypeVar
 
 V = TypeVar("V")
 
 
 def same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
-    """Whether ``a`` and ``b`` hold the same objects (``is``), in the same order."""
-    return len(a) == len(b) and all(map(operator.is_, a, b))  # in C: no Python call per item
+    """Whether ``a`` and ``b`` hold the same objects (``is``), in the same order (compared in C: a health
+    series' signals hold one object per GPU and signal, compared at every scrape)."""
+    return len(a) == len(b) and all(map(is_, a, b))
 
 
 class Reuse(Generic[V]):

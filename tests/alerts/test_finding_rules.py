@@ -200,7 +200,7 @@ def test_the_service_asks_for_findings_on_its_timer_at_most_every_interval(tmp_p
     asked: list[float] = []
     current: list[Finding] = [STRAGGLER]
 
-    def findings() -> Sequence[Finding]:
+    def findings(kinds: frozenset[str]) -> Sequence[Finding]:
         asked.append(clock())
         return current
 
@@ -217,7 +217,7 @@ def test_the_service_asks_for_findings_on_its_timer_at_most_every_interval(tmp_p
 
 
 def test_without_finding_rules_the_service_never_asks_for_findings(tmp_path: Path) -> None:
-    def findings() -> Sequence[Finding]:
+    def findings(kinds: frozenset[str]) -> Sequence[Finding]:
         raise AssertionError("asked")
 
     service = AlertService(alerting({"builtin_rules": False}), tmp_path, host="node1", findings=findings)

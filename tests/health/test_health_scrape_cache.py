@@ -8,7 +8,8 @@ import pytest
 
 from gpumon.health.clears import Clear, add_clear
 from gpumon.health.config import HealthConfig
-from gpumon.health.service import REPORT_REUSE_SECONDS, HealthService
+from gpumon.health.report_cache import REPORT_REUSE_SECONDS
+from gpumon.health.service import HealthService
 from gpumon.model.families import Family
 from gpumon.model.snapshot import GpuSnapshot, HostSnapshot, Snapshot
 from gpumon.model.xid import XidEvent
@@ -84,3 +85,35 @@ def test_an_xid_and_a_clear_show_at_the_next_scrape(tmp_path: Path, monkeypatch:
     add_clear(tmp_path, Clear(gpu=0, reason="reset by hand", at_seconds=T0 + 5))
     assert s.node_status() == ("none", 0.0)
     assert s.reports == 3
+
+
+def test_what_lands_between_two_asks_of_one_snapshot_shows_at_the_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a scrape every second the poll thread's render-ahead asks first and the scrape again, for the same
+    snapshot in the same second: a failed burn's results, another process's baseline and a running burn's
+    marker written in between show in the scrape, as a clear does (the files are looked at every ask)."""
+    import dataclasses
+    import json
+    import os
+
+    from gpumon.health.inventory import inventory_of
+    from tests.health.test_burn_findings import write_burn
+
+    s = Service(tmp_path, monkeypatch)
+    s.health.on_snapshot(snap())
+
+    def kinds() -> list[str]:
+        return [f.kind for f in s.health.current_report().findings]
+
+    assert kinds() == []
+    write_burn(tmp_path, T0, passed=False)
+    assert kinds() == ["burn_failed"]
+    other = inventory_of(snap(), T0, source="accepted")
+    other = dataclasses.replace(other, driver_version="570.1")
+    (tmp_path / "health" / "inventory.json").write_text(json.dumps(other.to_json()))
+    assert sorted(kinds()) == ["burn_failed", "driver_changed"]
+    marker = {"pid": os.getpid(), "gpus": [0], "uuids": ["GPU-0"], "started_at": T0}
+    (tmp_path / "burn" / "running.json").write_text(json.dumps(marker))
+    assert s.health.findings_of(frozenset({"*"})) == list(s.health.current_report().findings)
+    assert s.reports == 4  # each one built again, none reused past a change
