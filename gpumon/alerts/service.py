@@ -199,8 +199,7 @@ class AlertService:
                 engine = self._engine
                 now = self._now()
                 revision = engine.revision
-                # taken a moment ago: with a steady clock its age counts from now, on that clock
-                taken_at = now if self._steady is not None else None
+                taken_at = now if self._steady is not None else None  # on a steady clock its age counts from now
                 engine.evaluate(snapshot, now, self._burn, taken_at)
                 open_alerts = engine.has_open_alerts
                 if open_alerts:  # a burn holds back only open alerts: its marker read (a stat) then
@@ -208,8 +207,7 @@ class AlertService:
                     if burn != self._burn:
                         self._burn = burn
                         engine.hold_back(burn)
-                # _deliver's own first test, asked here: most polls of a healthy host make no call for it
-                delivered = (open_alerts or bool(self._delivered)) and self._deliver(now)
+                delivered = (open_alerts or bool(self._delivered)) and self._deliver(now)  # its first test, here
                 if delivered or engine.revision != revision:
                     self._mark_dirty()
         except Exception:
@@ -238,14 +236,14 @@ class AlertService:
             findings = self._read_findings()
             with self._lock:
                 now = self._now()
-                revision = self._engine_revision()
+                revision = self._engine.revision
                 self._burn = self._read_burn()
                 self._engine.tick(now, self._burn)
                 if findings is not None:
                     self._engine.on_findings(findings, now)
                 changed = self._deliver(now)
                 changed = self._resend(now) or changed
-                if changed or self._engine_revision() != revision:
+                if changed or self._engine.revision != revision:
                     self._mark_dirty()
         except Exception:
             self._failed("alert timer failed")
@@ -326,9 +324,6 @@ class AlertService:
             return None
         self._findings_read_at = now
         return self._findings(kinds)
-
-    def _engine_revision(self) -> int:
-        return self._engine.revision
 
     def _read_burn(self) -> BurnHoldBack | None:
         return self._burn_reader.read() if self._config.burn_hold_back else None

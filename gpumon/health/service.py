@@ -27,12 +27,7 @@ from gpumon.health.drift_check import DriftCheck
 from gpumon.health.gpu_state import snapshot_findings
 from gpumon.health.health_files import read_boot_id, set_aside
 from gpumon.health.health_series import HealthCollector
-from gpumon.health.inventory import (
-    Inventory,
-    complete,
-    inventory_of,
-    missing_from_nvml,
-)
+from gpumon.health.inventory import Inventory, complete, inventory_of, missing_from_nvml
 from gpumon.health.poll_watch import PollWatch
 from gpumon.health.report_cache import ReportCache
 from gpumon.health.report_inputs import ReportInputs
