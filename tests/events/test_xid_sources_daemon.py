@@ -143,7 +143,9 @@ def test_nvml_gone_while_the_event_thread_waits_comes_back_and_xids_are_seen_aga
         fake.failures[(name, None)] = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
     wait_for(lambda: nvml_up(d) == 0.0, 10, what="NVML seen gone")
     fake.failures.clear()
-    wait_for(lambda: nvml_up(d) == 1.0 and fake.calls["nvmlInit"] >= 2, 20, what="NVML initialised again")
+    # the event thread shuts NVML down as its wait ends (5 s at most); the poller's next try (1, 3, 7, 15 s
+    # after the loss: its backoff) initialises it: 30 s leave room for a loaded box
+    wait_for(lambda: nvml_up(d) == 1.0 and fake.calls["nvmlInit"] >= 2, 30, what="NVML initialised again")
     assert fake.calls["nvmlShutdown"] >= 1
     fake.push_event(1, 48)
     wait_for(lambda: xids(d, "1", "48") == 1.0, 10, what="an XID counted on the new event set")

@@ -104,7 +104,7 @@ class NvmlBackend:
     def init(self) -> None:
         """nvmlInit once, then find the GPUs. Raises NvmlUnavailableError with a one-line reason."""
         if self._shutdown_pending:
-            self.shutdown()  # the one asked under an event wait, if that wait has ended
+            self.shutdown()  # the one asked under an event wait, if that wait has ended meanwhile
             if self._shutdown_pending:
                 raise NvmlUnavailableError("NVML is shut down once an NVML event wait in progress ends (5 s at most)")
         with self._lock:
@@ -145,18 +145,22 @@ class NvmlBackend:
         """Free the event set and GPM samples, then nvmlShutdown. Safe when init failed.
 
         Never under an event wait in progress (the event thread's, up to 5 s): then it returns at once
-        and the shutdown is finished by the next ``init`` once the wait has ended, or left to the
-        process's exit (a daemon's stop never waits for the wait)."""
+        and the event thread shuts NVML down as that wait ends (``init`` fails as NVML unavailable until
+        then); a daemon's stop never waits for the wait and leaves the rest to the process's exit."""
         self._stop.set()
         if not self._events.lock.acquire(timeout=SHUTDOWN_WAIT_SECONDS):
             self._shutdown_pending = True
             log.debug("an NVML event wait is in progress: NVML is shut down after it, not under it")
             return
-        self._shutdown_pending = False
         try:
-            self._events.close(free=self._inited)
+            self._shut_down()
         finally:
             self._events.lock.release()
+
+    def _shut_down(self) -> None:
+        """The shutdown itself; call under the event lock (so never under a wait)."""
+        self._shutdown_pending = False
+        self._events.close(free=self._inited)
         with self._lock:
             if not self._inited:
                 return
@@ -295,6 +299,8 @@ class NvmlBackend:
                 return []
             return self._events.wait(timeout_seconds)
         finally:
+            if self._shutdown_pending:  # asked under this very wait: done now that it has ended
+                self._shut_down()
             self._events.lock.release()
 
     # ---- internals: GPUs and readers ---------------------------------------
