@@ -248,8 +248,7 @@ class NvmlBackend:
         fields out of the read (its message is logged: warning the first time per GPU and
         reader, debug after); the poller adds these counts to its per-tier poll errors.
         """
-        policy = self._policy
-        return policy.take() if policy.by_tier else {}  # most polls: none, and no second call to say so
+        return self._policy.take()
 
     def read_errors(self) -> dict[tuple[int, str, str], int]:
         """Reader errors since init by (GPU index, UUID, reader name), cumulative (never reset).

@@ -45,22 +45,21 @@ class ErrorPolicy:
         self._nv = pynvml
         self._lock = lock
         self._mark_lost = mark_lost
-        self.by_tier: Counter[str] = Counter()
-        """Reader errors since the last ``take``, by tier; changed under the lock (its emptiness may be read without)."""
+        self._by_tier: Counter[str] = Counter()
         self.by_reader: Counter[tuple[int, str]] = Counter()
         """Reader errors since init by (GPU index, reader name), cumulative; read under the lock."""
 
     def reset(self) -> None:
         """Forget every count (a new init); called under the lock."""
-        self.by_tier = Counter()
+        self._by_tier = Counter()
         self.by_reader = Counter()
 
     def take(self) -> dict[str, int]:
         """Reader errors since the last call, counted by tier; then reset."""
-        if not self.by_tier:  # the usual case, every poll: no lock, no new Counter
+        if not self._by_tier:  # the usual case, every poll: no lock, no new Counter
             return {}
         with self._lock:
-            errors, self.by_tier = self.by_tier, Counter()
+            errors, self._by_tier = self._by_tier, Counter()
         return dict(errors)
 
     def count_liveness(self, g: GpuState, answered: int, failed: int, error: str) -> None:
@@ -117,5 +116,5 @@ class ErrorPolicy:
         else:
             log.debug("%s", message)
         with self._lock:
-            self.by_tier[tier.value] += 1
+            self._by_tier[tier.value] += 1
             self.by_reader[(g.index, name)] += 1

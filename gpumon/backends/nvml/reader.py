@@ -222,8 +222,8 @@ def field_value_of(nv: Any, h: Any, field_id: int) -> float | None:
     """One field's number by nvmlDeviceGetFieldValues (``field_values`` for one field, leaner: read every second)."""
     (value,) = nv.nvmlDeviceGetFieldValues(h, [field_id])
     code = int(value.nvmlReturn)
-    if code == NVML_SUCCESS:  # field_value, written out: one call less a GPU and second
-        return float(getattr(value.value, _FIELD_VALUE_ATTRIBUTES.get(int(value.valueType), "uiVal")))
+    if code == NVML_SUCCESS:
+        return field_value(value)
     if code in UNSUPPORTED_CODES:
         return None
     raise nvml_error(nv, code)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpumon.backends.nvml.codes import NVML_ERROR_ARGUMENT_VERSION_MISMATCH, UNSUPPORTED_CODES, Unsupported, code_of
-from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec
+from gpumon.backends.nvml.reader import Context, GpuState, ReaderSpec, opt
 from gpumon.model.snapshot import Tier
 
 _MEMORY_V2_FALLBACK_CODES = UNSUPPORTED_CODES | {NVML_ERROR_ARGUMENT_VERSION_MISMATCH}
@@ -50,23 +50,9 @@ def read_video(ctx: Context, g: GpuState, h: Any, out: dict[str, Any]) -> None:
 
     Each answer is [percent, sampling period µs]; a call the GPU lacks is remembered and left out.
     Both calls are made before either ratio is written (a reader that raises writes nothing)."""
-    # opt's rule, written out: this runs every second for every GPU (two calls a GPU less)
-    nv, unsupported = ctx.nv, g.unsupported
-    encoder = decoder = None
-    if "video.encoder" not in unsupported:
-        try:
-            encoder = nv.nvmlDeviceGetEncoderUtilization(h)
-        except Exception as exc:
-            if code_of(exc) not in UNSUPPORTED_CODES:
-                raise
-            unsupported.add("video.encoder")
-    if "video.decoder" not in unsupported:
-        try:
-            decoder = nv.nvmlDeviceGetDecoderUtilization(h)
-        except Exception as exc:
-            if code_of(exc) not in UNSUPPORTED_CODES:
-                raise
-            unsupported.add("video.decoder")
+    nv = ctx.nv
+    encoder = opt(g, "video.encoder", nv.nvmlDeviceGetEncoderUtilization, h)
+    decoder = opt(g, "video.decoder", nv.nvmlDeviceGetDecoderUtilization, h)
     if encoder is None and decoder is None:
         raise Unsupported
     if encoder is not None:
