@@ -198,10 +198,7 @@ class Poller:
             for tier, seconds in durations.items():
                 tier_stats[_TIER_NAMES[tier]] = TierStats.of_read(seconds, self._tier_errors[tier], end_wall)
         self._tier_stats = tier_stats
-        host = self._host_figures_cache  # _with_host_figures's own test, asked here: a call every slow interval
-        if host is None or start - self._host_figures_at >= self._intervals.slow_seconds:
-            host = self._with_host_figures(start)
-        return Snapshot.of_poll(end_wall, end, host, gpus, tier_stats)
+        return Snapshot.of_poll(end_wall, end, self._with_host_figures(start), gpus, tier_stats)
 
     def _read_fast_tier(
         self, now: float, plan: Sequence[Sequence[Tier]] | None = None, durations: dict[Tier, float] | None = None

@@ -25,9 +25,6 @@ class SnapshotStore:
         self._failures = RepeatLog(log, period_seconds=60.0)
         self._listeners: tuple[tuple[Callable[[Snapshot], None], str], ...] = ()
         """Replaced, never changed, by ``subscribe``: a publish iterates the tuple it read, without a copy."""
-        self._failing: set[str] = set()
-        """The listeners whose last call raised: only they are told to the log's ``succeeded`` (a call each
-        listener and poll otherwise, for nothing)."""
 
     def publish(self, snapshot: Snapshot) -> None:
         """Replace the latest snapshot and tell listeners (the alert engine). Never raises:
@@ -37,12 +34,9 @@ class SnapshotStore:
             try:
                 listener(snapshot)
             except Exception as exc:
-                self._failing.add(what)
                 self._failures.failed(what, f"{type(exc).__name__}: {exc}", exc_info=True)
             else:
-                if self._failing and what in self._failing:  # the usual case: none failing, no call
-                    self._failing.discard(what)
-                    self._failures.succeeded(what)
+                self._failures.succeeded(what)
 
     def latest(self) -> Snapshot | None:
         return self._latest
