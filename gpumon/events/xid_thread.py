@@ -1,9 +1,9 @@
 """The event thread: waits on the backend for XIDs; an XID ends the wait at once, so it is seen as it comes.
 
 Each wait lasts at most ``wait_seconds`` (5 s): an idle wake costs CPU on a real host (docs/benchmarks.md,
-daemon CPU), and nothing waits for its end: a stop leaves a wait in progress to the process's exit
-(NVML's event set is never freed under it, gpumon.backends.nvml.core), and NVML coming up ends a wait
-for it at once. What the length does delay: a GPU that answers again after it was lost is registered
+daemon CPU), and nothing waits for its end: a stop does not wait for a wait in progress (NVML is
+shut down after it, never under it: gpumon.backends.nvml.core), and NVML coming up ends a wait for it
+at once. What the length does delay: a GPU that answers again after it was lost is registered
 for events at the start of the next wait."""
 
 from __future__ import annotations
