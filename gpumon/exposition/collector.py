@@ -196,11 +196,12 @@ class GpumonCollector:
     def _served_by_gpumon(self, own: list[Family]) -> frozenset[str]:
         """The names of the families gpumon serves itself in a scrape whose own families are
         ``own``: the head, every per-GPU family these options can serve, the sources' report."""
-        return frozenset(f.family_name for f in own) | self._gpu.names | {SUCCESS, DURATION}
+        return self._served_with(frozenset(f.family_name for f in own))
 
     def _served_with(self, head: frozenset[str]) -> frozenset[str]:
-        """``_served_by_gpumon`` for a scrape whose head's names are ``head`` (the same set object,
-        scrape after scrape, while the names hold: the set is worked out again only when it changes)."""
+        """The names gpumon serves itself in a scrape whose head's names are ``head``, with every per-GPU
+        family's and the sources' report (the same set object, scrape after scrape, while ``head`` is
+        the same object: the set is worked out again only when it changes)."""
         served = self._served
         gpu = self._gpu.names
         if served[0] is head and served[1] is gpu:

@@ -63,8 +63,8 @@ class _Kept(NamedTuple):
 
 
 def _kept(made_of: object, families: list[Family]) -> _Kept:
-    """``families`` kept, with their names (``Family.family_name``, written out: one call for all)."""
-    return _Kept(made_of, families, frozenset([f.name[:-6] if f.kind == "counter" else f.name for f in families]))
+    """``families`` kept, with their names."""
+    return _Kept(made_of, families, frozenset([f.family_name for f in families]))
 
 
 AGE = "gpumon_snapshot_age_seconds"
