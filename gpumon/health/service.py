@@ -220,8 +220,7 @@ class HealthService:
             self.lifecycle.observe(snapshot, self._boot_id)
             if self.baseline is None and complete(snapshot):
                 self._record_baseline(snapshot)
-            if self.lifecycle.changed:  # _save's own first test: no call on most polls
-                self._save()
+            self._save()
 
     def _record_baseline(self, snapshot: Snapshot) -> None:
         """The first complete snapshot becomes the baseline, unless a GPU on the PCI bus is missing from it
